@@ -1,0 +1,118 @@
+"""Canonical JSON exactly as upstream hashes it, and the digests derived from it.
+
+Upstream (TypeScript) hashes JSON text with keys sorted by UTF-16 code units, no whitespace,
+numbers formatted the JavaScript way and ``-0`` written as ``0``. Golden ids depend on every
+byte, so this cannot be ``json.dumps(sort_keys=True)``: Python sorts by code point, writes
+``1.0`` and ``1e-07`` where JavaScript writes ``1`` and ``1e-7``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from decimal import Decimal
+from typing import Any
+
+from domain.errors import NonFiniteJsonNumberError, NotPlainJsonError
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def sha256hex(text: str | bytes) -> str:
+    """Lower-case hex SHA-256 of the UTF-8 bytes of ``text``."""
+    data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
+    return hashlib.sha256(data).hexdigest()
+
+
+def canonical_json(value: Any) -> str:
+    """Serialise a plain JSON value the way upstream's canonicalJson does."""
+    parts: list[str] = []
+    _write(value, parts)
+    return "".join(parts)
+
+
+def json_digest(value: Any) -> str:
+    """SHA-256 hex of the canonical JSON of ``value``."""
+    return sha256hex(canonical_json(value))
+
+
+def check_plain_json(value: Any) -> None:
+    """Raise the upstream error if ``value`` is not a plain, finite JSON value."""
+    canonical_json(value)
+
+
+def _write(value: Any, parts: list[str]) -> None:
+    if value is None:
+        parts.append("null")
+    elif value is True:
+        parts.append("true")
+    elif value is False:
+        parts.append("false")
+    elif isinstance(value, str):
+        parts.append(_string(value))
+    elif isinstance(value, int):
+        parts.append(str(value))
+    elif isinstance(value, float):
+        parts.append(js_number(value))
+    elif isinstance(value, dict):
+        keys = list(value)
+        if not all(isinstance(key, str) for key in keys):
+            raise NotPlainJsonError()
+        parts.append("{")
+        for index, key in enumerate(sorted(keys, key=_utf16_key)):
+            if index:
+                parts.append(",")
+            parts.append(_string(key))
+            parts.append(":")
+            _write(value[key], parts)
+        parts.append("}")
+    elif isinstance(value, (list, tuple)):
+        parts.append("[")
+        for index, item in enumerate(value):
+            if index:
+                parts.append(",")
+            _write(item, parts)
+        parts.append("]")
+    else:
+        raise NotPlainJsonError()
+
+
+def _utf16_key(key: str) -> bytes:
+    return key.encode("utf-16-be", "surrogatepass")
+
+
+def _string(text: str) -> str:
+    encoded = json.dumps(text, ensure_ascii=False)
+    if _LONE_SURROGATE.search(encoded):
+        # JSON.stringify escapes lone surrogates rather than emitting invalid UTF-16.
+        encoded = _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", encoded)
+    return encoded
+
+
+def js_number(number: float) -> str:
+    """Format a float as JavaScript's Number.prototype.toString would."""
+    if not math.isfinite(number):
+        raise NonFiniteJsonNumberError()
+    if number == 0:
+        return "0"
+    sign = "-" if number < 0 else ""
+    # repr gives the shortest round-tripping digits, the same digits JavaScript picks.
+    _, digit_tuple, exponent = Decimal(repr(abs(number))).as_tuple()
+    digits = "".join(map(str, digit_tuple)).rstrip("0") or "0"
+    assert isinstance(exponent, int)
+    trailing_zeros = len(digit_tuple) - len(digits)
+    k = len(digits)
+    n = exponent + trailing_zeros + k  # value == 0.digits * 10**n
+    if k <= n <= 21:
+        body = digits + "0" * (n - k)
+    elif 0 < n <= 21:
+        body = f"{digits[:n]}.{digits[n:]}"
+    elif -6 < n <= 0:
+        body = "0." + "0" * (-n) + digits
+    else:
+        power = n - 1
+        mantissa = digits if k == 1 else f"{digits[0]}.{digits[1:]}"
+        body = f"{mantissa}e{'+' if power >= 0 else '-'}{abs(power)}"
+    return sign + body

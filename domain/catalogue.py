@@ -1,0 +1,61 @@
+"""The event catalogue: every wire name runledger writes, and the only topics it reads.
+
+A wire name is permanent: never renamed, never reused. Schema changes go through
+``class_version`` and ``upcast_vN_vN+1`` on the event class.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+from uuid import UUID
+
+from eventsourcing.domain import BaseAggregate
+
+from domain.events import AGGREGATE_CLASSES, LedgerEvent, LedgerSnapshot
+from domain.follow_ups import FollowUp
+from domain.runs import Run
+from domain.turn_reservations import TurnReservation
+from domain.workflow_messages import WorkflowMessage
+
+AGGREGATES: Final[tuple[type[BaseAggregate[UUID]], ...]] = (
+    Run,
+    FollowUp,
+    WorkflowMessage,
+    TurnReservation,
+)
+
+DOMAIN_EVENTS: Final[tuple[type[LedgerEvent], ...]] = (
+    Run.Created,
+    Run.SessionBound,
+    Run.Progressed,
+    Run.Paused,
+    Run.Resumed,
+    Run.PresentationInstructionsSet,
+    Run.FollowUpAccepted,
+    Run.Finished,
+    Run.RestartChildCreated,
+    FollowUp.Queued,
+    FollowUp.Removed,
+    FollowUp.Cancelled,
+    WorkflowMessage.Created,
+    WorkflowMessage.Cancelled,
+    WorkflowMessage.Sent,
+    WorkflowMessage.TurnStarted,
+    WorkflowMessage.TurnEnded,
+    TurnReservation.Reserved,
+)
+
+SNAPSHOTS: Final[tuple[type[LedgerSnapshot], ...]] = (
+    Run.Snapshot,
+    FollowUp.Snapshot,
+    WorkflowMessage.Snapshot,
+    TurnReservation.Snapshot,
+)
+
+WIRE_NAMES: Final[tuple[str, ...]] = tuple(event.TOPIC for event in DOMAIN_EVENTS)
+
+EVENT_CLASSES: Final[dict[str, type[LedgerEvent] | type[LedgerSnapshot]]] = {
+    cls.TOPIC: cls for cls in (*DOMAIN_EVENTS, *SNAPSHOTS)
+}
+
+AGGREGATE_CLASSES.update({str(getattr(cls, "TOPIC")): cls for cls in AGGREGATES})  # noqa: B009

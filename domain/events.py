@@ -1,0 +1,75 @@
+"""Base classes for every runledger event and snapshot.
+
+Each event carries the acting ``actor`` ({type, id}) and the natural id of the run it belongs
+to (``run_id``, so the log can be read per run); its ``timestamp`` comes from the
+application's injected clock and is exposed as ``recorded_at``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, ClassVar
+from uuid import UUID
+
+from eventsourcing.domain import (
+    AggregateCreated,
+    AggregateEvent,
+    BaseAggregate,
+    CanSnapshotAggregate,
+    DomainEvent,
+)
+
+from domain.errors import UnknownStoredEventError
+
+
+class LedgerEvent(AggregateEvent):
+    """A recorded fact; its class ``TOPIC`` is its permanent wire name."""
+
+    TOPIC: ClassVar[str]
+    actor: dict[str, Any]
+    run_id: str
+
+    @property
+    def recorded_at(self) -> datetime:
+        return self.timestamp
+
+    @property
+    def wire_name(self) -> str:
+        return type(self).TOPIC
+
+    def lookup_key(self) -> str | None:
+        """A natural key the store indexes this event under (None: not indexed)."""
+        return None
+
+
+class LedgerCreated(AggregateCreated):
+    """Marker base of each aggregate's first event."""
+
+
+class LedgerSnapshot(CanSnapshotAggregate[UUID], DomainEvent):
+    """Aggregate state at a version; resolves its aggregate class only from the catalogue."""
+
+    TOPIC: ClassVar[str]
+    topic: str
+    state: dict[str, Any]
+
+    def mutate(self, _: None) -> BaseAggregate[UUID]:
+        aggregate_class = AGGREGATE_CLASSES.get(self.topic)
+        if aggregate_class is None:
+            raise UnknownStoredEventError(self.topic)
+        state = dict(self.state)
+        from_version = state.pop("class_version", 1)
+        class_version = getattr(aggregate_class, "class_version", 1)
+        while from_version < class_version:
+            getattr(aggregate_class, f"upcast_v{from_version}_v{from_version + 1}")(state)
+            from_version += 1
+        state["_id"] = self.originator_id
+        state["_version"] = self.originator_version
+        state["_pending_events"] = []
+        aggregate = object.__new__(aggregate_class)
+        object.__setattr__(aggregate, "__dict__", state)
+        return aggregate
+
+
+AGGREGATE_CLASSES: dict[str, type[BaseAggregate[UUID]]] = {}
+"""Aggregate TOPIC -> class; filled by ``domain.catalogue``."""

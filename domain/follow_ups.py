@@ -1,0 +1,227 @@
+"""The FollowUp aggregate: a prompt queued against a run for its origin Pi session."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any, Final
+from uuid import UUID
+
+from eventsourcing.domain import BaseAggregate
+
+from domain.errors import (
+    CancelledFollowUpRemovalError,
+    EmptyPromptError,
+    FollowUpNotInRunError,
+    FollowUpRemovalNotAllowedError,
+    FollowUpRequestReusedError,
+    InvalidRequestIdError,
+    InvalidSourceError,
+    PromptTooLargeError,
+)
+from domain.events import LedgerCreated, LedgerEvent, LedgerSnapshot
+from domain.ids import aggregate_id
+from domain.records import ActorRecord, FollowUpRecord
+from domain.values import REMOVED_REASON, Actor
+
+REQUEST_ID_PATTERN: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,511}")
+MAX_SOURCE_LENGTH: Final = 128
+MAX_PROMPT_BYTES: Final = 65536
+
+
+def follow_up_aggregate_id(follow_up_id: str) -> UUID:
+    return aggregate_id("follow-up", follow_up_id)
+
+
+def check_request_id(request_id: object) -> str:
+    if not isinstance(request_id, str) or REQUEST_ID_PATTERN.fullmatch(request_id) is None:
+        raise InvalidRequestIdError()
+    return request_id
+
+
+def check_source(source: object) -> str:
+    if not isinstance(source, str) or not source.strip() or len(source) > MAX_SOURCE_LENGTH:
+        raise InvalidSourceError()
+    return source
+
+
+def check_prompt(prompt: object) -> str:
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise EmptyPromptError()
+    if len(prompt.encode("utf-8", "surrogatepass")) > MAX_PROMPT_BYTES:
+        raise PromptTooLargeError()
+    return prompt
+
+
+class FollowUp(BaseAggregate[UUID]):
+    """One follow-up; its state changes are queue, remove and cascade-cancel."""
+
+    TOPIC = "follow-up"
+
+    follow_up_id: str
+    run_id: str
+    request_id: str
+    order: int
+    target_session_id: str
+    queued_by: dict[str, Any]
+    source: str
+    prompt: str
+    workflow_message_id: str
+    state: str
+    reason: str | None
+
+    def __init__(self) -> None:
+        """State is set by the Queued event."""
+
+    class Event(LedgerEvent):
+        pass
+
+    class Queued(Event, LedgerCreated):
+        TOPIC = "follow-up.queued"
+        follow_up_id: str
+        request_id: str
+        order: int
+        target_session_id: str
+        source: str
+        prompt: str
+        workflow_message_id: str
+
+        def apply(self, follow_up: FollowUp) -> None:
+            follow_up.follow_up_id = self.follow_up_id
+            follow_up.run_id = self.run_id
+            follow_up.request_id = self.request_id
+            follow_up.order = self.order
+            follow_up.target_session_id = self.target_session_id
+            follow_up.queued_by = dict(self.actor)
+            follow_up.source = self.source
+            follow_up.prompt = self.prompt
+            follow_up.workflow_message_id = self.workflow_message_id
+            follow_up.state = "queued"
+            follow_up.reason = None
+
+    class Removed(Event):
+        TOPIC = "follow-up.removed"
+        follow_up_id: str
+        source: str
+        reason: str
+
+        def apply(self, follow_up: FollowUp) -> None:
+            follow_up.state = "removed"
+            follow_up.reason = self.reason
+
+    class Cancelled(Event):
+        TOPIC = "follow-up.cancelled"
+        follow_up_id: str
+        ended_run_id: str
+        status: str
+        reason: str
+
+        def apply(self, follow_up: FollowUp) -> None:
+            follow_up.state = "cancelled"
+            follow_up.reason = self.reason
+
+    class Snapshot(LedgerSnapshot):
+        TOPIC = "follow-up.snapshot"
+
+    @classmethod
+    def queue(
+        cls,
+        follow_up_id: str,
+        *,
+        run_id: str,
+        request_id: str,
+        order: int,
+        target_session_id: str,
+        actor: Actor,
+        source: str,
+        prompt: str,
+        workflow_message_id: str,
+        now: datetime,
+    ) -> FollowUp:
+        return cls._create(
+            cls.Queued,
+            id=follow_up_aggregate_id(follow_up_id),
+            timestamp=now,
+            actor=actor.to_json(),
+            run_id=run_id,
+            follow_up_id=follow_up_id,
+            request_id=request_id,
+            order=order,
+            target_session_id=target_session_id,
+            source=source,
+            prompt=prompt,
+            workflow_message_id=workflow_message_id,
+        )
+
+    def check_same_request(
+        self, *, target_session_id: object, actor: Actor, source: str, prompt: str
+    ) -> None:
+        """A retried request must carry exactly the content first queued."""
+        if (
+            prompt != self.prompt
+            or target_session_id != self.target_session_id
+            or actor.type != self.queued_by["type"]
+            or actor.id != self.queued_by.get("id")
+            or source != self.source
+        ):
+            raise FollowUpRequestReusedError()
+
+    def check_part_of(self, run_id: object) -> None:
+        if self.run_id != run_id:
+            raise FollowUpNotInRunError(run_id)
+
+    def check_removable_by(self, actor: Actor, source: str) -> None:
+        """Upstream §4.3 steps 5-6: cancelled ones stay; only the source or a human removes."""
+        if self.state == "cancelled":
+            raise CancelledFollowUpRemovalError()
+        if actor.type == "human":
+            return
+        if (
+            actor.type in ("session", "controller")
+            and actor.type == self.queued_by["type"]
+            and actor.id == self.queued_by.get("id")
+            and source == self.source
+        ):
+            return
+        raise FollowUpRemovalNotAllowedError()
+
+    def remove(self, *, actor: Actor, source: str, now: datetime) -> None:
+        self.trigger_event(
+            self.Removed,
+            timestamp=now,
+            actor=actor.to_json(),
+            run_id=self.run_id,
+            follow_up_id=self.follow_up_id,
+            source=source,
+            reason=REMOVED_REASON,
+        )
+
+    def cancel(
+        self, *, ended_run_id: str, status: str, reason: str, actor: Actor, now: datetime
+    ) -> None:
+        self.trigger_event(
+            self.Cancelled,
+            timestamp=now,
+            actor=actor.to_json(),
+            run_id=self.run_id,
+            follow_up_id=self.follow_up_id,
+            ended_run_id=ended_run_id,
+            status=status,
+            reason=reason,
+        )
+
+    def to_record(self) -> FollowUpRecord:
+        return FollowUpRecord(
+            follow_up_id=self.follow_up_id,
+            run_id=self.run_id,
+            request_id=self.request_id,
+            order=self.order,
+            target_session_id=self.target_session_id,
+            actor=ActorRecord(type=self.queued_by["type"], id=self.queued_by.get("id")),
+            source=self.source,
+            prompt=self.prompt,
+            state=self.state,
+            reason=self.reason,
+            created_at=self.created_on,
+            updated_at=self.modified_on,
+        )

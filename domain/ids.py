@@ -1,0 +1,61 @@
+"""Deterministic identifiers: upstream's natural ids and our aggregate UUIDs.
+
+Natural ids follow upstream-behaviour §4.2, §5.1 and §3.8 byte for byte; aggregate ids are
+``uuid5(NAMESPACE_URL, "runledger:<kind>:<natural id>")`` so an auditor can compute them.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+from uuid import NAMESPACE_URL, UUID, uuid5
+
+from domain.canonical import canonical_json, sha256hex
+
+AggregateKind = Literal["run", "follow-up", "workflow-message", "workflow-turn"]
+
+FOLLOW_UP_MESSAGE_KEY: Final[str] = "initial"
+
+
+def aggregate_id(kind: AggregateKind, natural_id: str) -> UUID:
+    """The aggregate UUID of a natural id."""
+    return uuid5(NAMESPACE_URL, f"runledger:{kind}:{natural_id}")
+
+
+def follow_up_id_for(run_id: str, request_id: str) -> str:
+    return "follow-up-" + sha256hex(f"{run_id}\0{request_id}")[:40]
+
+
+def workflow_message_id_for(kind: str, source_id: str, idempotency_key: str) -> str:
+    identity = {"kind": kind, "sourceId": source_id, "idempotencyKey": idempotency_key}
+    return "workflow-message-" + sha256hex(canonical_json(identity))
+
+
+def follow_up_message_id(follow_up_id: str) -> str:
+    return workflow_message_id_for("followUp", follow_up_id, FOLLOW_UP_MESSAGE_KEY)
+
+
+def terminal_source_id(run_id: str) -> str:
+    return f"terminal:{run_id}"
+
+
+def terminal_message_id(run_id: str, terminal_fingerprint: str) -> str:
+    return workflow_message_id_for("terminal", terminal_source_id(run_id), terminal_fingerprint)
+
+
+def restart_run_id(workflow_message_id: str) -> str:
+    return "restart-" + sha256hex(workflow_message_id)[:40]
+
+
+def default_turn_id(workflow_message_id: str, turn_number: int) -> str:
+    """A turn id for callers that do not bring their own; stable for a message's n-th turn."""
+    return "workflow-turn-" + sha256hex(f"{workflow_message_id}\0{turn_number}")[:40]
+
+
+def resource_id_for(resource_type: str, aggregate_key: str) -> str:
+    """Upstream's resource id (kept so audits can be matched against upstream stores)."""
+    return f"{resource_type}-" + sha256hex(f"{resource_type}\0{aggregate_key}")[:40]
+
+
+def session_request_id(client_id: str, idempotency_key: str) -> str:
+    """The request id the upstream host derives for a Pi session's follow-up command."""
+    return "session-" + sha256hex(f"{client_id}\0{idempotency_key}")

@@ -1,0 +1,39 @@
+"""What the domain needs from storage; ``infrastructure`` provides the implementations."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+from uuid import UUID
+
+from eventsourcing.persistence import AggregateRecorder, ApplicationRecorder, Notification
+
+
+class EventStorage(Protocol):
+    """An event log with per-run and per-key indexes, plus a snapshot store.
+
+    ``events`` stores ``domain.serialisation.LedgerStoredEvent`` rows (their ``run_id`` and
+    ``lookup_key`` are indexed); its positions are the notification ids.
+    """
+
+    @property
+    def events(self) -> ApplicationRecorder: ...
+
+    @property
+    def snapshots(self) -> AggregateRecorder: ...
+
+    def originator_ids_by_key(self, lookup_key: str) -> list[UUID]:
+        """Aggregates with an event indexed under ``lookup_key``, in log order."""
+        ...
+
+    def select_log(
+        self, *, after: int, limit: int, run_id: str | None = None
+    ) -> Sequence[Notification]:
+        """Stored events after ``after`` in log order; with ``run_id``, that run's only."""
+        ...
+
+    def max_position(self) -> int:
+        """The highest position in the log (0 when empty)."""
+        ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,161 @@
+"""The frozen records commands and queries return (DESIGN.md "Records")."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from domain.values import JsonValue
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ActorRecord(Record):
+    type: str
+    id: str | None = None
+
+
+class RunRecord(Record):
+    run_id: str
+    workflow_name: str
+    workflow_ref: str
+    title: str | None
+    status: str
+    paused: bool
+    status_detail: str | None
+    input: JsonValue
+    final_output: JsonValue
+    error: str | None
+    origin_session_id: str | None
+    execution_mode: str | None
+    parent_run_id: str | None
+    root_run_id: str
+    lineage_kind: str | None
+    restart_number: int
+    parent_terminal_fingerprint: str | None
+    current_node: str | None
+    current_attempt_id: str | None
+    waiting_on: str | None
+    presentation_instructions: str | None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+
+class FollowUpRecord(Record):
+    follow_up_id: str
+    run_id: str
+    request_id: str
+    order: int
+    target_session_id: str
+    actor: ActorRecord
+    source: str
+    prompt: str
+    state: str
+    reason: str | None
+    created_at: datetime
+    updated_at: datetime
+    delivery: str | None = None
+    """Status of the follow-up's latest message; set by the queue read model only."""
+
+
+class QueuedFollowUp(Record):
+    follow_up: FollowUpRecord
+    adopted: bool
+
+
+class FollowUpQueue(Record):
+    run_id: str
+    origin_session_id: str
+    follow_ups: list[FollowUpRecord]
+
+
+class WorkflowMessageRecord(Record):
+    workflow_message_id: str
+    run_id: str
+    target_session_id: str
+    kind: str
+    source_id: str
+    content: dict[str, Any]
+    content_digest: str
+    status: str
+    pi_session_entry_id: str | None
+    created_at: datetime
+    updated_at: datetime
+    order: int | None = None
+    """Session-wide order; set by the outbox read model, None from get_workflow_message."""
+
+
+class TurnRecord(Record):
+    workflow_turn_id: str
+    workflow_message_id: str
+    run_id: str
+    target_session_id: str
+    state: str
+    stop_reason: str | None
+    response_session_entry_id: str | None
+    started_at: datetime
+    ended_at: datetime | None
+
+
+class RestartReceipt(Record):
+    run_id: str
+    parent_run_id: str
+    restart_number: int
+    adopted: bool
+
+
+class TerminalData(Record):
+    run_id: str
+    status: str
+    status_detail: str | None
+    input: JsonValue
+    final_output: JsonValue
+    error: str | None
+    presentation_instructions: str
+    restart_number: int
+
+
+class ViewerDelta(Record):
+    run_id: str
+    presentation_revision: int
+    delta_index: int
+    target_type: str
+    target_key: str
+    patch: list[dict[str, Any]]
+    recorded_at: datetime
+
+
+class ViewerDeltas(Record):
+    kind: Literal["deltas"] = "deltas"
+    current_revision: int
+    retained_from_revision: int
+    deltas: list[ViewerDelta]
+
+
+class SnapshotRequired(Record):
+    kind: Literal["snapshot_required"] = "snapshot_required"
+    current_revision: int
+    retained_from_revision: int
+
+
+class LoggedEvent(Record):
+    position: int
+    wire_name: str
+    aggregate_id: str
+    version: int
+    recorded_at: datetime
+    actor: ActorRecord
+    payload: dict[str, Any]
+
+
+class ProjectionStatus(Record):
+    name: str
+    version: int
+    position: int
+    lag: int
+    last_error: str | None = None

@@ -1,0 +1,521 @@
+"""The Run aggregate: one execution of a workflow, its status, lineage and follow-up slots."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any, ClassVar
+from uuid import UUID
+
+from eventsourcing.domain import BaseAggregate
+
+from domain.canonical import check_plain_json, json_digest
+from domain.errors import (
+    CancelledRunRestartError,
+    EmptyPresentationInstructionsError,
+    InvalidExecutionModeError,
+    InvalidRunFieldError,
+    InvalidRunIdError,
+    InvalidRunStatusError,
+    InvalidSessionIdError,
+    InvalidWorkflowNameError,
+    PresentationInstructionsChangedError,
+    RestartLimitError,
+    RunAlreadyEndedError,
+    RunNotAcceptingChangesError,
+    RunOfAnotherSessionError,
+)
+from domain.events import LedgerCreated, LedgerEvent, LedgerSnapshot
+from domain.ids import aggregate_id
+from domain.records import RunRecord
+from domain.values import (
+    CHANGEABLE_STATUSES,
+    DEFAULT_PRESENTATION_INSTRUCTIONS,
+    FINISH_STATUSES,
+    PROGRESS_STATUSES,
+    RESTART_LIMIT,
+    TERMINAL_STATUSES,
+    Actor,
+    JsonValue,
+)
+
+RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+
+
+def run_aggregate_id(run_id: str) -> UUID:
+    return aggregate_id("run", run_id)
+
+
+def check_run_id(run_id: object) -> str:
+    if not isinstance(run_id, str) or RUN_ID_PATTERN.fullmatch(run_id) is None:
+        raise InvalidRunIdError(run_id)
+    return run_id
+
+
+def _optional_text(name: str, value: object) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise InvalidRunFieldError(name, "a string or None")
+    return value
+
+
+class Run(BaseAggregate[UUID]):
+    """A workflow run. Follow-ups queue on it, so it serialises them and numbers them."""
+
+    TOPIC = "run"
+    DATETIME_FIELDS: ClassVar[tuple[str, ...]] = ("finished_at",)
+
+    run_id: str
+    workflow_name: str
+    workflow_ref: str
+    title: str | None
+    input: JsonValue
+    status: str
+    paused: bool
+    status_detail: str | None
+    final_output: JsonValue
+    error: str | None
+    origin_session_id: str | None
+    execution_mode: str | None
+    parent_run_id: str | None
+    root_run_id: str
+    lineage_kind: str | None
+    restart_number: int
+    parent_terminal_fingerprint: str | None
+    restart_child_id: str | None
+    current_node: str | None
+    current_attempt_id: str | None
+    waiting_on: str | None
+    presentation_instructions: str | None
+    finished_at: datetime | None
+    follow_up_ids: list[str]
+    terminal_message_id: str | None
+    terminal_fingerprint: str | None
+
+    def __init__(self) -> None:
+        """State is set by the Created event."""
+
+    class Event(LedgerEvent):
+        pass
+
+    class Created(Event, LedgerCreated):
+        TOPIC = "run.created"
+        workflow_name: str
+        workflow_ref: str
+        title: str | None
+        input: JsonValue
+        status: str
+        parent_run_id: str | None
+        root_run_id: str
+        lineage_kind: str | None
+        restart_number: int
+        parent_terminal_fingerprint: str | None
+
+        def apply(self, run: Run) -> None:
+            run.run_id = self.run_id
+            run.workflow_name = self.workflow_name
+            run.workflow_ref = self.workflow_ref
+            run.title = self.title
+            run.input = self.input
+            run.status = self.status
+            run.paused = False
+            run.status_detail = None
+            run.final_output = None
+            run.error = None
+            run.origin_session_id = None
+            run.execution_mode = None
+            run.parent_run_id = self.parent_run_id
+            run.root_run_id = self.root_run_id
+            run.lineage_kind = self.lineage_kind
+            run.restart_number = self.restart_number
+            run.parent_terminal_fingerprint = self.parent_terminal_fingerprint
+            run.restart_child_id = None
+            run.current_node = None
+            run.current_attempt_id = None
+            run.waiting_on = None
+            run.presentation_instructions = None
+            run.finished_at = None
+            run.follow_up_ids = []
+            run.terminal_message_id = None
+            run.terminal_fingerprint = None
+
+    class SessionBound(Event):
+        TOPIC = "run.session-bound"
+        session_id: str
+        execution_mode: str
+
+        def apply(self, run: Run) -> None:
+            run.origin_session_id = self.session_id
+            run.execution_mode = self.execution_mode
+
+    class Progressed(Event):
+        TOPIC = "run.progressed"
+        status: str
+        current_node: str | None
+        current_attempt_id: str | None
+        waiting_on: str | None
+        status_detail: str | None
+
+        def apply(self, run: Run) -> None:
+            run.status = self.status
+            run.current_node = self.current_node
+            run.current_attempt_id = self.current_attempt_id
+            run.waiting_on = self.waiting_on
+            run.status_detail = self.status_detail
+            # Upstream invariant: a waiting run has a finishedAt, a running one has none.
+            run.finished_at = self.timestamp if self.status == "waiting" else None
+
+    class Paused(Event):
+        TOPIC = "run.paused"
+        status_detail: str | None
+
+        def apply(self, run: Run) -> None:
+            run.paused = True
+            run.status_detail = self.status_detail
+
+    class Resumed(Event):
+        TOPIC = "run.resumed"
+
+        def apply(self, run: Run) -> None:
+            run.paused = False
+            run.status_detail = None
+
+    class PresentationInstructionsSet(Event):
+        TOPIC = "run.presentation-instructions-set"
+        instructions: str
+
+        def apply(self, run: Run) -> None:
+            run.presentation_instructions = self.instructions
+
+    class FollowUpAccepted(Event):
+        TOPIC = "run.follow-up-accepted"
+        follow_up_id: str
+        order: int
+
+        def apply(self, run: Run) -> None:
+            run.follow_up_ids.append(self.follow_up_id)
+
+    class Finished(Event):
+        TOPIC = "run.finished"
+        status: str
+        final_output: JsonValue
+        error: str | None
+        status_detail: str | None
+        interrupted: bool
+        terminal_message_id: str | None
+        terminal_fingerprint: str
+
+        def apply(self, run: Run) -> None:
+            run.status = self.status
+            run.final_output = self.final_output
+            run.error = self.error
+            run.status_detail = self.status_detail
+            run.paused = False
+            run.current_node = None
+            run.current_attempt_id = None
+            run.waiting_on = None
+            run.finished_at = self.timestamp
+            run.terminal_message_id = self.terminal_message_id
+            run.terminal_fingerprint = self.terminal_fingerprint
+
+    class RestartChildCreated(Event):
+        TOPIC = "run.restart-child-created"
+        child_run_id: str
+        workflow_message_id: str
+        workflow_turn_id: str
+
+        def apply(self, run: Run) -> None:
+            run.restart_child_id = self.child_run_id
+
+    class Snapshot(LedgerSnapshot):
+        TOPIC = "run.snapshot"
+
+    # -- commands -------------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        run_id: str,
+        *,
+        workflow_name: object,
+        input: JsonValue,  # noqa: A002 - the public API's name
+        workflow_ref: object,
+        title: object,
+        status: str,
+        parent: Run | None,
+        lineage_kind: str | None,
+        parent_terminal_fingerprint: str | None,
+        actor: Actor,
+        now: datetime,
+    ) -> Run:
+        """Start a root run, or a child of ``parent`` (continuation or restart)."""
+        if not isinstance(workflow_name, str) or not workflow_name.strip():
+            raise InvalidWorkflowNameError()
+        ref = _optional_text("workflow_ref", workflow_ref)
+        check_plain_json(input)
+        if parent is None:
+            root_run_id, restart_number = run_id, 0
+        else:
+            root_run_id = parent.root_run_id
+            # A continuation inherits the restart number; a restart counts one more.
+            restart_number = parent.restart_number + (1 if lineage_kind == "restart" else 0)
+        return cls._create(
+            cls.Created,
+            id=run_aggregate_id(run_id),
+            timestamp=now,
+            actor=actor.to_json(),
+            run_id=run_id,
+            workflow_name=workflow_name,
+            workflow_ref=ref if ref is not None else workflow_name,
+            title=_optional_text("title", title),
+            input=input,
+            status=status,
+            parent_run_id=None if parent is None else parent.run_id,
+            root_run_id=root_run_id,
+            lineage_kind=lineage_kind,
+            restart_number=restart_number,
+            parent_terminal_fingerprint=parent_terminal_fingerprint,
+        )
+
+    def bind_origin_session(
+        self, session_id: object, execution_mode: object, *, actor: Actor, now: datetime
+    ) -> None:
+        """Record the run's origin Pi session; the first binding wins for ever."""
+        if not isinstance(session_id, str) or not session_id.strip():
+            raise InvalidSessionIdError()
+        if execution_mode not in ("interactive", "headless"):
+            raise InvalidExecutionModeError()
+        if self.origin_session_id is not None:
+            return
+        self._trigger(
+            self.SessionBound, actor, now, session_id=session_id, execution_mode=execution_mode
+        )
+
+    def record_progress(
+        self,
+        *,
+        status: object,
+        current_node: object,
+        current_attempt_id: object,
+        waiting_on: object,
+        status_detail: object,
+        actor: Actor,
+        now: datetime,
+    ) -> None:
+        """Move the run to running or waiting, keeping upstream's §3.4 field rules."""
+        self.check_not_ended()
+        if status not in PROGRESS_STATUSES:
+            raise InvalidRunStatusError(status, ", ".join(PROGRESS_STATUSES))
+        node = _optional_text("current_node", current_node)
+        attempt = _optional_text("current_attempt_id", current_attempt_id)
+        waiting = _optional_text("waiting_on", waiting_on)
+        detail = _optional_text("status_detail", status_detail)
+        if status == "running":
+            # A running run shows its node; it waits on nothing.
+            waiting = None
+        else:
+            # A waiting run shows no current node; it waits on the active attempt's node.
+            waiting = waiting if waiting is not None else node
+            node = None
+        self._trigger(
+            self.Progressed,
+            actor,
+            now,
+            status=status,
+            current_node=node,
+            current_attempt_id=attempt,
+            waiting_on=waiting,
+            status_detail=detail,
+        )
+
+    def pause(self, *, status_detail: object, actor: Actor, now: datetime) -> None:
+        self.check_not_ended()
+        detail = _optional_text("status_detail", status_detail)
+        if self.paused and detail == self.status_detail:
+            return
+        self._trigger(self.Paused, actor, now, status_detail=detail)
+
+    def resume(self, *, actor: Actor, now: datetime) -> None:
+        self.check_not_ended()
+        if not self.paused:
+            return
+        self._trigger(self.Resumed, actor, now)
+
+    def set_presentation_instructions(
+        self, instructions: object, *, actor: Actor, now: datetime
+    ) -> None:
+        """Store the instructions once; the same value again is adopted."""
+        if not isinstance(instructions, str) or not instructions.strip():
+            raise EmptyPresentationInstructionsError()
+        if self.presentation_instructions is not None:
+            if self.presentation_instructions != instructions:
+                raise PresentationInstructionsChangedError()
+            return
+        self._trigger(self.PresentationInstructionsSet, actor, now, instructions=instructions)
+
+    def accept_follow_up(self, follow_up_id: str, *, actor: Actor, now: datetime) -> int:
+        """Give the next follow-up its order number (never reused)."""
+        order = len(self.follow_up_ids) + 1
+        self._trigger(self.FollowUpAccepted, actor, now, follow_up_id=follow_up_id, order=order)
+        return order
+
+    def finish(
+        self,
+        *,
+        status: str,
+        final_output: JsonValue,
+        error: str | None,
+        status_detail: str | None,
+        interrupted: bool,
+        terminal_message_id: str | None,
+        actor: Actor,
+        now: datetime,
+    ) -> None:
+        self._trigger(
+            self.Finished,
+            actor,
+            now,
+            status=status,
+            final_output=final_output,
+            error=error,
+            status_detail=status_detail,
+            interrupted=interrupted,
+            terminal_message_id=terminal_message_id,
+            terminal_fingerprint=self.fingerprint_for(status, final_output, error, status_detail),
+        )
+
+    def record_restart_child(
+        self,
+        child_run_id: str,
+        *,
+        workflow_message_id: str,
+        workflow_turn_id: str,
+        actor: Actor,
+        now: datetime,
+    ) -> None:
+        self._trigger(
+            self.RestartChildCreated,
+            actor,
+            now,
+            child_run_id=child_run_id,
+            workflow_message_id=workflow_message_id,
+            workflow_turn_id=workflow_turn_id,
+        )
+
+    def _trigger(self, event_class: type[Run.Event], actor: Actor, now: datetime, **kwargs: Any) -> None:
+        self.trigger_event(
+            event_class, timestamp=now, actor=actor.to_json(), run_id=self.run_id, **kwargs
+        )
+
+    # -- rules ----------------------------------------------------------------------------
+
+    @property
+    def has_ended(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+    def check_not_ended(self) -> None:
+        if self.has_ended:
+            raise RunAlreadyEndedError(self.run_id, self.status)
+
+    def check_accepts_changes(self) -> None:
+        if self.status not in CHANGEABLE_STATUSES:
+            raise RunNotAcceptingChangesError(self.run_id, self.status)
+
+    @staticmethod
+    def check_finish_status(status: object) -> str:
+        if status not in FINISH_STATUSES:
+            raise InvalidRunStatusError(status, ", ".join(FINISH_STATUSES))
+        assert isinstance(status, str)
+        return status
+
+    @property
+    def presents_terminal_message(self) -> bool:
+        """Only interactive runs with an origin session get a terminal presentation message."""
+        return self.origin_session_id is not None and self.execution_mode == "interactive"
+
+    def check_restartable_by(self, session_id: object) -> None:
+        """Upstream §3.8 rules 2-4, in order."""
+        if self.origin_session_id is None or self.origin_session_id != session_id:
+            raise RunOfAnotherSessionError()
+        if self.execution_mode != "interactive":
+            raise RunOfAnotherSessionError()
+        if self.status == "cancelled":
+            raise CancelledRunRestartError()
+        if self.restart_number >= RESTART_LIMIT:
+            raise RestartLimitError()
+
+    def fingerprint_for(
+        self,
+        status: str,
+        final_output: JsonValue,
+        error: str | None,
+        status_detail: str | None,
+    ) -> str:
+        """Upstream's terminalFingerprint: what makes two terminal outcomes the same."""
+        return json_digest(
+            {
+                "workflowRef": self.workflow_ref,
+                "input": self.input,
+                "status": status,
+                "finalOutput": final_output,
+                "error": error,
+                "reason": status_detail,
+            }
+        )
+
+    def outcome(self) -> dict[str, JsonValue]:
+        """This run's entry in a descendant's ``earlierOutcomes``."""
+        return {
+            "runId": self.run_id,
+            "status": self.status,
+            "reason": self.status_detail,
+            "finalOutput": self.final_output,
+            "error": self.error,
+        }
+
+    def terminal_facts(self, earlier: list[Run]) -> dict[str, JsonValue]:
+        """Upstream §5.6 terminal facts of this (ended) run; ``earlier`` oldest first."""
+        return {
+            "schema": "pi-workflows.terminal-result.v1",
+            "runId": self.run_id,
+            "workflowName": self.workflow_name,
+            "workflowRef": self.workflow_ref,
+            "input": self.input,
+            "status": self.status,
+            "finalOutput": self.final_output,
+            "error": self.error,
+            "reason": self.status_detail,
+            "restartNumber": self.restart_number,
+            "earlierOutcomes": [run.outcome() for run in earlier if run.has_ended],
+        }
+
+    @property
+    def effective_presentation_instructions(self) -> str:
+        return self.presentation_instructions or DEFAULT_PRESENTATION_INSTRUCTIONS
+
+    def to_record(self) -> RunRecord:
+        return RunRecord(
+            run_id=self.run_id,
+            workflow_name=self.workflow_name,
+            workflow_ref=self.workflow_ref,
+            title=self.title,
+            status=self.status,
+            paused=self.paused,
+            status_detail=self.status_detail,
+            input=self.input,
+            final_output=self.final_output,
+            error=self.error,
+            origin_session_id=self.origin_session_id,
+            execution_mode=self.execution_mode,
+            parent_run_id=self.parent_run_id,
+            root_run_id=self.root_run_id,
+            lineage_kind=self.lineage_kind,
+            restart_number=self.restart_number,
+            parent_terminal_fingerprint=self.parent_terminal_fingerprint,
+            current_node=self.current_node,
+            current_attempt_id=self.current_attempt_id,
+            waiting_on=self.waiting_on,
+            presentation_instructions=self.presentation_instructions,
+            created_at=self.created_on,
+            updated_at=self.modified_on,
+            finished_at=self.finished_at,
+        )
