@@ -133,7 +133,7 @@ class Run(BaseAggregate[UUID]):
             run.current_attempt_id = None
             run.waiting_on = None
             run.presentation_instructions = None
-            run.finished_at = None
+            run.finished_at = self.timestamp if self.status == "waiting" else None
             run.follow_up_ids = []
             run.terminal_message_id = None
             run.terminal_fingerprint = None
@@ -422,9 +422,8 @@ class Run(BaseAggregate[UUID]):
 
     @staticmethod
     def check_finish_status(status: object) -> str:
-        if status not in FINISH_STATUSES:
+        if not isinstance(status, str) or status not in FINISH_STATUSES:
             raise InvalidRunStatusError(status, ", ".join(FINISH_STATUSES))
-        assert isinstance(status, str)
         return status
 
     @property
