@@ -16,7 +16,11 @@ from typing import Any, ClassVar, Final, TypeVar
 from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Application
-from eventsourcing.domain import BaseAggregate
+from eventsourcing.domain import (
+    BaseAggregate,
+    ImmutableAggregateProtocol,
+    MutableAggregateProtocol,
+)
 from eventsourcing.persistence import (
     AggregateRecorder,
     ApplicationRecorder,
@@ -25,6 +29,7 @@ from eventsourcing.persistence import (
     IntegrityError,
     Mapper,
     Notification,
+    TrackingRecorder,
 )
 from eventsourcing.popo import POPOFactory
 from eventsourcing.utils import Environment
@@ -193,7 +198,9 @@ class WorkflowRuns(Application[UUID]):
     """Runs, their lineage, follow-ups and the workflow-message outbox, event-sourced."""
 
     name = "runledger"
-    snapshotting_intervals: ClassVar[dict[type[BaseAggregate[Any]], int]] = {Run: 100}
+    snapshotting_intervals: ClassVar[
+        dict[type[MutableAggregateProtocol[Any]] | type[ImmutableAggregateProtocol[Any]], int]
+    ] = {Run: 100}
     max_attempts: ClassVar[int] = 50
 
     def __init__(
@@ -211,8 +218,9 @@ class WorkflowRuns(Application[UUID]):
 
     # -- wiring: storage comes from the composition root, not from the environment -------
 
-    def construct_factory(self, env: Environment) -> InfrastructureFactory:
-        return POPOFactory(env)
+    def construct_factory(self, env: Environment) -> InfrastructureFactory[TrackingRecorder]:
+        # Only the POPO factory's harmless defaults are used; recorders come from storage.
+        return POPOFactory(env)  # type: ignore[return-value]
 
     def construct_mapper(self) -> Mapper[UUID]:
         return LedgerMapper()
@@ -226,7 +234,7 @@ class WorkflowRuns(Application[UUID]):
 
     def load(self, cls: type[A], aggregate_id: UUID) -> A | None:
         try:
-            aggregate = self.repository.get(aggregate_id)
+            aggregate: BaseAggregate[UUID] = self.repository.get(aggregate_id)
         except AggregateNotFoundError:
             return None
         return aggregate if isinstance(aggregate, cls) else None
@@ -262,7 +270,7 @@ class WorkflowRuns(Application[UUID]):
         run_id: str,
         *,
         workflow_name: str,
-        input: JsonValue,  # noqa: A002 - the public API's name
+        input: JsonValue,
         workflow_ref: str | None = None,
         title: str | None = None,
         parent_run_id: str | None = None,
@@ -468,7 +476,9 @@ class WorkflowRuns(Application[UUID]):
         A restart child's failure leaves its parent's follow-ups alone, and a follow-up whose
         message already reached the session is not cancelled after the fact.
         """
-        reason = ended.error if ended.error is not None else f"Workflow ended with status {ended.status}"
+        reason = (
+            ended.error if ended.error is not None else f"Workflow ended with status {ended.status}"
+        )
         chain = [ended]
         current = ended
         while current.lineage_kind == "continuation" and current.parent_run_id is not None:
@@ -842,7 +852,7 @@ class WorkflowRuns(Application[UUID]):
     def event_log(
         self, *, after: int = 0, limit: int = 1000, run_id: str | None = None
     ) -> list[LoggedEvent]:
-        """Stored events in log order; with ``run_id``, that run's, its follow-ups' and messages'."""
+        """Stored events in log order; with ``run_id`` only that run's and its children's."""
         for name, value in (("log position", after), ("log limit", limit)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise InvalidPageError(name)

@@ -101,8 +101,8 @@ def js_number(number: float) -> str:
     # repr gives the shortest round-tripping digits, the same digits JavaScript picks.
     _, digit_tuple, exponent = Decimal(repr(abs(number))).as_tuple()
     digits = "".join(map(str, digit_tuple)).rstrip("0") or "0"
-    assert isinstance(exponent, int)
     trailing_zeros = len(digit_tuple) - len(digits)
+    exponent = int(exponent)  # an int for every finite float
     k = len(digits)
     n = exponent + trailing_zeros + k  # value == 0.digits * 10**n
     if k <= n <= 21:

@@ -55,7 +55,8 @@ SNAPSHOTS: Final[tuple[type[LedgerSnapshot], ...]] = (
 WIRE_NAMES: Final[tuple[str, ...]] = tuple(event.TOPIC for event in DOMAIN_EVENTS)
 
 EVENT_CLASSES: Final[dict[str, type[LedgerEvent] | type[LedgerSnapshot]]] = {
-    cls.TOPIC: cls for cls in (*DOMAIN_EVENTS, *SNAPSHOTS)
+    **{event.TOPIC: event for event in DOMAIN_EVENTS},
+    **{snapshot.TOPIC: snapshot for snapshot in SNAPSHOTS},
 }
 
 AGGREGATE_CLASSES.update({str(getattr(cls, "TOPIC")): cls for cls in AGGREGATES})  # noqa: B009

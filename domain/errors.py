@@ -280,7 +280,9 @@ class ConflictingEntryEvidenceError(WorkflowError):
 
 class InvalidBranchEntryError(WorkflowError):
     code = "branch.invalid-entry"
-    template = "Workflow branch entries must be pairs of a workflow message ID and a Pi session entry ID"
+    template = (
+        "Workflow branch entries must be pairs of a workflow message ID and a Pi session entry ID"
+    )
 
 
 class TurnIdentityConflictError(WorkflowError):

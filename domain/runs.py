@@ -237,7 +237,7 @@ class Run(BaseAggregate[UUID]):
         run_id: str,
         *,
         workflow_name: object,
-        input: JsonValue,  # noqa: A002 - the public API's name
+        input: JsonValue,
         workflow_ref: object,
         title: object,
         status: str,
@@ -401,7 +401,9 @@ class Run(BaseAggregate[UUID]):
             workflow_turn_id=workflow_turn_id,
         )
 
-    def _trigger(self, event_class: type[Run.Event], actor: Actor, now: datetime, **kwargs: Any) -> None:
+    def _trigger(
+        self, event_class: type[Run.Event], actor: Actor, now: datetime, **kwargs: Any
+    ) -> None:
         self.trigger_event(
             event_class, timestamp=now, actor=actor.to_json(), run_id=self.run_id, **kwargs
         )

@@ -91,7 +91,7 @@ class LedgerMapper(Mapper[UUID]):
             from_version += 1
         domain_event = object.__new__(event_class)
         object.__setattr__(domain_event, "__dict__", state)
-        return domain_event  # type: ignore[no-any-return]
+        return domain_event
 
 
 def _without_pending(aggregate_state: dict[str, Any]) -> dict[str, Any]:
@@ -107,7 +107,11 @@ def _restore_aggregate_state(topic: str, aggregate_state: dict[str, Any]) -> dic
     if aggregate_class is None:
         raise UnknownStoredEventError(topic)
     restored = dict(aggregate_state)
-    datetime_fields = ("_created_on", "_modified_on", *getattr(aggregate_class, "DATETIME_FIELDS", ()))
+    datetime_fields = (
+        "_created_on",
+        "_modified_on",
+        *getattr(aggregate_class, "DATETIME_FIELDS", ()),
+    )
     for name in datetime_fields:
         value = restored.get(name)
         if isinstance(value, str):

@@ -74,7 +74,9 @@ class TurnReservation(BaseAggregate[UUID]):
             target_session_id=target_session_id,
         )
 
-    def matches(self, *, workflow_message_id: object, run_id: object, target_session_id: object) -> bool:
+    def matches(
+        self, *, workflow_message_id: object, run_id: object, target_session_id: object
+    ) -> bool:
         return (
             workflow_message_id == self.workflow_message_id
             and run_id == self.run_id

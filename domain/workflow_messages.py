@@ -313,9 +313,7 @@ class WorkflowMessage(BaseAggregate[UUID]):
     ) -> None:
         if stop_reason not in STOP_REASONS:
             raise InvalidStopReasonError()
-        if response_session_entry_id is not None and not isinstance(
-            response_session_entry_id, str
-        ):
+        if response_session_entry_id is not None and not isinstance(response_session_entry_id, str):
             raise InvalidResponseEntryError()
         turn = self.turns[workflow_turn_id]
         if turn["state"] == "ended":
