@@ -170,6 +170,8 @@ class WorkflowMessage(BaseAggregate[UUID]):
     class Cancelled(Event):
         TOPIC = "workflow-message.cancelled"
         workflow_message_id: str
+        kind: str
+        source_id: str
 
         def apply(self, message: WorkflowMessage) -> None:
             message.status = "cancelled"
@@ -177,6 +179,8 @@ class WorkflowMessage(BaseAggregate[UUID]):
     class Sent(Event):
         TOPIC = "workflow-message.sent"
         workflow_message_id: str
+        kind: str
+        source_id: str
         target_session_id: str
         pi_session_entry_id: str
 
@@ -267,7 +271,7 @@ class WorkflowMessage(BaseAggregate[UUID]):
         """Sent and already-cancelled messages stay as they are."""
         if self.status != "pending":
             return False
-        self._trigger(self.Cancelled, actor, now)
+        self._trigger(self.Cancelled, actor, now, kind=self.kind, source_id=self.source_id)
         return True
 
     def adopt_entry(self, pi_session_entry_id: str, *, actor: Actor, now: datetime) -> None:
@@ -280,6 +284,8 @@ class WorkflowMessage(BaseAggregate[UUID]):
             self.Sent,
             actor,
             now,
+            kind=self.kind,
+            source_id=self.source_id,
             target_session_id=self.target_session_id,
             pi_session_entry_id=pi_session_entry_id,
         )

@@ -1,0 +1,120 @@
+"""What every projection is: pure event -> view-change logic over keyed tables.
+
+A projection declares its tables and applies one event at a time through a ``ViewWriter``
+(get/put/delete by primary key only, so a runner can batch a whole page of changes into one
+transaction). Queries read committed rows through a ``ViewReader``. Backends for memory,
+SQLite and PostgreSQL live in ``infrastructure``; nothing here touches a database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, Protocol
+from uuid import UUID
+
+ColumnType = Literal["text", "int", "bool", "json"]
+Row = dict[str, Any]
+Key = tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectedEvent:
+    """A stored event as projections see it: decoded JSON, no domain objects.
+
+    ``data`` is the stored event state: ``timestamp`` (ISO-8601 text), ``actor``
+    ({type, id}), ``run_id`` and the event's own fields (DESIGN.md catalogue).
+    """
+
+    position: int
+    wire_name: str
+    aggregate_id: UUID
+    version: int
+    data: Mapping[str, Any]
+
+    @property
+    def recorded_at(self) -> str:
+        value: str = self.data["timestamp"]
+        return value
+
+    def __getitem__(self, name: str) -> Any:
+        return self.data[name]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self.data.get(name, default)
+
+
+@dataclass(frozen=True)
+class Table:
+    """A view table: typed columns, a primary key and optional secondary indexes."""
+
+    name: str
+    columns: tuple[tuple[str, ColumnType], ...]
+    key: tuple[str, ...]
+    indexes: tuple[tuple[str, ...], ...] = ()
+    column_names: tuple[str, ...] = field(init=False)
+    json_columns: frozenset[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        names = tuple(name for name, _ in self.columns)
+        object.__setattr__(self, "column_names", names)
+        object.__setattr__(
+            self, "json_columns", frozenset(name for name, kind in self.columns if kind == "json")
+        )
+        missing = [name for name in (*self.key, *sum(self.indexes, ())) if name not in names]
+        if missing:
+            raise ValueError(f"table {self.name} names unknown columns: {missing}")
+
+    def key_of(self, row: Mapping[str, Any]) -> Key:
+        return tuple(row[name] for name in self.key)
+
+
+class ViewWriter(Protocol):
+    """Keyed access to a projection's tables while one page of events is applied."""
+
+    def get(self, table: Table, key: Key) -> Row | None:
+        """The row with this primary key as of the events applied so far (a copy)."""
+        ...
+
+    def put(self, table: Table, row: Row) -> None:
+        """Insert or replace the row (every column must be present)."""
+        ...
+
+    def delete(self, table: Table, key: Key) -> None: ...
+
+
+class ViewReader(Protocol):
+    """Read access to committed view rows, for queries."""
+
+    def get(self, table: Table, key: Key) -> Row | None: ...
+
+    def scan(
+        self,
+        table: Table,
+        *,
+        equals: Mapping[str, Any] | None = None,
+        within: Mapping[str, Collection[Any]] | None = None,
+        order_by: str | None = None,
+        descending: bool = False,
+        after: Any = None,
+        limit: int | None = None,
+    ) -> list[Row]:
+        """Rows matching ``equals`` (and ``column IN values`` for ``within``), ordered by
+        ``order_by``; with ``after``, only rows whose ``order_by`` value is beyond it."""
+        ...
+
+    def count(self, table: Table, *, equals: Mapping[str, Any] | None = None) -> int: ...
+
+
+class Projection(Protocol):
+    """A named, versioned read model built only from the event log."""
+
+    name: ClassVar[str]
+    version: ClassVar[int]
+    tables: ClassVar[Sequence[Table]]
+    topics: ClassVar[frozenset[str]]
+    """Wire names this projection consumes; it still tracks past every other event."""
+
+    def apply(self, event: ProjectedEvent, view: ViewWriter) -> None:
+        """Change the view for one event. Deterministic: times come from the event only."""
+        ...
