@@ -1,0 +1,74 @@
+"""A dict-backed view for testing pure projections, and a way to feed it a store's log."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from domain.ports import EventStorage
+from projections.base import Key, Projection, Row, Table
+from projections.events import projected
+
+
+class FakeView:
+    """Implements both ViewWriter and ViewReader over plain dicts."""
+
+    def __init__(self) -> None:
+        self.tables: dict[str, dict[Key, Row]] = {}
+
+    def get(self, table: Table, key: Key) -> Row | None:
+        row = self.tables.get(table.name, {}).get(tuple(key))
+        return copy.deepcopy(row)
+
+    def put(self, table: Table, row: Row) -> None:
+        missing = set(table.column_names) - set(row)
+        extra = set(row) - set(table.column_names)
+        if missing or extra:
+            raise ValueError(f"{table.name}: missing {missing}, unknown {extra}")
+        self.tables.setdefault(table.name, {})[table.key_of(row)] = copy.deepcopy(row)
+
+    def delete(self, table: Table, key: Key) -> None:
+        self.tables.get(table.name, {}).pop(tuple(key), None)
+
+    def scan(
+        self,
+        table: Table,
+        *,
+        equals: Mapping[str, Any] | None = None,
+        within: Mapping[str, Collection[Any]] | None = None,
+        order_by: str | None = None,
+        descending: bool = False,
+        after: Any = None,
+        limit: int | None = None,
+    ) -> list[Row]:
+        rows = [
+            row
+            for row in self.tables.get(table.name, {}).values()
+            if all(row[name] == value for name, value in (equals or {}).items())
+            and all(row[name] in values for name, values in (within or {}).items())
+        ]
+        if order_by is not None:
+            rows.sort(key=lambda row: row[order_by], reverse=descending)
+            if after is not None:
+                rows = [
+                    row
+                    for row in rows
+                    if (row[order_by] < after if descending else row[order_by] > after)
+                ]
+        return copy.deepcopy(rows[:limit] if limit is not None else rows)
+
+    def count(self, table: Table, *, equals: Mapping[str, Any] | None = None) -> int:
+        return len(self.scan(table, equals=equals))
+
+
+def project_log(
+    projection: Projection, storage: EventStorage, view: FakeView | None = None
+) -> FakeView:
+    """Apply every event of the store's log (that the projection consumes) to a fake view."""
+    view = view or FakeView()
+    for notification in storage.select_log(after=0, limit=10**9):
+        event = projected(notification)
+        if event.wire_name in projection.topics:
+            projection.apply(event, view)
+    return view
