@@ -1,0 +1,75 @@
+"""The ``runledger`` command line.
+
+This module holds the typer ``app``, the options commands share and thin command functions;
+the work of each command lives in its own module (``infrastructure/demo.py`` for ``demo``), so
+that module never imports this one. A command group (``projections status|rebuild|run``) is a
+``typer.Typer`` of its own, added here with ``app.add_typer(group, name="projections")``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from domain.errors import WorkflowError
+from infrastructure.demo import run_demo
+from infrastructure.store import open_store, resolve_url
+
+app = typer.Typer(
+    name="runledger",
+    help="Durable, event-sourced state for AI-agent workflow runs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+UrlOption = Annotated[
+    str | None,
+    typer.Option(
+        "--url",
+        help="Store URL: sqlite:///file.db, postgresql://..., memory://. "
+        "Default: $RUNLEDGER_URL, else sqlite:///runledger.db.",
+        show_default=False,
+    ),
+]
+
+
+@app.callback()
+def runledger() -> None:
+    """Durable, event-sourced state for AI-agent workflow runs."""
+    # A callback keeps ``runledger demo`` a sub-command even while it is the only command.
+
+
+def console() -> Console:
+    """The console commands print to (no highlighting: ids are not numbers)."""
+    return Console(highlight=False)
+
+
+def fail(error: WorkflowError) -> typer.Exit:
+    """Report a domain error on stderr as the user should see it; the caller raises the result."""
+    line = Text.assemble(("error ", "bold red"), (f"[{error.code}] ", "dim"), error.message)
+    Console(stderr=True, highlight=False).print(line)
+    return typer.Exit(code=1)
+
+
+@app.command()
+def demo(url: UrlOption = None) -> None:
+    """Play a realistic scenario through every command and print one run's event log."""
+    out = console()
+    try:
+        with open_store(resolve_url(url)) as store:
+            run_demo(store, out)
+    except WorkflowError as error:
+        raise fail(error) from error
+
+
+def main() -> None:
+    """The console script ``runledger``."""
+    app()
+
+
+if __name__ == "__main__":
+    main()
