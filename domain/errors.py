@@ -348,6 +348,11 @@ class UnknownProjectionError(WorkflowError):
     template = "Unknown projection: {}; known projections: {}"
 
 
+class ProjectionStalledError(WorkflowError):
+    code = "projection.stalled"
+    template = "Projection {} stopped {}; fix the cause and rebuild it"
+
+
 class UnknownStoredEventError(WorkflowError):
     code = "store.unknown-event"
     template = "Stored event topic {!r} is not in the runledger event catalogue"

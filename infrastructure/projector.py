@@ -1,0 +1,235 @@
+"""Follows the event log and keeps every projection's view up to date, page by page.
+
+A page is at most ``page_size`` events or ``page_seconds`` of work. Each event of the page is
+decoded once and given to every projection that has not seen it; the resulting row changes
+and new positions of all projections are committed in one transaction. If another writer (a
+worker, another embedded host) moved a projection meanwhile, the page is thrown away, the
+cache is dropped and the page is recomputed from the new position: nothing is applied twice.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from typing import Final
+
+from domain.errors import UnknownProjectionError
+from domain.ports import EventStorage
+from infrastructure.view_store import (
+    EncodedRow,
+    PageCommit,
+    TableChanges,
+    TrackingConflictError,
+    ViewStore,
+    decode_row,
+    encode_row,
+)
+from projections.base import Key, ProjectedEvent, Projection, Row, Table
+from projections.events import projected
+
+DEFAULT_PAGE_SIZE: Final = 1000
+DEFAULT_PAGE_SECONDS: Final = 0.05
+DEFAULT_CACHE_ROWS: Final = 100_000
+
+Progress = Callable[[int], None]
+
+
+class _PageWriter:
+    """The ViewWriter a projection sees during one page: reads its own pending writes."""
+
+    def __init__(self, runner: ProjectionRunner) -> None:
+        self._runner = runner
+        self.changes: dict[str, TableChanges] = {}
+
+    def get(self, table: Table, key: Key) -> Row | None:
+        key = tuple(key)
+        pending = self.changes.get(table.name)
+        if pending is not None and key in pending:
+            row = pending[key]
+        else:
+            row = self._runner.cached(table, key)
+        return None if row is None else decode_row(table, row)
+
+    def put(self, table: Table, row: Row) -> None:
+        self.changes.setdefault(table.name, {})[table.key_of(row)] = encode_row(table, row)
+
+    def delete(self, table: Table, key: Key) -> None:
+        self.changes.setdefault(table.name, {})[tuple(key)] = None
+
+
+class ProjectionRunner:
+    """One projection's position, row cache and failure state in this process."""
+
+    def __init__(self, projection: Projection, views: ViewStore, cache_rows: int) -> None:
+        self.projection = projection
+        self.views = views
+        self.cache_rows = cache_rows
+        self.position = 0
+        self.failure: str | None = None
+        # While rebuilding from an empty view, every row that exists is in the cache, so a
+        # miss means "no row" and needs no database round trip.
+        self.authoritative = False
+        self._cache: OrderedDict[tuple[str, Key], EncodedRow | None] = OrderedDict()
+        self._page: _PageWriter | None = None
+        self._page_start = 0
+
+    @property
+    def name(self) -> str:
+        return self.projection.name
+
+    def start(self) -> None:
+        state = self.views.ensure(self.projection)
+        self.position = state.position
+        self.failure = state.last_error
+
+    def cached(self, table: Table, key: Key) -> EncodedRow | None:
+        cache_key = (table.name, key)
+        if cache_key in self._cache:
+            self._cache.move_to_end(cache_key)
+            return self._cache[cache_key]
+        if self.authoritative:
+            return None
+        row = self.views.fetch(table, key)
+        self._remember(cache_key, row)
+        return row
+
+    def _remember(self, cache_key: tuple[str, Key], row: EncodedRow | None) -> None:
+        self._cache[cache_key] = row
+        if not self.authoritative and len(self._cache) > self.cache_rows:
+            self._cache.popitem(last=False)
+
+    def begin_page(self) -> None:
+        self._page = _PageWriter(self)
+        self._page_start = self.position
+
+    def apply(self, event: ProjectedEvent) -> None:
+        page = self._page
+        if page is None or event.position <= self.position:
+            return
+        if event.wire_name in self.projection.topics:
+            self.projection.apply(event, page)
+        self.position = event.position
+
+    def end_page(self) -> PageCommit | None:
+        page, self._page = self._page, None
+        if page is None or self.position == self._page_start:
+            return None
+        return PageCommit(self.projection, self._page_start, self.position, page.changes)
+
+    def committed(self, commit: PageCommit) -> None:
+        for table_name, changes in commit.changes.items():
+            for key, row in changes.items():
+                self._remember((table_name, key), row)
+
+    def abandon(self, position: int) -> None:
+        """Forget a page that was not committed, and everything cached: rows moved."""
+        self._page = None
+        self._cache.clear()
+        self.authoritative = False
+        self.position = position
+
+    def reset(self) -> None:
+        self.views.reset(self.projection)
+        self._cache.clear()
+        self.position = 0
+        self.failure = None
+
+
+class Projector:
+    """Keeps a set of projections caught up with one event log."""
+
+    def __init__(
+        self,
+        storage: EventStorage,
+        views: ViewStore,
+        projections: Iterable[Projection],
+        *,
+        page_size: int = DEFAULT_PAGE_SIZE,
+        page_seconds: float = DEFAULT_PAGE_SECONDS,
+        cache_rows: int = DEFAULT_CACHE_ROWS,
+    ) -> None:
+        self.storage = storage
+        self.views = views
+        self.page_size = page_size
+        self.page_seconds = page_seconds
+        self.runners = {p.name: ProjectionRunner(p, views, cache_rows) for p in projections}
+        self._lock = threading.RLock()
+        for runner in self.runners.values():
+            runner.start()
+
+    def runner(self, name: str) -> ProjectionRunner:
+        runner = self.runners.get(name)
+        if runner is None:
+            raise UnknownProjectionError(name, ", ".join(self.runners))
+        return runner
+
+    def catch_up(
+        self, names: Sequence[str] | None = None, *, progress: Progress | None = None
+    ) -> int:
+        """Project every event not yet seen; returns how many events were read."""
+        with self._lock:
+            selected = (
+                [self.runner(name) for name in names] if names else list(self.runners.values())
+            )
+            read = 0
+            while True:
+                active = [runner for runner in selected if runner.failure is None]
+                if not active:
+                    return read
+                start = min(runner.position for runner in active)
+                notifications = self.storage.select_log(after=start, limit=self.page_size)
+                if not notifications:
+                    return read
+                applied = self._project_page(active, notifications)
+                read += applied
+                if progress is not None and applied:
+                    progress(applied)
+
+    def _project_page(self, active: list[ProjectionRunner], notifications: Sequence[object]) -> int:
+        deadline = time.monotonic() + self.page_seconds
+        for runner in active:
+            runner.begin_page()
+        applied = 0
+        for notification in notifications:
+            event = projected(notification)  # type: ignore[arg-type]
+            for runner in active:
+                if runner.failure is not None:
+                    continue
+                try:
+                    runner.apply(event)
+                except Exception as error:  # noqa: BLE001 - a broken projection must not stop the others
+                    runner.failure = (
+                        f"at position {event.position}: {type(error).__name__}: {error}"
+                    )
+                    runner.abandon(runner._page_start)
+                    self.views.record_error(runner.name, runner.failure)
+            applied += 1
+            if time.monotonic() > deadline:
+                break
+        commits = [commit for runner in active if (commit := runner.end_page()) is not None]
+        try:
+            self.views.commit(commits)
+        except TrackingConflictError:
+            self._refresh(active)
+            return 0
+        for commit in commits:
+            self.runners[commit.projection.name].committed(commit)
+        return applied
+
+    def _refresh(self, runners: Iterable[ProjectionRunner]) -> None:
+        positions = {state.name: state.position for state in self.views.tracking()}
+        for runner in runners:
+            runner.abandon(positions.get(runner.name, 0))
+
+    def rebuild(self, name: str, *, progress: Progress | None = None) -> int:
+        """Drop a projection's view and replay the whole log into it."""
+        with self._lock:
+            runner = self.runner(name)
+            runner.reset()
+            runner.authoritative = True
+            try:
+                return self.catch_up([name], progress=progress)
+            finally:
+                runner.abandon(runner.position)

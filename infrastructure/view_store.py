@@ -1,0 +1,254 @@
+"""Where projections keep their rows and tracking positions, and the in-memory store.
+
+A view store commits a page of row changes for one or more projections together with their
+new tracking positions in ONE transaction, and only if every projection is still at the
+position the page was computed from: a page is never applied twice, even by two workers or
+two embedded hosts racing on one database.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from eventsourcing.persistence import IntegrityError
+
+from projections.base import Key, Projection, Row, Table
+
+EncodedRow = dict[str, Any]
+"""A row as stored: JSON columns are text, so cached rows can never be mutated by accident."""
+
+TableChanges = dict[Key, EncodedRow | None]
+"""Primary key -> new encoded row, or None to delete it."""
+
+
+@dataclass(frozen=True)
+class TrackingState:
+    name: str
+    version: int
+    position: int
+    last_error: str | None
+
+
+@dataclass(frozen=True)
+class PageCommit:
+    """One projection's share of a page: expected and new position, and its row changes."""
+
+    projection: Projection
+    expected_position: int
+    new_position: int
+    changes: Mapping[str, TableChanges]
+
+
+class TrackingConflictError(IntegrityError):
+    """Another writer moved a projection since this page was read; nothing was written."""
+
+    def __init__(self, name: str, expected: int, actual: int) -> None:
+        super().__init__(f"projection {name} is at {actual}, not {expected}")
+        self.name = name
+        self.expected = expected
+        self.actual = actual
+
+
+def encode_row(table: Table, row: Row) -> EncodedRow:
+    if set(row) != set(table.column_names):
+        missing = set(table.column_names) - set(row)
+        extra = set(row) - set(table.column_names)
+        raise ValueError(f"{table.name} row: missing {sorted(missing)}, unknown {sorted(extra)}")
+    if not table.json_columns:
+        return dict(row)
+    return {
+        name: orjson.dumps(value).decode() if name in table.json_columns else value
+        for name, value in row.items()
+    }
+
+
+def decode_row(table: Table, row: Mapping[str, Any]) -> Row:
+    decoded = dict(row)
+    for name in table.json_columns:
+        value = decoded[name]
+        decoded[name] = orjson.loads(value) if value is not None else None
+    for name, kind in table.columns:
+        if kind == "bool" and decoded[name] is not None:
+            decoded[name] = bool(decoded[name])
+    return decoded
+
+
+class ViewStore(ABC):
+    """Tables and tracking of every projection on one backend."""
+
+    @abstractmethod
+    def ensure(self, projection: Projection) -> TrackingState:
+        """Create the projection's tables and tracking row if missing; a stored version other
+        than the projection's means the view is stale, so it is reset to position 0."""
+
+    @abstractmethod
+    def reset(self, projection: Projection) -> None:
+        """Drop and recreate the projection's tables; its tracking goes back to 0."""
+
+    @abstractmethod
+    def tracking(self) -> list[TrackingState]: ...
+
+    @abstractmethod
+    def fetch(self, table: Table, key: Key) -> EncodedRow | None:
+        """A committed row, encoded as stored."""
+
+    @abstractmethod
+    def commit(self, pages: Sequence[PageCommit]) -> None:
+        """Apply all pages and move their positions atomically, or raise
+        TrackingConflictError (and write nothing) if any projection moved meanwhile."""
+
+    @abstractmethod
+    def record_error(self, name: str, error: str | None) -> None: ...
+
+    @abstractmethod
+    def reader(self) -> ViewReaderBase:
+        """Read access to committed rows, for queries."""
+
+    def close(self) -> None:
+        """Release connections (the in-memory store holds none)."""
+
+
+class ViewReaderBase(ABC):
+    """Decoding, shared by every backend's reader."""
+
+    @abstractmethod
+    def _get(self, table: Table, key: Key) -> Mapping[str, Any] | None: ...
+
+    @abstractmethod
+    def _scan(
+        self,
+        table: Table,
+        equals: Mapping[str, Any],
+        within: Mapping[str, Collection[Any]],
+        order_by: str | None,
+        descending: bool,
+        after: Any,
+        limit: int | None,
+    ) -> Sequence[Mapping[str, Any]]: ...
+
+    @abstractmethod
+    def count(self, table: Table, *, equals: Mapping[str, Any] | None = None) -> int: ...
+
+    def get(self, table: Table, key: Key) -> Row | None:
+        row = self._get(table, tuple(key))
+        return None if row is None else decode_row(table, row)
+
+    def scan(
+        self,
+        table: Table,
+        *,
+        equals: Mapping[str, Any] | None = None,
+        within: Mapping[str, Collection[Any]] | None = None,
+        order_by: str | None = None,
+        descending: bool = False,
+        after: Any = None,
+        limit: int | None = None,
+    ) -> list[Row]:
+        rows = self._scan(table, equals or {}, within or {}, order_by, descending, after, limit)
+        return [decode_row(table, row) for row in rows]
+
+
+class MemoryViewStore(ViewStore):
+    """Views in process memory (for ``memory://`` stores)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._tables: dict[str, dict[Key, EncodedRow]] = {}
+        self._tracking: dict[str, TrackingState] = {}
+
+    def ensure(self, projection: Projection) -> TrackingState:
+        with self._lock:
+            state = self._tracking.get(projection.name)
+            if state is None or state.version != projection.version:
+                self.reset(projection)
+            return self._tracking[projection.name]
+
+    def reset(self, projection: Projection) -> None:
+        with self._lock:
+            for table in projection.tables:
+                self._tables[table.name] = {}
+            self._tracking[projection.name] = TrackingState(
+                projection.name, projection.version, 0, None
+            )
+
+    def tracking(self) -> list[TrackingState]:
+        with self._lock:
+            return list(self._tracking.values())
+
+    def fetch(self, table: Table, key: Key) -> EncodedRow | None:
+        with self._lock:
+            row = self._tables.get(table.name, {}).get(key)
+            return None if row is None else dict(row)
+
+    def commit(self, pages: Sequence[PageCommit]) -> None:
+        with self._lock:
+            for page in pages:
+                state = self._tracking[page.projection.name]
+                if state.position != page.expected_position:
+                    raise TrackingConflictError(state.name, page.expected_position, state.position)
+            for page in pages:
+                for table_name, changes in page.changes.items():
+                    rows = self._tables.setdefault(table_name, {})
+                    for key, row in changes.items():
+                        if row is None:
+                            rows.pop(key, None)
+                        else:
+                            rows[key] = dict(row)
+                state = self._tracking[page.projection.name]
+                self._tracking[state.name] = TrackingState(
+                    state.name, state.version, page.new_position, None
+                )
+
+    def record_error(self, name: str, error: str | None) -> None:
+        with self._lock:
+            state = self._tracking[name]
+            self._tracking[name] = TrackingState(name, state.version, state.position, error)
+
+    def reader(self) -> ViewReaderBase:
+        return _MemoryReader(self)
+
+
+class _MemoryReader(ViewReaderBase):
+    def __init__(self, store: MemoryViewStore) -> None:
+        self._store = store
+
+    def _rows(self, table: Table) -> list[EncodedRow]:
+        with self._store._lock:
+            return [dict(row) for row in self._store._tables.get(table.name, {}).values()]
+
+    def _get(self, table: Table, key: Key) -> Mapping[str, Any] | None:
+        return self._store.fetch(table, key)
+
+    def _scan(
+        self,
+        table: Table,
+        equals: Mapping[str, Any],
+        within: Mapping[str, Collection[Any]],
+        order_by: str | None,
+        descending: bool,
+        after: Any,
+        limit: int | None,
+    ) -> Sequence[Mapping[str, Any]]:
+        rows = [
+            row
+            for row in self._rows(table)
+            if all(row[name] == value for name, value in equals.items())
+            and all(row[name] in values for name, values in within.items())
+        ]
+        if order_by is not None:
+            rows.sort(key=lambda row: row[order_by], reverse=descending)
+            if after is not None:
+                rows = [
+                    row
+                    for row in rows
+                    if (row[order_by] < after if descending else row[order_by] > after)
+                ]
+        return rows[:limit] if limit is not None else rows
+
+    def count(self, table: Table, *, equals: Mapping[str, Any] | None = None) -> int:
+        return len(self._scan(table, equals or {}, {}, None, False, None, None))

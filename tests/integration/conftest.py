@@ -1,0 +1,39 @@
+"""The ``store`` fixture: one WorkflowStore per test on memory, a SQLite file and PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from infrastructure.store import WorkflowStore, open_store
+from tests.support.clock import FakeClock
+
+BACKENDS = [
+    pytest.param("memory", id="memory"),
+    pytest.param("sqlite", id="sqlite"),
+    pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgres),
+]
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture(params=BACKENDS)
+def store_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A URL to a new, empty store on the parametrised backend."""
+    backend = request.param
+    if backend == "memory":
+        return "memory://"
+    if backend == "sqlite":
+        return f"sqlite:///{tmp_path_factory.mktemp('store') / 'runledger.db'}"
+    url: str = request.getfixturevalue("postgres_store_url")
+    return url
+
+
+@pytest.fixture
+def store(store_url: str, clock: FakeClock) -> Iterator[WorkflowStore]:
+    with open_store(store_url, clock=clock) as opened:
+        yield opened
