@@ -1,0 +1,407 @@
+"""The viewer-delta stream live viewers follow: presentation revisions and JSON-patch ops.
+
+Upstream §7 adapted to events: ``run.created`` opens a run's viewer at revision 1; every
+other run event (a "run write") and every follow-up state change adds exactly one revision.
+Revisions are kept in a ring of 256 rows per run, so retention never deletes anything and
+applying an event costs one keyed read and two keyed writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Final
+
+from domain.errors import InvalidViewerCursorError, RunMissingError
+from domain.follow_ups import FollowUp
+from domain.records import SnapshotRequired, ViewerDelta, ViewerDeltas
+from domain.runs import Run
+from projections.base import ProjectedEvent, Row, Table, ViewReader, ViewWriter
+
+VIEWER_PAGE_SIZE: Final = 256
+VIEWER_DELTA_RETENTION: Final = 256
+
+Op = dict[str, Any]
+
+RUN_WRITES: Final[frozenset[str]] = frozenset(
+    {
+        Run.SessionBound.TOPIC,
+        Run.Progressed.TOPIC,
+        Run.Paused.TOPIC,
+        Run.Resumed.TOPIC,
+        Run.PresentationInstructionsSet.TOPIC,
+        Run.Finished.TOPIC,
+        Run.RestartChildCreated.TOPIC,
+    }
+)
+"""Run events that show in the viewer. ``run.follow-up-accepted`` is left out: its
+``follow-up.queued`` twin already produces the inspector delta, and upstream writes no run
+trace event for a queued follow-up."""
+
+FOLLOW_UP_CHANGES: Final[frozenset[str]] = frozenset(
+    {FollowUp.Queued.TOPIC, FollowUp.Removed.TOPIC, FollowUp.Cancelled.TOPIC}
+)
+
+# Stored event fields that are not the event's own facts, so not part of a trace payload
+# (``originator_topic`` is the eventsourcing library's aggregate-class marker).
+_ENVELOPE_FIELDS: Final = frozenset({"timestamp", "actor", "run_id", "originator_topic"})
+# Upstream §10.2 compaction: large values stay in the run record, the trace says so.
+_COMPACTED_FIELDS: Final = (("input", "inputStored"), ("final_output", "finalOutputStored"))
+
+
+class ViewerPageTotalError(ValueError):
+    """A tail patch was asked for with an old total that is not a non-negative integer."""
+
+    def __init__(self) -> None:
+        super().__init__("Viewer page total must be a non-negative integer")
+
+
+class ViewerProjectionMissingError(LookupError):
+    """An event names a run whose ``run.created`` this projection never saw."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"Viewer projection does not exist for workflow run: {run_id}")
+
+
+def _is_count(value: object) -> bool:
+    # bool is an int subclass; upstream's Number.isInteger(true) is false, keep that.
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def viewer_tail_patch(old_total: int, items: Sequence[Any]) -> list[Op]:
+    """Ops that append ``items`` to a windowed list showing its last 256 items (§7.2)."""
+    if not _is_count(old_total):
+        raise ViewerPageTotalError()
+    if not items:
+        return []
+    new_total = old_total + len(items)
+    old_start = max(0, old_total - VIEWER_PAGE_SIZE)
+    new_start = max(0, new_total - VIEWER_PAGE_SIZE)
+    ops: list[Op]
+    if len(items) >= VIEWER_PAGE_SIZE:
+        ops = [{"op": "replace", "path": "/items", "value": list(items[-VIEWER_PAGE_SIZE:])}]
+    else:
+        removed = min(new_start - old_start, old_total - old_start)
+        ops = [{"op": "remove", "path": "/items/0"} for _ in range(removed)]
+        ops.append({"op": "append", "path": "/items", "value": list(items)})
+    if new_start != old_start:
+        ops.append({"op": "replace", "path": "/start", "value": new_start})
+    ops.append({"op": "replace", "path": "/total", "value": new_total})
+    return ops
+
+
+def workflow_page_start(total: int, cursor: int | None = None) -> int:
+    """Start of the 256-item page a viewer shows: the last page, or one around ``cursor``."""
+    if not _is_count(total):
+        raise ViewerPageTotalError()
+    if cursor is not None and not _is_count(cursor):
+        raise InvalidViewerCursorError()
+    if total <= VIEWER_PAGE_SIZE:
+        return 0
+    last_start = total - VIEWER_PAGE_SIZE
+    if cursor is None:
+        return last_start
+    # Half a page before the cursor, so the viewer sees what led up to it.
+    return min(max(0, cursor - VIEWER_PAGE_SIZE // 2), last_start)
+
+
+RUNS = Table(
+    "rl_vd_runs",
+    columns=(
+        ("run_id", "text"),
+        ("revision", "int"),
+        ("retained_from", "int"),
+        ("updated_at", "text"),
+        ("trace_total", "int"),
+        ("graph", "json"),
+        ("follow_ups", "json"),
+        ("follow_up_total", "int"),
+    ),
+    key=("run_id",),
+)
+"""One row per run: its viewer revision and everything the next delta is computed from."""
+
+REVISIONS = Table(
+    "rl_vd_revisions",
+    columns=(
+        ("run_id", "text"),
+        ("slot", "int"),
+        ("revision", "int"),
+        ("recorded_at", "text"),
+        ("deltas", "json"),
+    ),
+    key=("run_id", "slot"),
+    indexes=(("run_id", "revision"),),
+)
+"""The retained revisions of a run as a ring: slot = revision % 256, each holding its deltas
+as ``[{target_type, target_key, patch}]`` in delta-index order."""
+
+
+def _graph_state(status: str, finished_at: str | None) -> dict[str, Any]:
+    return {
+        "status": status,
+        "finishedAt": finished_at,
+        "currentNode": None,
+        "currentAttemptId": None,
+        "statusDetail": None,
+        "paused": False,
+        "waitingOn": None,
+    }
+
+
+def _evolved_graph(graph: Mapping[str, Any], event: ProjectedEvent) -> dict[str, Any]:
+    """Mirror the Run aggregate's presentation fields (domain/runs.py ``apply`` methods)."""
+    # A new dict, never an in-place change: rows from a view may share nested values with
+    # rows already written (a shallow copy), and those must not change behind its back.
+    evolved = dict(graph)
+    name = event.wire_name
+    if name == Run.Progressed.TOPIC:
+        status = event["status"]
+        evolved.update(
+            status=status,
+            currentNode=event["current_node"],
+            currentAttemptId=event["current_attempt_id"],
+            waitingOn=event["waiting_on"],
+            statusDetail=event["status_detail"],
+            # Upstream invariant: a waiting run has a finishedAt, a running one has none.
+            finishedAt=event.recorded_at if status == "waiting" else None,
+        )
+    elif name == Run.Paused.TOPIC:
+        evolved.update(paused=True, statusDetail=event["status_detail"])
+    elif name == Run.Resumed.TOPIC:
+        evolved.update(paused=False, statusDetail=None)
+    elif name == Run.Finished.TOPIC:
+        evolved.update(
+            status=event["status"],
+            statusDetail=event["status_detail"],
+            paused=False,
+            currentNode=None,
+            currentAttemptId=None,
+            waitingOn=None,
+            finishedAt=event.recorded_at,
+        )
+    return evolved
+
+
+def _graph_ops(graph: Mapping[str, Any], trace_seq: int, updated_at: str) -> list[Op]:
+    # Upstream runViewerTargets order, without the step/update/settings/humanDecision
+    # fields runledger does not model.
+    return [
+        {"op": "replace", "path": "/state/traceSeq", "value": trace_seq},
+        {"op": "replace", "path": "/state/updatedAt", "value": updated_at},
+        {"op": "replace", "path": "/state/status", "value": graph["status"]},
+        {"op": "add", "path": "/state/finishedAt", "value": graph["finishedAt"]},
+        {"op": "add", "path": "/state/currentNode", "value": graph["currentNode"]},
+        {"op": "add", "path": "/state/currentAttemptId", "value": graph["currentAttemptId"]},
+        {"op": "add", "path": "/state/statusDetail", "value": graph["statusDetail"]},
+        {"op": "add", "path": "/state/paused", "value": graph["paused"]},
+        {"op": "add", "path": "/state/waitingOn", "value": graph["waitingOn"]},
+        {"op": "replace", "path": "/manifest/status", "value": graph["status"]},
+        {"op": "add", "path": "/manifest/finishedAt", "value": graph["finishedAt"]},
+        {"op": "replace", "path": "/live", "value": graph["status"] in ("running", "waiting")},
+    ]
+
+
+def _trace_item(event: ProjectedEvent, seq: int) -> dict[str, Any]:
+    payload = {name: value for name, value in event.data.items() if name not in _ENVELOPE_FIELDS}
+    for name, marker in _COMPACTED_FIELDS:
+        # The key, not its value, decides: a run.finished without output still has the field.
+        if name in payload:
+            del payload[name]
+            payload[marker] = True
+    return {
+        "seq": seq,
+        "at": event.recorded_at,
+        "type": event.wire_name,
+        "actor": event["actor"],
+        "payload": payload,
+    }
+
+
+def _follow_up_item(event: ProjectedEvent) -> dict[str, Any]:
+    return {
+        "followUpId": event["follow_up_id"],
+        "order": event["order"],
+        "state": "queued",
+        "source": event["source"],
+    }
+
+
+def _evolved_follow_ups(
+    window: Sequence[Mapping[str, Any]], event: ProjectedEvent
+) -> list[Mapping[str, Any]]:
+    """The window of the run's last 256 follow-ups after one follow-up change."""
+    # Copy-on-write, as for the graph: the previous window is also inside a stored delta.
+    if event.wire_name == FollowUp.Queued.TOPIC:
+        item = _follow_up_item(event)
+        # Orders arrive ascending (the Run serialises queueing); insert by order regardless.
+        index = len(window)
+        while index > 0 and window[index - 1]["order"] > item["order"]:
+            index -= 1
+        return [*window[:index], item, *window[index:]][-VIEWER_PAGE_SIZE:]
+    state = "removed" if event.wire_name == FollowUp.Removed.TOPIC else "cancelled"
+    follow_up_id = event["follow_up_id"]
+    evolved = list(window)
+    # Changes mostly hit recent follow-ups, so search from the newest end. One older than
+    # the window is not found: the revision still happens and re-sends the same window.
+    for index in range(len(evolved) - 1, -1, -1):
+        if evolved[index]["followUpId"] == follow_up_id:
+            evolved[index] = {**evolved[index], "state": state}
+            break
+    return evolved
+
+
+def _follow_up_ops(window: list[Mapping[str, Any]], total: int) -> list[Op]:
+    return [
+        {"op": "replace", "path": "/followUpQueue", "value": {"items": window}},
+        {"op": "replace", "path": "/followUpStart", "value": max(0, total - VIEWER_PAGE_SIZE)},
+        {"op": "replace", "path": "/followUpTotal", "value": total},
+    ]
+
+
+class ViewerDeltasProjection:
+    """Presentation revisions per run with their graph, timeline and inspector deltas."""
+
+    name: ClassVar[str] = "viewer_deltas"
+    version: ClassVar[int] = 1
+    tables: ClassVar[Sequence[Table]] = (RUNS, REVISIONS)
+    topics: ClassVar[frozenset[str]] = frozenset(
+        {Run.Created.TOPIC, *RUN_WRITES, *FOLLOW_UP_CHANGES}
+    )
+
+    def apply(self, event: ProjectedEvent, view: ViewWriter) -> None:
+        name = event.wire_name
+        if name == Run.Created.TOPIC:
+            self._open(event, view)
+            return
+        run_id: str = event["run_id"]
+        run = view.get(RUNS, (run_id,))
+        if run is None:
+            raise ViewerProjectionMissingError(run_id)
+        if name in RUN_WRITES:
+            deltas = self._run_write(run, event)
+        elif name in FOLLOW_UP_CHANGES:
+            deltas = self._follow_up_change(run, event)
+        else:
+            return
+        self._record(view, run, event, deltas)
+
+    @staticmethod
+    def _open(event: ProjectedEvent, view: ViewWriter) -> None:
+        status: str = event["status"]
+        view.put(
+            RUNS,
+            {
+                "run_id": event["run_id"],
+                "revision": 1,
+                "retained_from": 1,
+                "updated_at": event.recorded_at,
+                # run.created is trace item 1 although revision 1 carries no delta: a viewer
+                # starts from a snapshot that already shows it.
+                "trace_total": 1,
+                "graph": _graph_state(status, event.recorded_at if status == "waiting" else None),
+                "follow_ups": [],
+                "follow_up_total": 0,
+            },
+        )
+
+    @staticmethod
+    def _run_write(run: Row, event: ProjectedEvent) -> list[dict[str, Any]]:
+        graph = _evolved_graph(run["graph"], event)
+        run["graph"] = graph
+        old_total: int = run["trace_total"]
+        run["trace_total"] = old_total + 1
+        return [
+            {
+                "target_type": "graph",
+                "target_key": "",
+                # traceSeq is the run's aggregate version, as upstream's run resource revision.
+                "patch": _graph_ops(graph, event.version, event.recorded_at),
+            },
+            {
+                "target_type": "timeline",
+                "target_key": "trace:tail",
+                "patch": viewer_tail_patch(old_total, [_trace_item(event, old_total + 1)]),
+            },
+        ]
+
+    @staticmethod
+    def _follow_up_change(run: Row, event: ProjectedEvent) -> list[dict[str, Any]]:
+        window = _evolved_follow_ups(run["follow_ups"], event)
+        run["follow_ups"] = window
+        if event.wire_name == FollowUp.Queued.TOPIC:
+            run["follow_up_total"] += 1
+        # Upstream also records an ``inspector/settings`` delta here (delta 0); settings are
+        # not modelled yet (DESIGN.md decision 4), so follow-ups is the only inspector target.
+        return [
+            {
+                "target_type": "inspector",
+                "target_key": "follow-ups",
+                "patch": _follow_up_ops(window, run["follow_up_total"]),
+            }
+        ]
+
+    @staticmethod
+    def _record(
+        view: ViewWriter, run: Row, event: ProjectedEvent, deltas: list[dict[str, Any]]
+    ) -> None:
+        revision: int = run["revision"] + 1
+        prefix: list[Op] = [{"op": "replace", "path": "/presentationRevision", "value": revision}]
+        for delta in deltas:
+            head = prefix
+            if delta["target_type"] == "graph":
+                head = [*prefix, {"op": "replace", "path": "/graphRevision", "value": revision}]
+            delta["patch"] = [*head, *delta["patch"]]
+        run["revision"] = revision
+        run["retained_from"] = max(1, revision - VIEWER_DELTA_RETENTION + 1)
+        run["updated_at"] = event.recorded_at
+        view.put(RUNS, run)
+        # Overwrites revision - 256, which has just left retention.
+        view.put(
+            REVISIONS,
+            {
+                "run_id": run["run_id"],
+                "slot": revision % VIEWER_DELTA_RETENTION,
+                "revision": revision,
+                "recorded_at": event.recorded_at,
+                "deltas": deltas,
+            },
+        )
+
+
+def viewer_deltas(
+    reader: ViewReader, run_id: str, *, after_revision: int
+) -> ViewerDeltas | SnapshotRequired:
+    """The deltas after ``after_revision``, or ``snapshot_required`` when they are gone (§7.1)."""
+    if not _is_count(after_revision):
+        raise InvalidViewerCursorError()
+    run = reader.get(RUNS, (run_id,))
+    if run is None:
+        raise RunMissingError(run_id)
+    current: int = run["revision"]
+    retained_from: int = run["retained_from"]
+    snapshot = SnapshotRequired(current_revision=current, retained_from_revision=retained_from)
+    if after_revision == 0 or after_revision > current or after_revision < retained_from - 1:
+        return snapshot
+    rows = reader.scan(
+        REVISIONS, equals={"run_id": run_id}, order_by="revision", after=after_revision
+    )
+    # Upstream's gap rule: a viewer must get every revision or start over.
+    if [row["revision"] for row in rows] != list(range(after_revision + 1, current + 1)):
+        return snapshot
+    return ViewerDeltas(
+        current_revision=current,
+        retained_from_revision=retained_from,
+        deltas=[
+            ViewerDelta(
+                run_id=run_id,
+                presentation_revision=row["revision"],
+                delta_index=index,
+                target_type=delta["target_type"],
+                target_key=delta["target_key"],
+                patch=delta["patch"],
+                recorded_at=row["recorded_at"],
+            )
+            for row in rows
+            for index, delta in enumerate(row["deltas"])
+        ],
+    )

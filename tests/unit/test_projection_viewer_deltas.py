@@ -1,0 +1,505 @@
+"""The viewer-delta projection: revisions, graph/timeline/inspector patches, retention, cursors.
+
+The real domain writes the events (memory store, fake clock); the projection replays the log
+into a dict-backed view, which the query then reads. Upstream scenarios I1-I5 (§11).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from domain.errors import InvalidViewerCursorError, RunMissingError
+from domain.records import SnapshotRequired, ViewerDelta, ViewerDeltas
+from infrastructure.store import WorkflowStore, open_store
+from projections.events import projected
+from projections.viewer_deltas import (
+    REVISIONS,
+    ViewerDeltasProjection,
+    ViewerPageTotalError,
+    viewer_deltas,
+    viewer_tail_patch,
+    workflow_page_start,
+)
+from tests.support.clock import FakeClock
+from tests.support.fake_view import FakeView, project_log
+from tests.support.scenario import (
+    HUMAN,
+    RUN,
+    WT,
+    create,
+    queue,
+    queued_id,
+    running_run,
+    waiting_run,
+)
+
+CHANGES = 300
+"""I4: run writes after initialisation."""
+
+
+def open_memory_store() -> WorkflowStore:
+    return open_store("memory://", clock=FakeClock())
+
+
+@pytest.fixture
+def store() -> Iterator[WorkflowStore]:
+    with open_memory_store() as opened:
+        yield opened
+
+
+@pytest.fixture(scope="module")
+def busy_view() -> Iterator[FakeView]:
+    """A run created (revision 1) and then changed 300 times: one per revision."""
+    with open_memory_store() as opened:
+        create(opened)
+        for number in range(CHANGES):
+            opened.record_progress(RUN, status="running", current_node=f"node-{number}")
+        yield project_log(ViewerDeltasProjection(), opened.storage)
+
+
+@pytest.fixture(scope="module")
+def many_follow_ups() -> Iterator[WorkflowStore]:
+    """A running run with 300 queued follow-ups (I2)."""
+    with open_memory_store() as opened:
+        running_run(opened)
+        for number in range(1, 301):
+            queue(opened, f"follow-{number}")
+        yield opened
+
+
+def project(store: WorkflowStore) -> FakeView:
+    return project_log(ViewerDeltasProjection(), store.storage)
+
+
+def deltas_after(view: FakeView, after: int, run_id: str = RUN) -> ViewerDeltas:
+    result = viewer_deltas(view, run_id, after_revision=after)
+    assert isinstance(result, ViewerDeltas), result
+    return result
+
+
+def latest(store: WorkflowStore, run_id: str = RUN) -> list[ViewerDelta]:
+    """The deltas of the run's newest revision."""
+    view = project(store)
+    current = viewer_deltas(view, run_id, after_revision=1).current_revision
+    return deltas_after(view, current - 1, run_id).deltas
+
+
+def latest_target(store: WorkflowStore, target_type: str) -> ViewerDelta:
+    [delta] = [delta for delta in latest(store) if delta.target_type == target_type]
+    return delta
+
+
+def ops(delta: ViewerDelta) -> dict[str, Any]:
+    """The patch as path -> value (every path occurs once in these patches)."""
+    return {op["path"]: op.get("value") for op in delta.patch}
+
+
+def replace(path: str, value: Any) -> dict[str, Any]:
+    return {"op": "replace", "path": path, "value": value}
+
+
+def append(path: str, value: Any) -> dict[str, Any]:
+    return {"op": "append", "path": path, "value": value}
+
+
+REMOVE_FIRST = {"op": "remove", "path": "/items/0"}
+
+
+def event_time(store: WorkflowStore, wire_name: str) -> str:
+    """The stored ISO time of the run's last event with this wire name."""
+    [*_, event] = [e for e in store.event_log(run_id=RUN) if e.wire_name == wire_name]
+    return event.recorded_at.isoformat()
+
+
+def last_event_time(store: WorkflowStore) -> str:
+    return store.event_log(run_id=RUN)[-1].recorded_at.isoformat()
+
+
+# -- revisions --------------------------------------------------------------------------------
+
+
+def test_a_new_run_is_at_revision_one_with_no_deltas(store: WorkflowStore) -> None:
+    create(store)
+
+    assert deltas_after(project(store), 1) == ViewerDeltas(
+        current_revision=1, retained_from_revision=1, deltas=[]
+    )
+
+
+def test_each_run_write_adds_one_revision_with_a_graph_and_a_timeline_delta(
+    store: WorkflowStore,
+) -> None:
+    create(store)
+    store.bind_origin_session(RUN, "session-1")
+
+    [graph, timeline] = deltas_after(project(store), 1).deltas
+
+    assert (graph.presentation_revision, graph.delta_index, graph.target_type) == (2, 0, "graph")
+    assert graph.target_key == ""
+    assert (timeline.presentation_revision, timeline.delta_index) == (2, 1)
+    assert (timeline.target_type, timeline.target_key) == ("timeline", "trace:tail")
+
+
+def test_queueing_a_follow_up_adds_one_revision_only(store: WorkflowStore) -> None:
+    running_run(store)
+    before = viewer_deltas(project(store), RUN, after_revision=1).current_revision
+
+    queue(store)
+
+    result = deltas_after(project(store), before)
+    assert result.current_revision == before + 1
+    assert [(d.target_type, d.target_key) for d in result.deltas] == [("inspector", "follow-ups")]
+
+
+def test_deltas_are_recorded_at_their_event_time(store: WorkflowStore) -> None:
+    running_run(store)
+    queue(store)
+
+    [queued] = [e for e in store.event_log(run_id=RUN) if e.wire_name == "follow-up.queued"]
+    assert [delta.recorded_at for delta in latest(store)] == [queued.recorded_at]
+
+
+# -- I4: retention and cursors ----------------------------------------------------------------
+
+
+def test_three_hundred_changes_retain_the_last_256_revisions(busy_view: FakeView) -> None:
+    result = viewer_deltas(busy_view, RUN, after_revision=301)
+
+    assert (result.current_revision, result.retained_from_revision) == (301, 46)
+
+
+def test_a_cursor_just_before_retention_gets_every_retained_revision(busy_view: FakeView) -> None:
+    result = deltas_after(busy_view, 45)
+
+    assert [(d.presentation_revision, d.delta_index) for d in result.deltas] == [
+        (revision, index) for revision in range(46, 302) for index in (0, 1)
+    ]
+
+
+@pytest.mark.parametrize("after", [44, 0, 302])
+def test_a_cursor_outside_retention_requires_a_snapshot(busy_view: FakeView, after: int) -> None:
+    assert viewer_deltas(busy_view, RUN, after_revision=after) == SnapshotRequired(
+        current_revision=301, retained_from_revision=46
+    )
+
+
+def test_a_current_cursor_gets_no_deltas(busy_view: FakeView) -> None:
+    assert deltas_after(busy_view, 301).deltas == []
+
+
+def test_retention_keeps_one_row_per_retained_revision(busy_view: FakeView) -> None:
+    assert busy_view.count(REVISIONS, equals={"run_id": RUN}) == 256
+
+
+@pytest.mark.parametrize("after", [-1, True, 1.5, "1", None])
+def test_a_cursor_that_is_not_a_non_negative_integer_is_rejected(
+    busy_view: FakeView, after: Any
+) -> None:
+    with pytest.raises(
+        InvalidViewerCursorError, match=r"^Viewer cursor must be a non-negative integer$"
+    ):
+        viewer_deltas(busy_view, RUN, after_revision=after)
+
+
+def test_an_unknown_run_is_missing(busy_view: FakeView) -> None:
+    with pytest.raises(RunMissingError, match=r"^Workflow run is missing: run-unknown$"):
+        viewer_deltas(busy_view, "run-unknown", after_revision=1)
+
+
+# -- graph target -----------------------------------------------------------------------------
+
+
+def test_the_graph_delta_carries_the_full_run_state_in_upstream_order(
+    store: WorkflowStore,
+) -> None:
+    running_run(store, node="hold")
+
+    graph = latest_target(store, "graph")
+
+    at = last_event_time(store)
+    assert graph.patch == [
+        replace("/presentationRevision", 3),
+        replace("/graphRevision", 3),
+        replace("/state/traceSeq", 3),
+        replace("/state/updatedAt", at),
+        replace("/state/status", "running"),
+        {"op": "add", "path": "/state/finishedAt", "value": None},
+        {"op": "add", "path": "/state/currentNode", "value": "hold"},
+        {"op": "add", "path": "/state/currentAttemptId", "value": None},
+        {"op": "add", "path": "/state/statusDetail", "value": None},
+        {"op": "add", "path": "/state/paused", "value": False},
+        {"op": "add", "path": "/state/waitingOn", "value": None},
+        replace("/manifest/status", "running"),
+        {"op": "add", "path": "/manifest/finishedAt", "value": None},
+        replace("/live", True),
+    ]
+
+
+def test_a_waiting_run_shows_what_it_waits_on_and_stays_live(store: WorkflowStore) -> None:
+    waiting_run(store, node="wait")
+
+    state = ops(latest_target(store, "graph"))
+
+    at = last_event_time(store)
+    assert state["/state/status"] == "waiting"
+    assert state["/state/currentNode"] is None
+    assert state["/state/waitingOn"] == "wait"
+    assert state["/state/finishedAt"] == at
+    assert state["/manifest/finishedAt"] == at
+    assert state["/live"] is True
+
+
+def test_a_finished_run_is_no_longer_live(store: WorkflowStore) -> None:
+    running_run(store)
+    store.finish_run(RUN, status="completed", final_output={"answer": 42})
+
+    state = ops(latest_target(store, "graph"))
+
+    assert state["/state/status"] == state["/manifest/status"] == "completed"
+    assert state["/state/finishedAt"] == event_time(store, "run.finished")
+    assert state["/state/currentNode"] is None
+    assert state["/live"] is False
+
+
+def test_a_paused_run_shows_paused_with_its_detail(store: WorkflowStore) -> None:
+    running_run(store)
+    store.pause_run(RUN, status_detail="Paused by the user")
+
+    state = ops(latest_target(store, "graph"))
+
+    assert (state["/state/paused"], state["/state/statusDetail"]) == (True, "Paused by the user")
+
+
+def test_the_trace_seq_is_the_run_aggregate_version(store: WorkflowStore) -> None:
+    running_run(store)
+    queue(store)
+    store.pause_run(RUN)
+
+    paused = store.event_log(run_id=RUN)[-1]
+    assert paused.wire_name == "run.paused"
+    assert ops(latest_target(store, "graph"))["/state/traceSeq"] == paused.version
+
+
+# -- timeline target --------------------------------------------------------------------------
+
+
+def test_the_first_run_write_appends_trace_item_two_after_run_created(
+    store: WorkflowStore,
+) -> None:
+    create(store)
+    store.bind_origin_session(RUN, "session-1")
+
+    timeline = latest_target(store, "timeline")
+
+    item = {
+        "seq": 2,
+        "at": last_event_time(store),
+        "type": "run.session-bound",
+        "actor": {"type": "host", "id": None},
+        "payload": {"session_id": "session-1", "execution_mode": "interactive"},
+    }
+    assert timeline.patch == [
+        replace("/presentationRevision", 2),
+        append("/items", [item]),
+        replace("/total", 2),
+    ]
+
+
+def test_trace_items_store_no_final_output(store: WorkflowStore) -> None:
+    running_run(store)
+    store.finish_run(RUN, status="completed", final_output={"answer": 42})
+
+    [item] = ops(latest_target(store, "timeline"))["/items"]
+
+    assert "final_output" not in item["payload"]
+    assert item["payload"]["finalOutputStored"] is True
+
+
+def test_the_timeline_appends_while_it_holds_at_most_256_items(busy_view: FakeView) -> None:
+    [_, timeline] = deltas_after(busy_view, 255).deltas[:2]
+
+    assert timeline.presentation_revision == 256
+    assert [op["op"] for op in timeline.patch] == ["replace", "append", "replace"]
+    assert timeline.patch[-1] == replace("/total", 256)
+
+
+def test_the_timeline_drops_its_first_item_past_256_items(busy_view: FakeView) -> None:
+    [_, timeline] = deltas_after(busy_view, 256).deltas[:2]
+
+    assert timeline.presentation_revision == 257
+    [item] = timeline.patch[2]["value"]
+    assert timeline.patch == [
+        replace("/presentationRevision", 257),
+        REMOVE_FIRST,
+        append("/items", [item]),
+        replace("/start", 1),
+        replace("/total", 257),
+    ]
+    assert item["seq"] == 257
+
+
+# -- inspector follow-ups target --------------------------------------------------------------
+
+
+def test_two_follow_ups_show_in_the_follow_ups_inspector_target(store: WorkflowStore) -> None:
+    running_run(store)
+    first = queued_id(store, "follow-1")
+    second = queued_id(store, "follow-2")
+
+    [inspector] = latest(store)
+
+    assert (inspector.target_type, inspector.target_key) == ("inspector", "follow-ups")
+    revision = inspector.presentation_revision
+    assert inspector.patch == [
+        replace("/presentationRevision", revision),
+        replace(
+            "/followUpQueue",
+            {
+                "items": [
+                    {"followUpId": first, "order": 1, "state": "queued", "source": WT},
+                    {"followUpId": second, "order": 2, "state": "queued", "source": WT},
+                ]
+            },
+        ),
+        replace("/followUpStart", 0),
+        replace("/followUpTotal", 2),
+    ]
+
+
+def test_three_hundred_follow_ups_show_the_last_256(many_follow_ups: WorkflowStore) -> None:
+    inspector = ops(latest_target(many_follow_ups, "inspector"))
+
+    items = inspector["/followUpQueue"]["items"]
+    assert (inspector["/followUpStart"], len(items), inspector["/followUpTotal"]) == (44, 256, 300)
+    assert [item["order"] for item in items] == list(range(45, 301))
+
+
+def test_removing_a_follow_up_shows_it_removed(store: WorkflowStore) -> None:
+    running_run(store)
+    follow_up_id = queued_id(store)
+    store.remove_follow_up(RUN, follow_up_id, actor=HUMAN, source="viewer")
+
+    [item] = ops(latest_target(store, "inspector"))["/followUpQueue"]["items"]
+
+    assert (item["followUpId"], item["state"]) == (follow_up_id, "removed")
+
+
+def test_cancelling_follow_ups_on_a_failed_end_shows_them_cancelled(store: WorkflowStore) -> None:
+    running_run(store)
+    follow_up_id = queued_id(store)
+    store.finish_run(RUN, status="failed", error="boom")
+
+    inspector = latest_target(store, "inspector")
+
+    [item] = ops(inspector)["/followUpQueue"]["items"]
+    assert (item["followUpId"], item["state"]) == (follow_up_id, "cancelled")
+    assert (
+        inspector.presentation_revision
+        == viewer_deltas(project(store), RUN, after_revision=1).current_revision
+    )
+
+
+def test_removing_a_follow_up_older_than_the_window_resends_the_same_window(
+    store: WorkflowStore,
+) -> None:
+    running_run(store)
+    oldest = queued_id(store, "follow-1")
+    for number in range(2, 258):
+        queue(store, f"follow-{number}")
+    before = ops(latest_target(store, "inspector"))
+
+    store.remove_follow_up(RUN, oldest, actor=HUMAN, source="viewer")
+
+    after = latest_target(store, "inspector")
+    assert after.presentation_revision == before["/presentationRevision"] + 1
+    assert {**ops(after), "/presentationRevision": None} == {
+        **before,
+        "/presentationRevision": None,
+    }
+
+
+# -- rebuilds ---------------------------------------------------------------------------------
+
+
+def test_replaying_the_log_in_two_halves_equals_one_pass(store: WorkflowStore) -> None:
+    running_run(store)
+    follow_up_id = queued_id(store, "follow-1")
+    queue(store, "follow-2")
+    store.pause_run(RUN)
+    store.remove_follow_up(RUN, follow_up_id, actor=HUMAN, source="viewer")
+    store.finish_run(RUN, status="failed", error="boom")
+    projection = ViewerDeltasProjection()
+    events = [
+        event
+        for event in map(projected, store.storage.select_log(after=0, limit=10_000))
+        if event.wire_name in projection.topics
+    ]
+    half = len(events) // 2
+
+    first = FakeView()
+    for event in events[:half]:
+        projection.apply(event, first)
+    resumed = FakeView()
+    resumed.tables = copy.deepcopy(first.tables)
+    for event in events[half:]:
+        projection.apply(event, resumed)
+
+    assert resumed.tables == project(store).tables
+
+
+# -- pure helpers (I3, I5) --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("old_total", "items", "expected"),
+    [
+        pytest.param(0, ["a"], [append("/items", ["a"]), replace("/total", 1)], id="first"),
+        pytest.param(
+            256,
+            ["x"],
+            [REMOVE_FIRST, append("/items", ["x"]), replace("/start", 1), replace("/total", 257)],
+            id="past-a-page",
+        ),
+        pytest.param(
+            10,
+            list(range(300)),
+            [
+                replace("/items", list(range(44, 300))),
+                replace("/start", 54),
+                replace("/total", 310),
+            ],
+            id="more-than-a-page",
+        ),
+    ],
+)
+def test_tail_patches_match_upstream(old_total: int, items: list[Any], expected: Any) -> None:
+    assert viewer_tail_patch(old_total, items) == expected
+
+
+def test_a_tail_patch_of_nothing_has_no_ops() -> None:
+    assert viewer_tail_patch(5, []) == []
+
+
+@pytest.mark.parametrize("old_total", [-1, 1.5, True, None])
+def test_a_tail_patch_needs_a_non_negative_integer_total(old_total: Any) -> None:
+    with pytest.raises(
+        ViewerPageTotalError, match=r"^Viewer page total must be a non-negative integer$"
+    ):
+        viewer_tail_patch(old_total, ["a"])
+
+
+@pytest.mark.parametrize(
+    ("total", "cursor", "start"),
+    [(300, None, 44), (300, 0, 0), (300, 150, 22), (300, 299, 44), (256, None, 0)],
+)
+def test_page_starts_match_upstream(total: int, cursor: int | None, start: int) -> None:
+    assert workflow_page_start(total, cursor) == start
+
+
+def test_a_page_cursor_must_be_a_non_negative_integer() -> None:
+    with pytest.raises(InvalidViewerCursorError):
+        workflow_page_start(300, -1)
