@@ -14,6 +14,7 @@ import pytest
 
 from domain.errors import InvalidViewerCursorError, RunMissingError
 from domain.records import SnapshotRequired, ViewerDelta, ViewerDeltas
+from domain.values import Actor
 from infrastructure.store import WorkflowStore, open_store
 from projections.events import projected
 from projections.viewer_deltas import (
@@ -26,16 +27,11 @@ from projections.viewer_deltas import (
 )
 from tests.support.clock import FakeClock
 from tests.support.fake_view import FakeView, project_log
-from tests.support.scenario import (
-    HUMAN,
-    RUN,
-    WT,
-    create,
-    queue,
-    queued_id,
-    running_run,
-    waiting_run,
-)
+
+RUN = "run-1"
+SESSION = "session-1"
+WT = "workflow-tool"
+HUMAN = Actor("human", "user-1")
 
 CHANGES = 300
 """I4: run writes after initialisation."""
@@ -69,6 +65,41 @@ def many_follow_ups() -> Iterator[WorkflowStore]:
         for number in range(1, 301):
             queue(opened, f"follow-{number}")
         yield opened
+
+
+# Given-steps of the §11 notation (R: a running run bound to "session-1"). Kept here rather than
+# shared because tests/support/scenario.py was not yet committed when this module was written.
+
+
+def create(store: WorkflowStore) -> None:
+    store.create_run(RUN, workflow_name="echo", input={"task": "reply"})
+
+
+def running_run(store: WorkflowStore, *, node: str = "hold") -> None:
+    create(store)
+    store.bind_origin_session(RUN, SESSION)
+    store.record_progress(RUN, status="running", current_node=node)
+
+
+def waiting_run(store: WorkflowStore, *, node: str) -> None:
+    running_run(store, node=node)
+    store.record_progress(RUN, status="waiting", waiting_on=node)
+
+
+def queued_id(store: WorkflowStore, request_id: str = "follow-1") -> str:
+    queued = store.queue_follow_up(
+        RUN,
+        request_id=request_id,
+        target_session_id=SESSION,
+        actor=Actor("session", SESSION),
+        source=WT,
+        prompt="First task",
+    )
+    return queued.follow_up.follow_up_id
+
+
+def queue(store: WorkflowStore, request_id: str = "follow-1") -> None:
+    queued_id(store, request_id)
 
 
 def project(store: WorkflowStore) -> FakeView:
