@@ -1,0 +1,229 @@
+"""In-process event storage: the embedded store for tests, demos and ``memory://``."""
+
+from __future__ import annotations
+
+from bisect import bisect_right, insort
+from collections.abc import Sequence
+from threading import Event, RLock
+from typing import Any
+from uuid import UUID
+
+from eventsourcing.persistence import (
+    AggregateRecorder,
+    ApplicationRecorder,
+    IntegrityError,
+    ListenNotifySubscription,
+    Notification,
+    StoredEvent,
+    Subscription,
+)
+
+from infrastructure.storage import as_uuid, index_columns
+
+
+class MemoryAggregateRecorder(AggregateRecorder):
+    """Stored events per originator, kept in memory behind a lock."""
+
+    def __init__(self) -> None:
+        self._lock = RLock()
+        self._versions: dict[UUID, list[int]] = {}
+        self._events: dict[tuple[UUID, int], StoredEvent] = {}
+
+    def insert_events(self, stored_events: Sequence[StoredEvent], **_: Any) -> Sequence[int] | None:
+        with self._lock:
+            keys = [(as_uuid(s.originator_id), s.originator_version) for s in stored_events]
+            # Checked before anything is written, so a conflict leaves no partial insert.
+            if len(set(keys)) < len(keys):
+                msg = "Stored events are not unique within the batch"
+                raise IntegrityError(msg)
+            for key in keys:
+                if key in self._events:
+                    msg = f"Stored event already recorded: {key[0]} version {key[1]}"
+                    raise IntegrityError(msg)
+            return self._record(keys, stored_events)
+
+    def _record(
+        self, keys: list[tuple[UUID, int]], stored_events: Sequence[StoredEvent]
+    ) -> Sequence[int] | None:
+        for key, s in zip(keys, stored_events, strict=True):
+            insort(self._versions.setdefault(key[0], []), key[1])
+            self._events[key] = StoredEvent(
+                originator_id=key[0],
+                originator_version=key[1],
+                topic=s.topic,
+                state=s.state,
+            )
+        return None
+
+    def select_events(
+        self,
+        originator_id: UUID | str,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+    ) -> Sequence[StoredEvent]:
+        key = as_uuid(originator_id)
+        with self._lock:
+            versions = self._versions.get(key, [])
+            low = 0 if gt is None else bisect_right(versions, gt)
+            high = len(versions) if lte is None else bisect_right(versions, lte)
+            selected = versions[low:high]
+            if desc:
+                selected.reverse()
+            if limit is not None:
+                selected = selected[: max(limit, 0)]
+            return [self._events[key, version] for version in selected]
+
+
+class MemoryEventRecorder(MemoryAggregateRecorder, ApplicationRecorder):
+    """The event log: positions are contiguous from 1, indexed by run id and lookup key."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._log: list[Notification] = []
+        self._positions_by_run: dict[str, list[int]] = {}
+        # A dict keeps insertion order, which is first-position order, and makes ids distinct.
+        self._originators_by_key: dict[str, dict[UUID, None]] = {}
+        self._listeners: set[Event] = set()
+
+    def insert_events(
+        self, stored_events: Sequence[StoredEvent], **kwargs: Any
+    ) -> Sequence[int] | None:
+        positions = super().insert_events(stored_events, **kwargs)
+        for listener in list(self._listeners):
+            listener.set()
+        return positions
+
+    def _record(
+        self, keys: list[tuple[UUID, int]], stored_events: Sequence[StoredEvent]
+    ) -> Sequence[int] | None:
+        super()._record(keys, stored_events)
+        positions: list[int] = []
+        for key, s in zip(keys, stored_events, strict=True):
+            position = len(self._log) + 1
+            self._log.append(
+                Notification(
+                    id=position,
+                    originator_id=key[0],
+                    originator_version=key[1],
+                    topic=s.topic,
+                    state=s.state,
+                )
+            )
+            run_id, lookup_key = index_columns(s)
+            if run_id is not None:
+                self._positions_by_run.setdefault(run_id, []).append(position)
+            if lookup_key is not None:
+                self._originators_by_key.setdefault(lookup_key, {})[key[0]] = None
+            positions.append(position)
+        return positions
+
+    def select_notifications(
+        self,
+        start: int | None,
+        limit: int,
+        stop: int | None = None,
+        topics: Sequence[str] = (),
+        *,
+        inclusive_of_start: bool = True,
+    ) -> Sequence[Notification]:
+        first = 1 if start is None else (start if inclusive_of_start else start + 1)
+        with self._lock:
+            last = len(self._log) if stop is None else min(stop, len(self._log))
+            selected: list[Notification] = []
+            if limit <= 0:
+                return selected
+            for index in range(max(first, 1) - 1, last):
+                notification = self._log[index]
+                if topics and notification.topic not in topics:
+                    continue
+                selected.append(notification)
+                if len(selected) == limit:
+                    break
+            return selected
+
+    def max_notification_id(self) -> int | None:
+        with self._lock:
+            return len(self._log) or None
+
+    def subscribe(
+        self, gt: int | None = None, topics: Sequence[str] = ()
+    ) -> Subscription[ApplicationRecorder]:
+        return MemorySubscription(self, gt=gt, topics=topics)
+
+    def listen(self, event: Event) -> None:
+        """Have ``event`` set after each insert."""
+        self._listeners.add(event)
+
+    def unlisten(self, event: Event) -> None:
+        """Stop setting ``event`` after inserts."""
+        self._listeners.discard(event)
+
+    def select_log(self, *, after: int, limit: int, run_id: str | None) -> list[Notification]:
+        """Notifications after ``after`` in log order; with ``run_id``, that run's only."""
+        if limit <= 0:
+            return []
+        with self._lock:
+            if run_id is None:
+                return self._log[max(after, 0) : max(after, 0) + limit]
+            positions = self._positions_by_run.get(run_id, [])
+            start = bisect_right(positions, after)
+            return [self._log[p - 1] for p in positions[start : start + limit]]
+
+    def originator_ids_by_key(self, lookup_key: str) -> list[UUID]:
+        """Originators with an event under ``lookup_key``, by first position."""
+        with self._lock:
+            return list(self._originators_by_key.get(lookup_key, {}))
+
+
+class MemorySubscription(ListenNotifySubscription[MemoryEventRecorder]):
+    """Follows a memory log, woken by each insert."""
+
+    def __init__(
+        self, recorder: MemoryEventRecorder, gt: int | None = None, topics: Sequence[str] = ()
+    ) -> None:
+        super().__init__(recorder=recorder, gt=gt, topics=topics)
+        self._recorder.listen(self._has_been_notified)
+        # An insert between the first pull (already started) and listen() set no flag.
+        self._has_been_notified.set()
+
+    def stop(self) -> None:
+        super().stop()
+        self._recorder.unlisten(self._has_been_notified)
+
+
+class MemoryStorage:
+    """Event log and snapshots in this process only (lost on exit)."""
+
+    def __init__(self) -> None:
+        self._events = MemoryEventRecorder()
+        self._snapshots = MemoryAggregateRecorder()
+
+    @property
+    def events(self) -> MemoryEventRecorder:
+        """The event log, whose notification ids are the positions."""
+        return self._events
+
+    @property
+    def snapshots(self) -> MemoryAggregateRecorder:
+        """The snapshot store."""
+        return self._snapshots
+
+    def originator_ids_by_key(self, lookup_key: str) -> list[UUID]:
+        """Aggregates with an event indexed under ``lookup_key``, in log order."""
+        return self._events.originator_ids_by_key(lookup_key)
+
+    def select_log(
+        self, *, after: int, limit: int, run_id: str | None = None
+    ) -> Sequence[Notification]:
+        """Stored events after ``after`` in log order; with ``run_id``, that run's only."""
+        return self._events.select_log(after=after, limit=limit, run_id=run_id)
+
+    def max_position(self) -> int:
+        """The highest position in the log (0 when empty)."""
+        return self._events.max_notification_id() or 0
+
+    def close(self) -> None:
+        """Nothing to release; kept for the ``EventStorage`` contract."""

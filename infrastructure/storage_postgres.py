@@ -1,0 +1,368 @@
+"""Event storage in PostgreSQL, shared by several host processes or machines."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, ParamSpec, TypeVar, cast
+from urllib.parse import urlsplit, urlunsplit
+from uuid import UUID
+
+import psycopg
+from eventsourcing.persistence import (
+    InterfaceError,
+    Notification,
+    OperationalError,
+    StoredEvent,
+)
+from eventsourcing.postgres import (
+    PostgresAggregateRecorder,
+    PostgresApplicationRecorder,
+    PostgresDatastore,
+)
+from eventsourcing.utils import retry
+from psycopg import Cursor
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import DictRow
+from psycopg.sql import SQL, Composed, Identifier
+
+from domain.errors import InvalidStoreUrlError
+from infrastructure.storage import EVENTS_TABLE, SNAPSHOTS_TABLE, as_uuid, index_columns
+
+LOCK_TIMEOUT_SECONDS = 5
+"""How long an insert waits for the events table lock before the attempt fails (and is retried)."""
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _retried(func: Callable[_P, _R]) -> Callable[_P, _R]:
+    # As the library's own reads: a dropped pooled connection is retried on a fresh one.
+    decorated = retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)(func)
+    return cast(Callable[_P, _R], decorated)
+
+
+def _without_password(url: str) -> str:
+    # Error messages end up in logs; the password must not.
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return "postgresql://…"
+    if password is None:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{password}@", ":***@", 1)))
+
+
+class _ArrayRowsDatastore(PostgresDatastore):
+    """A datastore without the library's composite row types: rows travel as column arrays."""
+
+    def register_type_adapters(self) -> None:
+        """Nothing to register (and so no query while recorders are constructed)."""
+
+
+def _prepare_schema(curs: Cursor[DictRow], datastore: PostgresDatastore) -> None:
+    curs.execute(SQL("SET LOCAL lock_timeout = '{0}s'").format(datastore.lock_timeout))
+    # Two processes opening a new database at once would otherwise race on the catalogue
+    # (CREATE ... IF NOT EXISTS is not atomic against a concurrent CREATE).
+    curs.execute("SELECT pg_advisory_xact_lock(hashtext('runledger.create_tables'))")
+    curs.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (datastore.schema,))
+    # CREATE SCHEMA IF NOT EXISTS needs the CREATE privilege even when the schema exists.
+    if curs.fetchone() is None:
+        curs.execute(SQL("CREATE SCHEMA IF NOT EXISTS {0}").format(Identifier(datastore.schema)))
+
+
+class PostgresEventRecorder(PostgresApplicationRecorder):
+    """The event log; keeps the library's EXCLUSIVE table lock so insert order is commit order."""
+
+    def __init__(
+        self, datastore: PostgresDatastore, *, events_table_name: str = EVENTS_TABLE
+    ) -> None:
+        super().__init__(datastore, events_table_name=events_table_name)
+        schema = Identifier(datastore.schema)
+        table = Identifier(events_table_name)
+        self.sql_create_statements = [
+            SQL(
+                "CREATE TABLE IF NOT EXISTS {schema}.{table} ("
+                "position bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "
+                "originator_id uuid NOT NULL, "
+                "originator_version bigint NOT NULL, "
+                "topic text NOT NULL, "
+                "state bytea NOT NULL, "
+                "run_id text, "
+                "lookup_key text, "
+                "UNIQUE (originator_id, originator_version))"
+            ).format(schema=schema, table=table),
+            SQL(
+                "CREATE INDEX IF NOT EXISTS {index} ON {schema}.{table} (run_id, position) "
+                "WHERE run_id IS NOT NULL"
+            ).format(
+                index=Identifier(f"{events_table_name}_run_id_position_idx"),
+                schema=schema,
+                table=table,
+            ),
+            SQL(
+                "CREATE INDEX IF NOT EXISTS {index} ON {schema}.{table} (lookup_key) "
+                "WHERE lookup_key IS NOT NULL"
+            ).format(
+                index=Identifier(f"{events_table_name}_lookup_key_idx"),
+                schema=schema,
+                table=table,
+            ),
+        ]
+        # ORDER BY the array ordinal makes identity values follow the order of the batch;
+        # the alias lets the library's _fetch_ids_after_insert_events read them.
+        self.insert_events_statement = SQL(
+            "INSERT INTO {schema}.{table} "
+            "(originator_id, originator_version, topic, state, run_id, lookup_key) "
+            "SELECT originator_id, originator_version, topic, state, run_id, lookup_key "
+            "FROM unnest(%s::uuid[], %s::bigint[], %s::text[], %s::bytea[], %s::text[], "
+            "%s::text[]) WITH ORDINALITY "
+            "AS e(originator_id, originator_version, topic, state, run_id, lookup_key, n) "
+            "ORDER BY n "
+            "RETURNING position AS notification_id"
+        ).format(schema=schema, table=table)
+        self.max_notification_id_statement = SQL(
+            "SELECT MAX(position) FROM {schema}.{table}"
+        ).format(schema=schema, table=table)
+        self._select_columns = SQL(
+            "SELECT position, originator_id, originator_version, topic, state FROM {schema}.{table}"
+        ).format(schema=schema, table=table)
+        self._select_originators_by_key = SQL(
+            "SELECT originator_id, MIN(position) AS first_position FROM {schema}.{table} "
+            "WHERE lookup_key = %s GROUP BY originator_id ORDER BY first_position"
+        ).format(schema=schema, table=table)
+        # Tables of the same name in other schemas of the database must not wake this log's
+        # subscribers.
+        self.channel_name = f"{datastore.schema}.{events_table_name}"
+
+    def _create_table(self, curs: Cursor[DictRow]) -> None:
+        _prepare_schema(curs, self.datastore)
+        super()._create_table(curs)
+
+    def insert_events(
+        self, stored_events: Sequence[StoredEvent], **kwargs: Any
+    ) -> Sequence[int] | None:
+        if not stored_events:
+            return []
+        # The library's methods are typed Any through its retry decorator.
+        positions: Sequence[int] | None = super().insert_events(stored_events, **kwargs)
+        return positions
+
+    def _insert_stored_events(
+        self, curs: Cursor[DictRow], stored_events: Sequence[StoredEvent], **_: Any
+    ) -> None:
+        self._lock_table(curs)
+        self._notify_channel(curs)
+        indexes = [index_columns(s) for s in stored_events]
+        curs.execute(
+            self.insert_events_statement,
+            (
+                [as_uuid(s.originator_id) for s in stored_events],
+                [s.originator_version for s in stored_events],
+                [s.topic for s in stored_events],
+                [s.state for s in stored_events],
+                [run_id for run_id, _ in indexes],
+                [lookup_key for _, lookup_key in indexes],
+            ),
+        )
+
+    def select_events(
+        self,
+        originator_id: UUID | str,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+    ) -> Sequence[StoredEvent]:
+        selected: Sequence[StoredEvent] = super().select_events(
+            as_uuid(originator_id), gt=gt, lte=lte, desc=desc, limit=limit
+        )
+        return selected
+
+    def select_notifications(
+        self,
+        start: int | None,
+        limit: int,
+        stop: int | None = None,
+        topics: Sequence[str] = (),
+        *,
+        inclusive_of_start: bool = True,
+    ) -> Sequence[Notification]:
+        conditions: list[Composed | SQL] = []
+        params: list[Any] = []
+        if start is not None:
+            conditions.append(SQL("position >= %s" if inclusive_of_start else "position > %s"))
+            params.append(start)
+        if stop is not None:
+            conditions.append(SQL("position <= %s"))
+            params.append(stop)
+        if topics:
+            conditions.append(SQL("topic = ANY(%s)"))
+            params.append(list(topics))
+        return self._select(conditions, params, limit)
+
+    def select_log(self, *, after: int, limit: int, run_id: str | None) -> list[Notification]:
+        """Notifications after ``after`` in log order; with ``run_id``, that run's only."""
+        conditions: list[Composed | SQL] = [SQL("position > %s")]
+        params: list[Any] = [after]
+        if run_id is not None:
+            conditions.append(SQL("run_id = %s"))
+            params.append(run_id)
+        return self._select(conditions, params, limit)
+
+    @_retried
+    def originator_ids_by_key(self, lookup_key: str) -> list[UUID]:
+        """Originators with an event under ``lookup_key``, by first position."""
+        with self.datastore.get_connection() as conn, conn.cursor() as curs:
+            curs.execute(self._select_originators_by_key, (lookup_key,), prepare=True)
+            return [row["originator_id"] for row in curs.fetchall()]
+
+    @_retried
+    def _select(
+        self, conditions: list[Composed | SQL], params: list[Any], limit: int
+    ) -> list[Notification]:
+        statement = self._select_columns
+        if conditions:
+            statement += SQL(" WHERE ") + SQL(" AND ").join(conditions)
+        statement += SQL(" ORDER BY position LIMIT %s")
+        with self.datastore.get_connection() as conn, conn.cursor() as curs:
+            curs.execute(statement, [*params, limit], prepare=True)
+            return [
+                Notification(
+                    id=row["position"],
+                    originator_id=row["originator_id"],
+                    originator_version=row["originator_version"],
+                    topic=row["topic"],
+                    state=bytes(row["state"]),
+                )
+                for row in curs.fetchall()
+            ]
+
+
+class PostgresSnapshotRecorder(PostgresAggregateRecorder):
+    """Snapshots keyed by (originator_id, originator_version)."""
+
+    def __init__(
+        self, datastore: PostgresDatastore, *, events_table_name: str = SNAPSHOTS_TABLE
+    ) -> None:
+        super().__init__(datastore, events_table_name=events_table_name)
+        schema = Identifier(datastore.schema)
+        table = Identifier(events_table_name)
+        self.sql_create_statements = [
+            SQL(
+                "CREATE TABLE IF NOT EXISTS {schema}.{table} ("
+                "originator_id uuid NOT NULL, "
+                "originator_version bigint NOT NULL, "
+                "topic text NOT NULL, "
+                "state bytea NOT NULL, "
+                "PRIMARY KEY (originator_id, originator_version))"
+            ).format(schema=schema, table=table)
+        ]
+        self.insert_events_statement = SQL(
+            "INSERT INTO {schema}.{table} (originator_id, originator_version, topic, state) "
+            "SELECT * FROM unnest(%s::uuid[], %s::bigint[], %s::text[], %s::bytea[])"
+        ).format(schema=schema, table=table)
+
+    def _create_table(self, curs: Cursor[DictRow]) -> None:
+        _prepare_schema(curs, self.datastore)
+        super()._create_table(curs)
+
+    def _insert_stored_events(
+        self, curs: Cursor[DictRow], stored_events: Sequence[StoredEvent], **_: Any
+    ) -> None:
+        curs.execute(
+            self.insert_events_statement,
+            (
+                [as_uuid(s.originator_id) for s in stored_events],
+                [s.originator_version for s in stored_events],
+                [s.topic for s in stored_events],
+                [s.state for s in stored_events],
+            ),
+        )
+
+    def select_events(
+        self,
+        originator_id: UUID | str,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+    ) -> Sequence[StoredEvent]:
+        selected: Sequence[StoredEvent] = super().select_events(
+            as_uuid(originator_id), gt=gt, lte=lte, desc=desc, limit=limit
+        )
+        return selected
+
+
+class PostgresStorage:
+    """Event log and snapshots in the PostgreSQL database at ``url``, inside ``schema``."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str | None = None,
+        pool_size: int = 5,
+        max_overflow: int = 10,
+        lock_timeout: int = LOCK_TIMEOUT_SECONDS,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        try:
+            params = conninfo_to_dict(url)
+        except psycopg.ProgrammingError as error:
+            raise InvalidStoreUrlError(_without_password(url)) from error
+        self.schema = schema or "public"
+        self.datastore = _ArrayRowsDatastore(
+            dbname=str(params.get("dbname") or ""),
+            host=str(params.get("host") or ""),
+            port=str(params.get("port") or ""),
+            user=str(params.get("user") or ""),
+            password=str(params.get("password") or ""),
+            connect_timeout=connect_timeout,
+            idle_in_transaction_session_timeout=5,
+            pool_size=pool_size,
+            max_overflow=max_overflow,
+            lock_timeout=lock_timeout,
+            schema=self.schema,
+        )
+        # The datastore takes only five parameters; the URL's others (sslmode, options, ...)
+        # still reach libpq through the pool's conninfo.
+        self.datastore.pool.conninfo = url
+        try:
+            self._events = PostgresEventRecorder(self.datastore)
+            self._snapshots = PostgresSnapshotRecorder(self.datastore)
+            self._events.create_table()
+            self._snapshots.create_table()
+        except BaseException:
+            self.datastore.close()
+            raise
+
+    @property
+    def events(self) -> PostgresEventRecorder:
+        """The event log, whose notification ids are the positions."""
+        return self._events
+
+    @property
+    def snapshots(self) -> PostgresSnapshotRecorder:
+        """The snapshot store."""
+        return self._snapshots
+
+    def originator_ids_by_key(self, lookup_key: str) -> list[UUID]:
+        """Aggregates with an event indexed under ``lookup_key``, in log order."""
+        return self._events.originator_ids_by_key(lookup_key)
+
+    def select_log(
+        self, *, after: int, limit: int, run_id: str | None = None
+    ) -> Sequence[Notification]:
+        """Stored events after ``after`` in log order; with ``run_id``, that run's only."""
+        return self._events.select_log(after=after, limit=limit, run_id=run_id)
+
+    def max_position(self) -> int:
+        """The highest position in the log (0 when empty)."""
+        return self._events.max_notification_id() or 0
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self.datastore.close()

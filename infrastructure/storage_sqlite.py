@@ -1,0 +1,234 @@
+"""Event storage in one SQLite file (WAL), shareable by several processes on one machine."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+from uuid import UUID
+
+from eventsourcing.persistence import Notification, StoredEvent
+from eventsourcing.sqlite import (
+    SQLiteAggregateRecorder,
+    SQLiteApplicationRecorder,
+    SQLiteCursor,
+    SQLiteDatastore,
+)
+
+from infrastructure.storage import EVENTS_TABLE, SNAPSHOTS_TABLE, as_uuid, index_columns
+
+LOCK_TIMEOUT_SECONDS = 5
+"""How long a writer waits for another connection's (or process's) write lock."""
+
+
+class SQLiteEventRecorder(SQLiteApplicationRecorder):
+    """The event log; ``position`` is the rowid, so positions follow commit order."""
+
+    def __init__(self, datastore: SQLiteDatastore, events_table_name: str = EVENTS_TABLE):
+        super().__init__(datastore, events_table_name)
+        table = self.events_table_name
+        self.insert_events_statement = (
+            f"INSERT INTO {table} "
+            "(originator_id, originator_version, topic, state, run_id, lookup_key) "
+            "VALUES (?, ?, ?, ?, ?, ?)"
+        )
+        self.select_max_notification_id_statement = f"SELECT MAX(position) FROM {table}"
+        self._select_columns = (
+            f"SELECT position, originator_id, originator_version, topic, state FROM {table} "
+        )
+
+    def construct_create_table_statements(self) -> list[str]:
+        table = self.events_table_name
+        return [
+            f"CREATE TABLE IF NOT EXISTS {table} ("
+            "position INTEGER PRIMARY KEY, "
+            "originator_id TEXT NOT NULL, "
+            "originator_version INTEGER NOT NULL, "
+            "topic TEXT NOT NULL, "
+            "state BLOB NOT NULL, "
+            "run_id TEXT, "
+            "lookup_key TEXT, "
+            "UNIQUE (originator_id, originator_version))",
+            f"CREATE INDEX IF NOT EXISTS {table}_run_id_position_idx "
+            f"ON {table} (run_id, position) WHERE run_id IS NOT NULL",
+            f"CREATE INDEX IF NOT EXISTS {table}_lookup_key_idx "
+            f"ON {table} (lookup_key) WHERE lookup_key IS NOT NULL",
+        ]
+
+    def insert_events(
+        self, stored_events: Sequence[StoredEvent], **kwargs: Any
+    ) -> Sequence[int] | None:
+        if not stored_events:
+            return []
+        return super().insert_events(stored_events, **kwargs)
+
+    def _insert_events(
+        self, c: SQLiteCursor, stored_events: Sequence[StoredEvent], **_: Any
+    ) -> Sequence[int] | None:
+        positions: list[int] = []
+        for s in stored_events:
+            run_id, lookup_key = index_columns(s)
+            c.execute(
+                self.insert_events_statement,
+                (
+                    as_uuid(s.originator_id).hex,
+                    s.originator_version,
+                    s.topic,
+                    s.state,
+                    run_id,
+                    lookup_key,
+                ),
+            )
+            positions.append(c.lastrowid)
+        return positions
+
+    def select_events(
+        self,
+        originator_id: UUID | str,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+    ) -> Sequence[StoredEvent]:
+        return super().select_events(as_uuid(originator_id), gt=gt, lte=lte, desc=desc, limit=limit)
+
+    def select_notifications(
+        self,
+        start: int | None,
+        limit: int,
+        stop: int | None = None,
+        topics: Sequence[str] = (),
+        *,
+        inclusive_of_start: bool = True,
+    ) -> Sequence[Notification]:
+        conditions: list[str] = []
+        params: list[Any] = []
+        if start is not None:
+            conditions.append("position >= ?" if inclusive_of_start else "position > ?")
+            params.append(start)
+        if stop is not None:
+            conditions.append("position <= ?")
+            params.append(stop)
+        if topics:
+            conditions.append(f"topic IN ({', '.join('?' * len(topics))})")
+            params.extend(topics)
+        return self._select(conditions, params, limit)
+
+    def select_log(self, *, after: int, limit: int, run_id: str | None) -> list[Notification]:
+        """Notifications after ``after`` in log order; with ``run_id``, that run's only."""
+        conditions = ["position > ?"]
+        params: list[Any] = [after]
+        if run_id is not None:
+            conditions.append("run_id = ?")
+            params.append(run_id)
+        return self._select(conditions, params, limit)
+
+    def originator_ids_by_key(self, lookup_key: str) -> list[UUID]:
+        """Originators with an event under ``lookup_key``, by first position."""
+        statement = (
+            "SELECT originator_id, MIN(position) AS first_position "
+            f"FROM {self.events_table_name} WHERE lookup_key = ? "
+            "GROUP BY originator_id ORDER BY first_position"
+        )
+        with self.datastore.transaction(commit=False) as c:
+            c.execute(statement, (lookup_key,))
+            return [UUID(row["originator_id"]) for row in c.fetchall()]
+
+    def _select(self, conditions: list[str], params: list[Any], limit: int) -> list[Notification]:
+        statement = self._select_columns
+        if conditions:
+            statement += "WHERE " + " AND ".join(conditions) + " "
+        statement += "ORDER BY position LIMIT ?"
+        with self.datastore.transaction(commit=False) as c:
+            c.execute(statement, [*params, limit])
+            return [
+                Notification(
+                    id=row["position"],
+                    originator_id=UUID(row["originator_id"]),
+                    originator_version=row["originator_version"],
+                    topic=row["topic"],
+                    state=row["state"],
+                )
+                for row in c.fetchall()
+            ]
+
+
+class SQLiteSnapshotRecorder(SQLiteAggregateRecorder):
+    """Snapshots keyed by (originator_id, originator_version), ids stored as hex."""
+
+    def __init__(self, datastore: SQLiteDatastore, events_table_name: str = SNAPSHOTS_TABLE):
+        super().__init__(datastore, events_table_name)
+
+    def _insert_events(
+        self, c: SQLiteCursor, stored_events: Sequence[StoredEvent], **kwargs: Any
+    ) -> Sequence[int] | None:
+        normalised = [
+            StoredEvent(
+                originator_id=as_uuid(s.originator_id),
+                originator_version=s.originator_version,
+                topic=s.topic,
+                state=s.state,
+            )
+            for s in stored_events
+        ]
+        return super()._insert_events(c, normalised, **kwargs)
+
+    def select_events(
+        self,
+        originator_id: UUID | str,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+    ) -> Sequence[StoredEvent]:
+        return super().select_events(as_uuid(originator_id), gt=gt, lte=lte, desc=desc, limit=limit)
+
+
+class SQLiteStorage:
+    """Event log and snapshots in the SQLite file at ``path``; tables made on first use."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        lock_timeout: int = LOCK_TIMEOUT_SECONDS,
+        pool_size: int = 5,
+    ) -> None:
+        self.path = os.fspath(path)
+        self.datastore = SQLiteDatastore(
+            self.path, lock_timeout=lock_timeout, pool_size=pool_size, originator_id_type="uuid"
+        )
+        self._events = SQLiteEventRecorder(self.datastore)
+        self._snapshots = SQLiteSnapshotRecorder(self.datastore)
+        self._events.create_table()
+        self._snapshots.create_table()
+
+    @property
+    def events(self) -> SQLiteEventRecorder:
+        """The event log, whose notification ids are the positions."""
+        return self._events
+
+    @property
+    def snapshots(self) -> SQLiteSnapshotRecorder:
+        """The snapshot store."""
+        return self._snapshots
+
+    def originator_ids_by_key(self, lookup_key: str) -> list[UUID]:
+        """Aggregates with an event indexed under ``lookup_key``, in log order."""
+        return self._events.originator_ids_by_key(lookup_key)
+
+    def select_log(
+        self, *, after: int, limit: int, run_id: str | None = None
+    ) -> Sequence[Notification]:
+        """Stored events after ``after`` in log order; with ``run_id``, that run's only."""
+        return self._events.select_log(after=after, limit=limit, run_id=run_id)
+
+    def max_position(self) -> int:
+        """The highest position in the log (0 when empty)."""
+        return self._events.max_notification_id() or 0
+
+    def close(self) -> None:
+        """Close every pooled connection to the file."""
+        self.datastore.close()
