@@ -16,6 +16,7 @@ from rich.text import Text
 
 from domain.errors import WorkflowError
 from infrastructure.demo import run_demo
+from infrastructure.operations import print_status, rebuild, run_worker
 from infrastructure.store import open_store, resolve_url
 
 app = typer.Typer(
@@ -62,6 +63,62 @@ def demo(url: UrlOption = None) -> None:
     try:
         with open_store(resolve_url(url)) as store:
             run_demo(store, out)
+    except WorkflowError as error:
+        raise fail(error) from error
+
+
+projections_app = typer.Typer(
+    help="Inspect, rebuild and follow the read models.", no_args_is_help=True
+)
+app.add_typer(projections_app, name="projections")
+
+
+@projections_app.command("status")
+def projections_status(
+    url: UrlOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
+) -> None:
+    """Each projection's name, version, position, lag behind the log and last error."""
+    try:
+        with open_store(resolve_url(url), embedded_projections=False) as store:
+            print_status(store, console(), as_json=as_json)
+    except WorkflowError as error:
+        raise fail(error) from error
+
+
+@projections_app.command("rebuild")
+def projections_rebuild(
+    name: Annotated[str | None, typer.Argument(help="Projection to rebuild.")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Rebuild every projection.")] = False,
+    url: UrlOption = None,
+) -> None:
+    """Drop a projection's view and replay the whole event log into it."""
+    if (name is None) == (not all_):
+        raise typer.BadParameter("name one projection, or pass --all")
+    try:
+        with open_store(resolve_url(url), embedded_projections=False) as store:
+            names = list(store.projector.runners) if all_ else [name or ""]
+            for chosen in names:
+                store.projector.runner(chosen)
+            read, seconds = rebuild(store, names, Console(stderr=True))
+            rate = read / seconds if seconds > 0 else 0.0
+            summary = f"{read} events in {seconds:.2f}s ({rate:,.0f} events/s)"
+            console().print(f"rebuilt {', '.join(names)}: {summary}")
+    except WorkflowError as error:
+        raise fail(error) from error
+
+
+@projections_app.command("run")
+def projections_run(
+    url: UrlOption = None,
+    poll: Annotated[
+        float, typer.Option("--poll", help="Seconds between polls (a safety net on PostgreSQL).")
+    ] = 0.5,
+) -> None:
+    """Follow the log and keep every projection current until SIGINT or SIGTERM."""
+    try:
+        with open_store(resolve_url(url), embedded_projections=False) as store:
+            run_worker(store, console(), poll_seconds=poll)
     except WorkflowError as error:
         raise fail(error) from error
 

@@ -166,15 +166,23 @@ class Projector:
         return runner
 
     def catch_up(
-        self, names: Sequence[str] | None = None, *, progress: Progress | None = None
+        self,
+        names: Sequence[str] | None = None,
+        *,
+        progress: Progress | None = None,
+        should_stop: Callable[[], bool] | None = None,
     ) -> int:
-        """Project every event not yet seen; returns how many events were read."""
+        """Project every event not yet seen; returns how many events were read.
+
+        ``should_stop`` is asked between pages, so a worker stops promptly on a signal
+        without ever leaving a page half-applied.
+        """
         with self._lock:
             selected = (
                 [self.runner(name) for name in names] if names else list(self.runners.values())
             )
             read = 0
-            while True:
+            while should_stop is None or not should_stop():
                 active = [runner for runner in selected if runner.failure is None]
                 if not active:
                     return read
@@ -186,6 +194,7 @@ class Projector:
                 read += applied
                 if progress is not None and applied:
                     progress(applied)
+            return read
 
     def _project_page(self, active: list[ProjectionRunner], notifications: Sequence[object]) -> int:
         deadline = time.monotonic() + self.page_seconds
@@ -199,7 +208,7 @@ class Projector:
                     continue
                 try:
                     runner.apply(event)
-                except Exception as error:  # noqa: BLE001 - a broken projection must not stop the others
+                except Exception as error:  # a broken projection must not stop the others
                     runner.failure = (
                         f"at position {event.position}: {type(error).__name__}: {error}"
                     )
@@ -223,13 +232,15 @@ class Projector:
         for runner in runners:
             runner.abandon(positions.get(runner.name, 0))
 
-    def rebuild(self, name: str, *, progress: Progress | None = None) -> int:
-        """Drop a projection's view and replay the whole log into it."""
+    def rebuild(self, names: Sequence[str], *, progress: Progress | None = None) -> int:
+        """Drop the named projections' views and replay the whole log into them, together."""
         with self._lock:
-            runner = self.runner(name)
-            runner.reset()
-            runner.authoritative = True
+            runners = [self.runner(name) for name in names]
+            for runner in runners:
+                runner.reset()
+                runner.authoritative = True
             try:
-                return self.catch_up([name], progress=progress)
+                return self.catch_up(names, progress=progress)
             finally:
-                runner.abandon(runner.position)
+                for runner in runners:
+                    runner.abandon(runner.position)

@@ -2,32 +2,153 @@
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Final
+from uuid import UUID
+
+from eventsourcing.persistence import Recording
 
 from domain.application import Clock, WorkflowRuns, utc_now
-from domain.errors import InvalidStoreUrlError
+from domain.errors import InvalidStoreUrlError, ProjectionStalledError
 from domain.ports import EventStorage
+from domain.records import (
+    FollowUpQueue,
+    ProjectionStatus,
+    SnapshotRequired,
+    TerminalData,
+    ViewerDeltas,
+    WorkflowMessageRecord,
+)
+from infrastructure.projector import Progress, Projector
+from infrastructure.view_store import MemoryViewStore, ViewReaderBase, ViewStore
+from projections import follow_up_queue, session_outbox, terminal_data, viewer_deltas
+from projections.base import Projection
 
 DEFAULT_URL: Final = "sqlite:///runledger.db"
 URL_VARIABLE: Final = "RUNLEDGER_URL"
 
+logger = logging.getLogger(__name__)
+
+
+def default_projections() -> list[Projection]:
+    """Every read model of runledger, by its stable name."""
+    return [
+        follow_up_queue.FollowUpQueueProjection(),
+        terminal_data.TerminalDataProjection(),
+        viewer_deltas.ViewerDeltasProjection(),
+        session_outbox.SessionOutboxProjection(),
+    ]
+
 
 class WorkflowStore(WorkflowRuns):
-    """The public entry point: every command, consistent read and query of runledger."""
+    """The public entry point: every command, consistent read and read-model query."""
 
-    def __init__(self, storage: EventStorage, *, url: str, clock: Clock = utc_now) -> None:
+    def __init__(
+        self,
+        storage: EventStorage,
+        views: ViewStore,
+        *,
+        url: str,
+        clock: Clock = utc_now,
+        embedded_projections: bool = True,
+    ) -> None:
         self.url = url
+        self.views = views
+        self.embedded_projections = embedded_projections
         super().__init__(storage, clock=clock)
+        self.projector = Projector(storage, views, default_projections())
+        self._reader = views.reader()
+        if embedded_projections:
+            self.catch_up()
 
     @property
     def backend(self) -> str:
         return self.url.split(":", 1)[0]
 
+    # -- projections follow the log in-process ---------------------------------------------
+
+    def _notify(self, recordings: list[Recording[UUID]]) -> None:  # noqa: ARG002
+        # Right after each commit, so a query that follows a command sees its effect.
+        if self.embedded_projections:
+            self.catch_up()
+
+    def catch_up(self, *, progress: Progress | None = None) -> int:
+        """Bring every projection up to the end of the log; returns events read.
+
+        A command has already committed when this runs, so a storage failure here must not
+        look like a failed command: it is logged, and the next catch-up tries again.
+        """
+        try:
+            return self.projector.catch_up(progress=progress)
+        except Exception:
+            logger.exception("projection catch-up failed; it will be retried")
+            return 0
+
+    def _read(self, name: str) -> ViewReaderBase:
+        if self.embedded_projections:
+            self.catch_up()
+        runner = self.projector.runner(name)
+        if runner.failure is not None:
+            raise ProjectionStalledError(name, runner.failure)
+        return self._reader
+
+    def follow_up_queue(self, run_id: str) -> FollowUpQueue | None:
+        return follow_up_queue.follow_up_queue(self._read("follow_up_queue"), run_id)
+
+    def follow_up_queue_range(self, run_id: str, *, start: int, limit: int) -> FollowUpQueue | None:
+        return follow_up_queue.follow_up_queue_range(
+            self._read("follow_up_queue"), run_id, start=start, limit=limit
+        )
+
+    def terminal_data(self, run_id: str) -> TerminalData | None:
+        return terminal_data.terminal_data(self._read("terminal_data"), run_id)
+
+    def viewer_deltas(self, run_id: str, *, after_revision: int) -> ViewerDeltas | SnapshotRequired:
+        return viewer_deltas.viewer_deltas(
+            self._read("viewer_deltas"), run_id, after_revision=after_revision
+        )
+
+    def session_outbox(self, session_id: str) -> list[WorkflowMessageRecord]:
+        return session_outbox.session_outbox(self._read("session_outbox"), session_id)
+
+    def next_deliverable(self, session_id: str) -> WorkflowMessageRecord | None:
+        return session_outbox.next_deliverable(self._read("session_outbox"), session_id)
+
+    # -- operations -------------------------------------------------------------------------
+
+    def projection_status(self) -> list[ProjectionStatus]:
+        """Each projection's name, version, position, lag behind the log and last error."""
+        head = self.storage.max_position()
+        known = {runner.name for runner in self.projector.runners.values()}
+        return [
+            ProjectionStatus(
+                name=state.name,
+                version=state.version,
+                position=state.position,
+                lag=max(0, head - state.position),
+                last_error=state.last_error,
+            )
+            for state in self.views.tracking()
+            if state.name in known
+        ]
+
+    def rebuild_projection(self, name: str, *, progress: Progress | None = None) -> int:
+        """Drop the projection's view and replay the whole log into it; returns events read."""
+        return self.projector.rebuild([name], progress=progress)
+
+    def rebuild_projections(
+        self, names: Sequence[str] | None = None, *, progress: Progress | None = None
+    ) -> int:
+        """Rebuild several projections (default: all) in one pass over the log."""
+        chosen = list(names) if names else list(self.projector.runners)
+        return self.projector.rebuild(chosen, progress=progress)
+
     def close(self) -> None:
         super().close()
+        self.views.close()
         self.storage.close()
 
     def __enter__(self) -> WorkflowStore:
@@ -50,20 +171,24 @@ def resolve_url(url: str | None, env: Mapping[str, str] | None = None) -> str:
     return environment.get(URL_VARIABLE) or DEFAULT_URL
 
 
-def open_storage(url: str) -> EventStorage:
-    """The event storage a URL names; tables are created on first use."""
+def open_backend(url: str) -> tuple[EventStorage, ViewStore]:
+    """The event storage and view store a URL names; tables are created on first use."""
     if url.startswith("sqlite:///"):
         from infrastructure.storage_sqlite import SQLiteStorage
+        from infrastructure.view_store_sql import SQLiteViewStore
 
-        return SQLiteStorage(url.removeprefix("sqlite:///"))
+        path = url.removeprefix("sqlite:///")
+        return SQLiteStorage(path), SQLiteViewStore(path)
     if url.startswith(("postgresql://", "postgres://")):
         from infrastructure.storage_postgres import PostgresStorage
+        from infrastructure.view_store_sql import PostgresViewStore
 
-        return PostgresStorage(url)
+        postgres = PostgresStorage(url)
+        return postgres, PostgresViewStore(postgres.datastore)
     if url == "memory://":
         from infrastructure.storage_memory import MemoryStorage
 
-        return MemoryStorage()
+        return MemoryStorage(), MemoryViewStore()
     raise InvalidStoreUrlError(url)
 
 
@@ -72,7 +197,22 @@ def open_store(
     *,
     clock: Clock = utc_now,
     env: Mapping[str, str] | None = None,
+    embedded_projections: bool = True,
 ) -> WorkflowStore:
-    """Open the store at ``url`` (``sqlite:///file``, ``postgresql://…`` or ``memory://``)."""
+    """Open the store at ``url`` (``sqlite:///file``, ``postgresql://…`` or ``memory://``).
+
+    With ``embedded_projections`` (the default) read models catch up in this process after
+    every command; without, a separate ``runledger projections run`` worker keeps them.
+    """
     resolved = resolve_url(url, env)
-    return WorkflowStore(open_storage(resolved), url=resolved, clock=clock)
+    storage, views = open_backend(resolved)
+    return WorkflowStore(
+        storage,
+        views,
+        url=resolved,
+        clock=clock,
+        embedded_projections=embedded_projections,
+    )
+
+
+__all__: Sequence[str] = ["WorkflowStore", "default_projections", "open_store", "resolve_url"]

@@ -109,8 +109,8 @@ class ViewStore(ABC):
     def reader(self) -> ViewReaderBase:
         """Read access to committed rows, for queries."""
 
-    def close(self) -> None:
-        """Release connections (the in-memory store holds none)."""
+    def close(self) -> None:  # noqa: B027 - optional hook; the in-memory store holds nothing
+        """Release connections."""
 
 
 class ViewReaderBase(ABC):

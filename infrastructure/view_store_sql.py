@@ -316,11 +316,14 @@ class PostgresViewStore(ViewStore):
 
     @contextmanager
     def _transaction(self) -> Iterator[Cursor[DictRow]]:
-        with self.datastore.get_connection() as connection, connection.transaction():
-            # Unqualified table names in generated SQL resolve to the storage's schema.
-            with connection.cursor() as curs:
-                curs.execute(SQL("SET LOCAL search_path TO {0}").format(Identifier(self.schema)))
-                yield curs
+        # Unqualified table names in generated SQL resolve to the storage's schema.
+        with (
+            self.datastore.get_connection() as connection,
+            connection.transaction(),
+            connection.cursor() as curs,
+        ):
+            curs.execute(SQL("SET LOCAL search_path TO {0}").format(Identifier(self.schema)))
+            yield curs
 
     @staticmethod
     def _lock_ddl(curs: Cursor[DictRow]) -> None:

@@ -1,0 +1,87 @@
+"""Operator commands on projections: status, rebuild (with progress) and the worker."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+from rich.text import Text
+
+from infrastructure.store import WorkflowStore
+from infrastructure.worker import ProjectionWorker
+
+
+def print_status(store: WorkflowStore, out: Console, *, as_json: bool) -> None:
+    """Each projection's name, version, position, lag and last error."""
+    statuses = store.projection_status()
+    if as_json:
+        out.print_json(json.dumps([status.model_dump() for status in statuses]))
+        return
+    table = Table(title=f"Projections of {store.url}")
+    for column in ("name", "version", "position", "lag", "last error"):
+        table.add_column(
+            column, justify="right" if column in ("version", "position", "lag") else "left"
+        )
+    for status in statuses:
+        table.add_row(
+            status.name,
+            str(status.version),
+            str(status.position),
+            str(status.lag),
+            status.last_error or "",
+        )
+    out.print(table)
+
+
+class _RateColumn(ProgressColumn):
+    """Events per second so far."""
+
+    def render(self, task: Task) -> Text:
+        elapsed = task.elapsed or 0.0
+        rate = task.completed / elapsed if elapsed > 0 else 0.0
+        return Text(f"{rate:,.0f} events/s")
+
+
+def rebuild(store: WorkflowStore, names: Sequence[str], err: Console) -> tuple[int, float]:
+    """Replay the log into the named projections with a progress bar; (events, seconds)."""
+    total = store.storage.max_position()
+    started = time.perf_counter()
+    with Progress(
+        TextColumn("rebuilding {task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        _RateColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=False,
+    ) as progress:
+        task = progress.add_task(", ".join(names), total=total)
+        read = store.rebuild_projections(names, progress=lambda n: progress.advance(task, n))
+        progress.update(task, completed=read, total=max(read, 1))
+    return read, time.perf_counter() - started
+
+
+def run_worker(store: WorkflowStore, out: Console, *, poll_seconds: float) -> None:
+    """Follow the log until SIGINT or SIGTERM; the page in flight is committed or rolled back."""
+    worker = ProjectionWorker(store, poll_seconds=poll_seconds)
+    previous = {sig: signal.signal(sig, worker.stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    out.print(f"projection worker following {store.url} (poll every {poll_seconds}s)")
+    try:
+        worker.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    out.print("projection worker stopped")

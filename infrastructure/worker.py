@@ -1,0 +1,116 @@
+"""A projection worker: follows the log in its own process until told to stop.
+
+On PostgreSQL it sleeps on LISTEN and wakes on the NOTIFY each insert sends; because a
+notification can be lost (or the listening connection dropped), it also polls, so a missed
+wake-up delays a page by at most one poll interval and never stalls the worker. On SQLite
+and memory it polls. Two workers (or a worker and embedded hosts) never double-apply a page:
+each commit checks the positions it moves.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Final
+
+import psycopg
+from psycopg.sql import SQL, Identifier
+
+from infrastructure.store import WorkflowStore
+
+DEFAULT_POLL_SECONDS: Final = 0.5
+logger = logging.getLogger(__name__)
+
+
+class _Listener:
+    """A LISTEN connection that reconnects after failures (the worker keeps polling)."""
+
+    def __init__(self, conninfo: str, channel: str) -> None:
+        self.conninfo = conninfo
+        self.channel = channel
+        self._connection: psycopg.Connection[Any] | None = None
+        self._retry_at = 0.0
+
+    def _connect(self) -> psycopg.Connection[Any] | None:
+        if self._connection is not None and not self._connection.closed:
+            return self._connection
+        if time.monotonic() < self._retry_at:
+            return None
+        try:
+            connection = psycopg.connect(self.conninfo, autocommit=True)
+            connection.execute(SQL("LISTEN {}").format(Identifier(self.channel)))
+        except psycopg.Error:
+            logger.warning("cannot LISTEN on %s; polling until it can", self.channel)
+            self._retry_at = time.monotonic() + 5.0
+            return None
+        self._connection = connection
+        return connection
+
+    def wait(self, timeout: float) -> bool:
+        """Block until a notification or ``timeout``; True if notified."""
+        connection = self._connect()
+        if connection is None:
+            time.sleep(timeout)
+            return False
+        try:
+            for _ in connection.notifies(timeout=timeout, stop_after=1):
+                return True
+        except psycopg.Error:
+            logger.warning("LISTEN connection lost; reconnecting, polling meanwhile")
+            self.close()
+        return False
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+
+class ProjectionWorker:
+    """Runs catch-up passes for a store whose hosts do not project in-process."""
+
+    def __init__(
+        self,
+        store: WorkflowStore,
+        *,
+        poll_seconds: float = DEFAULT_POLL_SECONDS,
+        on_pass: Callable[[int], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.poll_seconds = poll_seconds
+        self.on_pass = on_pass
+        self.stopping = threading.Event()
+        self._listener = self._make_listener()
+
+    def _make_listener(self) -> _Listener | None:
+        datastore = getattr(self.store.storage, "datastore", None)
+        channel = getattr(self.store.storage.events, "channel_name", None)
+        if (
+            self.store.backend not in ("postgresql", "postgres")
+            or datastore is None
+            or channel is None
+        ):
+            return None
+        return _Listener(self.store.url, channel)
+
+    def stop(self, *_: object) -> None:
+        """Ask the loop to stop after the page it is committing (safe from signal handlers)."""
+        self.stopping.set()
+
+    def run(self) -> None:
+        try:
+            while not self.stopping.is_set():
+                read = self.store.projector.catch_up(should_stop=self.stopping.is_set)
+                if self.on_pass is not None:
+                    self.on_pass(read)
+                if read:
+                    continue
+                if self._listener is not None:
+                    self._listener.wait(self.poll_seconds)
+                else:
+                    self.stopping.wait(self.poll_seconds)
+        finally:
+            if self._listener is not None:
+                self._listener.close()
