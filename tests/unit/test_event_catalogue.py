@@ -1,0 +1,661 @@
+"""Golden test of the event catalogue: wire names, topics and one stored sample of each event.
+
+The expected bytes below were generated once from ``build_samples()`` and pasted as literals.
+If one of these tests fails, a stored event would no longer read back as it was written:
+add a ``class_version`` and an upcaster instead of editing the literal.
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+import pytest
+from eventsourcing.domain import Snapshot
+from eventsourcing.persistence import StoredEvent
+
+from domain import catalogue
+from domain.errors import UnknownStoredEventError
+from domain.events import LedgerEvent, LedgerSnapshot
+from domain.follow_ups import FollowUp
+from domain.ids import follow_up_id_for, follow_up_message_id, restart_run_id, terminal_message_id
+from domain.runs import Run
+from domain.serialisation import LedgerMapper, LedgerStoredEvent
+from domain.turn_reservations import TurnReservation
+from domain.values import SYSTEM, Actor
+from domain.workflow_messages import WorkflowMessage, follow_up_content
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+HOST = Actor("host")
+SESSION_1 = Actor("session", "session-1")
+RUN_ID = "run-1"
+
+WIRE_NAMES = (
+    "run.created",
+    "run.session-bound",
+    "run.progressed",
+    "run.paused",
+    "run.resumed",
+    "run.presentation-instructions-set",
+    "run.follow-up-accepted",
+    "run.finished",
+    "run.restart-child-created",
+    "follow-up.queued",
+    "follow-up.removed",
+    "follow-up.cancelled",
+    "workflow-message.created",
+    "workflow-message.cancelled",
+    "workflow-message.sent",
+    "workflow-turn.started",
+    "workflow-turn.ended",
+    "workflow-turn.reserved",
+)
+
+AGGREGATE_TOPICS = {
+    Run: "run",
+    FollowUp: "follow-up",
+    WorkflowMessage: "workflow-message",
+    TurnReservation: "workflow-turn-reservation",
+}
+
+SNAPSHOT_TOPICS = (
+    "run.snapshot",
+    "follow-up.snapshot",
+    "workflow-message.snapshot",
+    "workflow-turn-reservation.snapshot",
+)
+
+
+class Ticker:
+    """A fixed clock: each reading is one millisecond after the previous one."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self) -> datetime:
+        self.count += 1
+        return T0 + timedelta(milliseconds=self.count)
+
+
+def build_samples() -> dict[str, LedgerEvent]:
+    """One event of each wire name, built through the aggregates' own methods."""
+    now = Ticker()
+    events: list[Any] = []
+
+    run = Run.create(
+        RUN_ID,
+        workflow_name="echo",
+        input={"task": "reply"},
+        workflow_ref="builtin:echo",
+        title="Reply",
+        status="running",
+        parent=None,
+        lineage_kind=None,
+        parent_terminal_fingerprint=None,
+        actor=HOST,
+        now=now(),
+    )
+    run.bind_origin_session("session-1", "interactive", actor=HOST, now=now())
+    run.record_progress(
+        status="waiting",
+        current_node="ask",
+        current_attempt_id="attempt-1",
+        waiting_on=None,
+        status_detail="waiting for origin-session input",
+        actor=HOST,
+        now=now(),
+    )
+    run.pause(status_detail="paused", actor=HOST, now=now())
+    run.resume(actor=HOST, now=now())
+    run.set_presentation_instructions("Summarise briefly.", actor=HOST, now=now())
+    first_id = follow_up_id_for(RUN_ID, "follow-1")
+    second_id = follow_up_id_for(RUN_ID, "follow-2")
+    run.accept_follow_up(first_id, actor=SESSION_1, now=now())
+    fingerprint = run.fingerprint_for("failed", None, "boom", None)
+    terminal_id = terminal_message_id(RUN_ID, fingerprint)
+    run.finish(
+        status="failed",
+        final_output=None,
+        error="boom",
+        status_detail=None,
+        interrupted=False,
+        terminal_message_id=terminal_id,
+        actor=HOST,
+        now=now(),
+    )
+    run.record_restart_child(
+        restart_run_id(terminal_id),
+        workflow_message_id=terminal_id,
+        workflow_turn_id="turn-1",
+        actor=SESSION_1,
+        now=now(),
+    )
+    events += run.collect_events()
+
+    message_ids = {}
+    for follow_up_id, request_id in ((first_id, "follow-1"), (second_id, "follow-2")):
+        message_ids[follow_up_id] = follow_up_message_id(follow_up_id)
+        follow_up = FollowUp.queue(
+            follow_up_id,
+            run_id=RUN_ID,
+            request_id=request_id,
+            order=1 if follow_up_id == first_id else 2,
+            target_session_id="session-1",
+            actor=SESSION_1,
+            source="workflow-tool",
+            prompt="First task",
+            workflow_message_id=message_ids[follow_up_id],
+            now=now(),
+        )
+        if follow_up_id == first_id:
+            follow_up.remove(
+                actor=Actor("human", "user-1"), source="interactive-command", now=now()
+            )
+        else:
+            follow_up.cancel(
+                ended_run_id=RUN_ID, status="failed", reason="boom", actor=SYSTEM, now=now()
+            )
+        events += follow_up.collect_events()
+
+    for follow_up_id, message_id in message_ids.items():
+        message = WorkflowMessage.create(
+            message_id,
+            run_id=RUN_ID,
+            target_session_id="session-1",
+            kind="followUp",
+            source_id=follow_up_id,
+            content=follow_up_content(
+                workflow_message_id=message_id,
+                follow_up_id=follow_up_id,
+                run_id=RUN_ID,
+                prompt="First task",
+            ),
+            actor=SESSION_1,
+            now=now(),
+        )
+        if follow_up_id == first_id:
+            message.cancel_if_pending(actor=Actor("human", "user-1"), now=now())
+        else:
+            message.adopt_entry("entry-1", actor=SESSION_1, now=now())
+            message.start_turn("turn-1", actor=SESSION_1, now=now())
+            message.end_turn(
+                "turn-1",
+                stop_reason="completed",
+                response_session_entry_id="assistant-1",
+                actor=SESSION_1,
+                now=now(),
+            )
+            events += TurnReservation.reserve(
+                "turn-1",
+                workflow_message_id=message_id,
+                run_id=RUN_ID,
+                target_session_id="session-1",
+                actor=SESSION_1,
+                now=now(),
+            ).collect_events()
+        events += message.collect_events()
+
+    samples: dict[str, LedgerEvent] = {}
+    for event in events:
+        samples.setdefault(type(event).TOPIC, event)
+    return samples
+
+
+EXPECTED: dict[str, tuple[str, int, str | None, str | None, bytes]] = {
+    "run.created": (
+        "331bfa57-196a-55de-8a1a-9598fcebd302",
+        1,
+        "run-1",
+        None,
+        b'{"timestamp":"2026-01-01T00:00:00.001000+00:00","originator_topic":"run",'
+        b'"actor":{"type":"host","id":null},"run_id":"run-1","workflow_name":"echo",'
+        b'"workflow_ref":"builtin:echo","title":"Reply","input":{"task":"reply"},'
+        b'"status":"running","parent_run_id":null,"root_run_id":"run-1","lineage_kind":null,'
+        b'"restart_number":0,"parent_terminal_fingerprint":null}',
+    ),
+    "run.session-bound": (
+        "331bfa57-196a-55de-8a1a-9598fcebd302",
+        2,
+        "run-1",
+        None,
+        b'{"timestamp":"2026-01-01T00:00:00.002000+00:00","actor":{"type":"host","id":null},'
+        b'"run_id":"run-1","session_id":"session-1","execution_mode":"interactive"}',
+    ),
+    "run.progressed": (
+        "331bfa57-196a-55de-8a1a-9598fcebd302",
+        3,
+        "run-1",
+        None,
+        b'{"timestamp":"2026-01-01T00:00:00.003000+00:00","actor":{"type":"host","id":null},'
+        b'"run_id":"run-1","status":"waiting","current_node":null,'
+        b'"current_attempt_id":"attempt-1","waiting_on":"ask",'
+        b'"status_detail":"waiting for origin-session input"}',
+    ),
+    "run.paused": (
+        "331bfa57-196a-55de-8a1a-9598fcebd302",
+        4,
+        "run-1",
+        None,
+        b'{"timestamp":"2026-01-01T00:00:00.004000+00:00","actor":{"type":"host","id":null},'
+        b'"run_id":"run-1","status_detail":"paused"}',
+    ),
+    "run.resumed": (
+        "331bfa57-196a-55de-8a1a-9598fcebd302",
+        5,
+        "run-1",
+        None,
+        b'{"timestamp":"2026-01-01T00:00:00.005000+00:00","actor":{"type":"host","id":null},'
+        b'"run_id":"run-1"}',
+    ),
+    "run.presentation-instructions-set": (
+        "331bfa57-196a-55de-8a1a-9598fcebd302",
+        6,
+        "run-1",
+        None,
+        b'{"timestamp":"2026-01-01T00:00:00.006000+00:00","actor":{"type":"host","id":null},'
+        b'"run_id":"run-1","instructions":"Summarise briefly."}',
+    ),
+    "run.follow-up-accepted": (
+        "331bfa57-196a-55de-8a1a-9598fcebd302",
+        7,
+        "run-1",
+        None,
+        b'{"timestamp":"2026-01-01T00:00:00.007000+00:00","actor":{"type":"session",'
+        b'"id":"session-1"},"run_id":"run-1",'
+        b'"follow_up_id":"follow-up-9ac1de197bf7cabb02df6922a0d0ad1027c73d27","order":1}',
+    ),
+    "run.finished": (
+        "331bfa57-196a-55de-8a1a-9598fcebd302",
+        8,
+        "run-1",
+        None,
+        b'{"timestamp":"2026-01-01T00:00:00.008000+00:00","actor":{"type":"host","id":null},'
+        b'"run_id":"run-1","status":"failed","final_output":null,"error":"boom",'
+        b'"status_detail":null,"interrupted":false,'
+        b'"terminal_message_id":"workflow-message-5794024a024675dac82fbbb5dff6d1b8342843e68e32'
+        b'944a2eff66cffd1a9b45",'
+        b'"terminal_fingerprint":"b4582ac1be60695cd68afeccb517e71aada99e185dae198f2fe00dc4abfe'
+        b'aea4"}',
+    ),
+    "run.restart-child-created": (
+        "331bfa57-196a-55de-8a1a-9598fcebd302",
+        9,
+        "run-1",
+        None,
+        b'{"timestamp":"2026-01-01T00:00:00.009000+00:00","actor":{"type":"session",'
+        b'"id":"session-1"},"run_id":"run-1",'
+        b'"child_run_id":"restart-292ceef6487a675c90e50e227cc18894aa33445c",'
+        b'"workflow_message_id":"workflow-message-5794024a024675dac82fbbb5dff6d1b8342843e68e32'
+        b'944a2eff66cffd1a9b45",'
+        b'"workflow_turn_id":"turn-1"}',
+    ),
+    "follow-up.queued": (
+        "e7c16b01-b77a-5e33-b651-f34e35a5e384",
+        1,
+        "run-1",
+        None,
+        b'{"timestamp":"2026-01-01T00:00:00.010000+00:00","originator_topic":"follow-up",'
+        b'"actor":{"type":"session","id":"session-1"},"run_id":"run-1",'
+        b'"follow_up_id":"follow-up-9ac1de197bf7cabb02df6922a0d0ad1027c73d27",'
+        b'"request_id":"follow-1","order":1,"target_session_id":"session-1",'
+        b'"source":"workflow-tool","prompt":"First task",'
+        b'"workflow_message_id":"workflow-message-1de0d362a50efb25288e8a140cf87639d6e3ff7273b6'
+        b'2c25a80642fcbb7c30e6"}',
+    ),
+    "follow-up.removed": (
+        "e7c16b01-b77a-5e33-b651-f34e35a5e384",
+        2,
+        "run-1",
+        None,
+        b'{"timestamp":"2026-01-01T00:00:00.011000+00:00","actor":{"type":"human",'
+        b'"id":"user-1"},"run_id":"run-1",'
+        b'"follow_up_id":"follow-up-9ac1de197bf7cabb02df6922a0d0ad1027c73d27",'
+        b'"source":"interactive-command","reason":"Removed before delivery"}',
+    ),
+    "follow-up.cancelled": (
+        "d564c81f-fbd2-5a98-a149-2e811b10dba7",
+        2,
+        "run-1",
+        None,
+        b'{"timestamp":"2026-01-01T00:00:00.013000+00:00","actor":{"type":"system","id":null},'
+        b'"run_id":"run-1",'
+        b'"follow_up_id":"follow-up-d46846b703a8e37632b44c9b2049a2ded8603614",'
+        b'"ended_run_id":"run-1","status":"failed","reason":"boom"}',
+    ),
+    "workflow-message.created": (
+        "fd5a8ed9-e5aa-5de1-8792-487f9e866b6f",
+        1,
+        "run-1",
+        "follow-up-9ac1de197bf7cabb02df6922a0d0ad1027c73d27",
+        b'{"timestamp":"2026-01-01T00:00:00.014000+00:00",'
+        b'"originator_topic":"workflow-message","actor":{"type":"session","id":"session-1"},'
+        b'"run_id":"run-1",'
+        b'"workflow_message_id":"workflow-message-1de0d362a50efb25288e8a140cf87639d6e3ff7273b6'
+        b'2c25a80642fcbb7c30e6",'
+        b'"target_session_id":"session-1","kind":"followUp",'
+        b'"source_id":"follow-up-9ac1de197bf7cabb02df6922a0d0ad1027c73d27",'
+        b'"content":{"schema":"pi-workflows.workflow-message-content.v1",'
+        b'"customType":"pi-workflows-follow-up","content":"First task","display":true,'
+        b'"details":{"workflowMessageId":"workflow-message-1de0d362a50efb25288e8a140cf87639d6e'
+        b'3ff7273b62c25a80642fcbb7c30e6",'
+        b'"followUpId":"follow-up-9ac1de197bf7cabb02df6922a0d0ad1027c73d27","runId":"run-1",'
+        b'"kind":"followUp"},"triggerTurn":true},'
+        b'"content_digest":"041e9edc07b9f316cc37d6aa6a87bd7317c990af0adbb4d1c6583be29f15f125"}',
+    ),
+    "workflow-message.cancelled": (
+        "fd5a8ed9-e5aa-5de1-8792-487f9e866b6f",
+        2,
+        "run-1",
+        None,
+        b'{"timestamp":"2026-01-01T00:00:00.015000+00:00","actor":{"type":"human",'
+        b'"id":"user-1"},"run_id":"run-1",'
+        b'"workflow_message_id":"workflow-message-1de0d362a50efb25288e8a140cf87639d6e3ff7273b6'
+        b'2c25a80642fcbb7c30e6",'
+        b'"kind":"followUp","source_id":"follow-up-9ac1de197bf7cabb02df6922a0d0ad1027c73d27"}',
+    ),
+    "workflow-message.sent": (
+        "33c13497-58ce-5524-abbe-348590003b09",
+        2,
+        "run-1",
+        None,
+        b'{"timestamp":"2026-01-01T00:00:00.017000+00:00","actor":{"type":"session",'
+        b'"id":"session-1"},"run_id":"run-1",'
+        b'"workflow_message_id":"workflow-message-82ff9b0652009b4ee765acd5dc4e349ff67a46a490b3'
+        b'739e080d90b5cece5789",'
+        b'"kind":"followUp","source_id":"follow-up-d46846b703a8e37632b44c9b2049a2ded8603614",'
+        b'"target_session_id":"session-1","pi_session_entry_id":"entry-1"}',
+    ),
+    "workflow-turn.started": (
+        "33c13497-58ce-5524-abbe-348590003b09",
+        3,
+        "run-1",
+        None,
+        b'{"timestamp":"2026-01-01T00:00:00.018000+00:00","actor":{"type":"session",'
+        b'"id":"session-1"},"run_id":"run-1","workflow_turn_id":"turn-1",'
+        b'"workflow_message_id":"workflow-message-82ff9b0652009b4ee765acd5dc4e349ff67a46a490b3'
+        b'739e080d90b5cece5789",'
+        b'"target_session_id":"session-1"}',
+    ),
+    "workflow-turn.ended": (
+        "33c13497-58ce-5524-abbe-348590003b09",
+        4,
+        "run-1",
+        None,
+        b'{"timestamp":"2026-01-01T00:00:00.019000+00:00","actor":{"type":"session",'
+        b'"id":"session-1"},"run_id":"run-1","workflow_turn_id":"turn-1",'
+        b'"workflow_message_id":"workflow-message-82ff9b0652009b4ee765acd5dc4e349ff67a46a490b3'
+        b'739e080d90b5cece5789",'
+        b'"stop_reason":"completed","response_session_entry_id":"assistant-1"}',
+    ),
+    "workflow-turn.reserved": (
+        "a4b7893b-be4a-5bbd-a000-ea843023ecf3",
+        1,
+        "run-1",
+        None,
+        b'{"timestamp":"2026-01-01T00:00:00.020000+00:00",'
+        b'"originator_topic":"workflow-turn-reservation","actor":{"type":"session",'
+        b'"id":"session-1"},"run_id":"run-1","workflow_turn_id":"turn-1",'
+        b'"workflow_message_id":"workflow-message-82ff9b0652009b4ee765acd5dc4e349ff67a46a490b3'
+        b'739e080d90b5cece5789",'
+        b'"target_session_id":"session-1"}',
+    ),
+}
+"""wire name -> (originator id, version, run id column, lookup key column, state bytes)."""
+
+SAMPLES = build_samples()
+MAPPER = LedgerMapper()
+
+
+# -- the catalogue ----------------------------------------------------------------------------
+
+
+def test_the_wire_names_are_pinned_in_order() -> None:
+    assert catalogue.WIRE_NAMES == WIRE_NAMES
+
+
+def test_every_wire_name_is_unique() -> None:
+    assert len(set(catalogue.WIRE_NAMES)) == len(catalogue.WIRE_NAMES)
+
+
+def test_the_aggregate_topics_are_pinned() -> None:
+    assert {cls: vars(cls)["TOPIC"] for cls in catalogue.AGGREGATES} == AGGREGATE_TOPICS
+
+
+def test_the_snapshot_topics_are_pinned() -> None:
+    assert tuple(snapshot.TOPIC for snapshot in catalogue.SNAPSHOTS) == SNAPSHOT_TOPICS
+
+
+def test_stored_topics_resolve_only_to_catalogue_events_and_snapshots() -> None:
+    assert tuple(catalogue.EVENT_CLASSES) == WIRE_NAMES + SNAPSHOT_TOPICS
+
+
+@pytest.mark.parametrize("aggregate", list(AGGREGATE_TOPICS), ids=lambda cls: cls.__name__)
+def test_every_event_an_aggregate_declares_is_in_the_catalogue(aggregate: type) -> None:
+    declared = {
+        value
+        for value in vars(aggregate).values()
+        if isinstance(value, type) and issubclass(value, LedgerEvent) and "TOPIC" in vars(value)
+    }
+    assert declared <= set(catalogue.DOMAIN_EVENTS)
+
+
+def test_the_samples_cover_every_wire_name() -> None:
+    assert sorted(SAMPLES) == sorted(WIRE_NAMES)
+    assert sorted(EXPECTED) == sorted(WIRE_NAMES)
+
+
+# -- one stored sample of each event ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("wire_name", WIRE_NAMES)
+def test_each_event_is_stored_as_its_pinned_bytes(wire_name: str) -> None:
+    stored = MAPPER.to_stored_event(SAMPLES[wire_name])
+    originator_id, version, run_id, lookup_key, state = EXPECTED[wire_name]
+    assert isinstance(stored, LedgerStoredEvent)
+    assert stored.topic == wire_name
+    assert (str(stored.originator_id), stored.originator_version) == (originator_id, version)
+    assert (stored.run_id, stored.lookup_key) == (run_id, lookup_key)
+    assert stored.state == state
+
+
+@pytest.mark.parametrize("wire_name", WIRE_NAMES)
+def test_each_pinned_stored_event_reads_back_as_the_event(wire_name: str) -> None:
+    originator_id, version, _, _, state = EXPECTED[wire_name]
+    stored = StoredEvent(
+        originator_id=UUID(originator_id),
+        originator_version=version,
+        topic=wire_name,
+        state=state,
+    )
+    assert MAPPER.to_domain_event(stored) == SAMPLES[wire_name]
+
+
+@pytest.mark.parametrize("wire_name", WIRE_NAMES)
+def test_each_event_round_trips_to_an_equal_event(wire_name: str) -> None:
+    event = SAMPLES[wire_name]
+    restored = MAPPER.to_domain_event(MAPPER.to_stored_event(event))
+    assert type(restored) is type(event)
+    assert restored == event
+    assert isinstance(restored.timestamp, datetime)
+
+
+def test_a_stored_originator_id_given_as_text_reads_back_as_a_uuid() -> None:
+    originator_id, version, _, _, state = EXPECTED["run.created"]
+    stored = StoredEvent(
+        originator_id=originator_id,
+        originator_version=version,
+        topic="run.created",
+        state=state,
+    )
+    assert MAPPER.to_domain_event(stored) == SAMPLES["run.created"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: Run.create accepts an input holding an integer beyond 64 bits (canonical JSON "
+    "allows it), but LedgerMapper's orjson.dumps then raises a bare TypeError "
+    "('Integer exceeds 64-bit range') when the event is stored",
+)
+def test_an_accepted_run_input_with_a_huge_integer_can_be_stored() -> None:
+    run = Run.create(
+        RUN_ID,
+        workflow_name="echo",
+        input={"count": 2**64},
+        workflow_ref=None,
+        title=None,
+        status="running",
+        parent=None,
+        lineage_kind=None,
+        parent_terminal_fingerprint=None,
+        actor=HOST,
+        now=T0,
+    )
+    (created,) = run.collect_events()
+    assert MAPPER.to_domain_event(MAPPER.to_stored_event(created)) == created
+
+
+# -- the catalogue is an allowlist ------------------------------------------------------------
+
+
+def unknown(topic: str, state: bytes = b"{}") -> StoredEvent:
+    return StoredEvent(
+        originator_id=UUID("331bfa57-196a-55de-8a1a-9598fcebd302"),
+        originator_version=1,
+        topic=topic,
+        state=state,
+    )
+
+
+def test_a_stored_topic_outside_the_catalogue_is_an_error() -> None:
+    with pytest.raises(UnknownStoredEventError) as raised:
+        MAPPER.to_domain_event(unknown("os:system"))
+    assert str(raised.value) == (
+        "Stored event topic 'os:system' is not in the runledger event catalogue"
+    )
+
+
+def test_a_stored_topic_naming_a_module_never_imports_it() -> None:
+    assert "this" not in sys.modules  # importing "this" would print the Zen of Python
+    with pytest.raises(UnknownStoredEventError):
+        MAPPER.to_domain_event(unknown("this:s"))
+    assert "this" not in sys.modules
+
+
+def test_a_stored_topic_naming_a_real_library_event_class_is_still_an_error() -> None:
+    with pytest.raises(UnknownStoredEventError) as raised:
+        MAPPER.to_domain_event(unknown("eventsourcing.domain:Snapshot"))
+    assert str(raised.value) == (
+        "Stored event topic 'eventsourcing.domain:Snapshot' is not in the runledger event catalogue"
+    )
+
+
+def test_a_snapshot_of_an_aggregate_outside_the_catalogue_is_an_error() -> None:
+    state = b'{"timestamp":"2026-01-01T00:00:00+00:00","topic":"os:system","state":{}}'
+    with pytest.raises(UnknownStoredEventError) as raised:
+        MAPPER.to_domain_event(unknown("run.snapshot", state))
+    assert str(raised.value) == (
+        "Stored event topic 'os:system' is not in the runledger event catalogue"
+    )
+
+
+def test_an_event_outside_the_catalogue_is_never_stored() -> None:
+    foreign = Snapshot(
+        originator_id=UUID("331bfa57-196a-55de-8a1a-9598fcebd302"),
+        originator_version=1,
+        timestamp=T0,
+        topic="run",
+        state={},
+    )
+    with pytest.raises(UnknownStoredEventError):
+        MAPPER.to_stored_event(foreign)
+
+
+# -- snapshots ----------------------------------------------------------------------------------
+
+
+def restored(stored: StoredEvent) -> object:
+    """The aggregate a stored snapshot rebuilds."""
+    snapshot = MAPPER.to_domain_event(stored)
+    assert isinstance(snapshot, LedgerSnapshot)
+    return snapshot.mutate(None)
+
+
+def ended_waiting_run() -> Run:
+    run = Run.create(
+        RUN_ID,
+        workflow_name="echo",
+        input={"task": "reply"},
+        workflow_ref=None,
+        title=None,
+        status="waiting",
+        parent=None,
+        lineage_kind=None,
+        parent_terminal_fingerprint=None,
+        actor=HOST,
+        now=T0,
+    )
+    run.accept_follow_up("follow-up-a", actor=SESSION_1, now=T0 + timedelta(seconds=1))
+    run.collect_events()
+    return run
+
+
+def test_a_run_snapshot_round_trip_restores_its_datetimes() -> None:
+    run = ended_waiting_run()
+    stored = MAPPER.to_stored_event(Run.Snapshot.take(run))
+    rebuilt = restored(stored)
+    assert isinstance(rebuilt, Run)
+    assert rebuilt.finished_at == T0
+    assert isinstance(rebuilt.finished_at, datetime)
+    assert (rebuilt.created_on, rebuilt.modified_on) == (T0, T0 + timedelta(seconds=1))
+    assert rebuilt == run
+
+
+def test_a_snapshot_stores_no_aggregate_bookkeeping() -> None:
+    stored = MAPPER.to_stored_event(Run.Snapshot.take(ended_waiting_run()))
+    assert stored.topic == "run.snapshot"
+    assert b'"topic":"run"' in stored.state
+    for bookkeeping in (b'"_id"', b'"_version"', b'"_pending_events"'):
+        assert bookkeeping not in stored.state
+
+
+def test_a_restored_snapshot_continues_with_the_next_version() -> None:
+    run = ended_waiting_run()
+    rebuilt = restored(MAPPER.to_stored_event(Run.Snapshot.take(run)))
+    assert isinstance(rebuilt, Run)
+    assert (rebuilt.id, rebuilt.version, rebuilt.pending_events) == (run.id, 2, [])
+    rebuilt.accept_follow_up("follow-up-b", actor=SESSION_1, now=T0 + timedelta(seconds=2))
+    (accepted,) = rebuilt.collect_events()
+    assert (accepted.originator_version, rebuilt.follow_up_ids) == (
+        3,
+        ["follow-up-a", "follow-up-b"],
+    )
+
+
+def test_a_workflow_message_snapshot_round_trip_keeps_its_turns() -> None:
+    message = WorkflowMessage.create(
+        "workflow-message-x",
+        run_id=RUN_ID,
+        target_session_id="session-1",
+        kind="notification",
+        source_id="notification-1",
+        content={
+            "schema": "pi-workflows.workflow-message-content.v1",
+            "customType": "pi-workflows-notification",
+            "content": "Hosted progress.",
+            "display": True,
+            "details": None,
+            "triggerTurn": False,
+        },
+        actor=HOST,
+        now=T0,
+    )
+    message.adopt_entry("entry-1", actor=SESSION_1, now=T0)
+    message.start_turn("turn-1", actor=SESSION_1, now=T0 + timedelta(seconds=1))
+    message.collect_events()
+    stored = MAPPER.to_stored_event(WorkflowMessage.Snapshot.take(message))
+    rebuilt = restored(stored)
+    assert rebuilt == message
+    assert isinstance(rebuilt, WorkflowMessage)
+    assert rebuilt.turn_record("turn-1").started_at == T0 + timedelta(seconds=1)
