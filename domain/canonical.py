@@ -15,7 +15,7 @@ import re
 from decimal import Decimal
 from typing import Any
 
-from domain.errors import NonFiniteJsonNumberError, NotPlainJsonError
+from domain.errors import JsonIntegerTooLargeError, NonFiniteJsonNumberError, NotPlainJsonError
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -53,7 +53,11 @@ def _write(value: Any, parts: list[str]) -> None:
     elif isinstance(value, str):
         parts.append(_string(value))
     elif isinstance(value, int):
-        parts.append(str(value))
+        if not -(2**63) <= value < 2**64:
+            # The stored form (orjson) holds 64-bit integers only.
+            raise JsonIntegerTooLargeError()
+        # JavaScript numbers are doubles: past 2**53 they round and may print as 1e+21.
+        parts.append(str(value) if abs(value) < 2**53 else js_number(float(value)))
     elif isinstance(value, float):
         parts.append(js_number(value))
     elif isinstance(value, dict):
@@ -81,6 +85,11 @@ def _write(value: Any, parts: list[str]) -> None:
 
 def _utf16_key(key: str) -> bytes:
     return key.encode("utf-16-be", "surrogatepass")
+
+
+def json_string(text: str) -> str:
+    """``text`` as a JSON string literal, exactly as JSON.stringify writes it."""
+    return _string(text)
 
 
 def _string(text: str) -> str:

@@ -6,7 +6,6 @@ text lives only here, in its class's ``template``.
 
 from __future__ import annotations
 
-import json
 from typing import Any, ClassVar
 
 
@@ -53,6 +52,11 @@ class NonFiniteJsonNumberError(WorkflowError):
     template = "JSON numbers must be finite"
 
 
+class JsonIntegerTooLargeError(WorkflowError):
+    code = "json.integer-too-large"
+    template = "JSON integers must be between -2^63 and 2^64 - 1 to be stored"
+
+
 class NotPlainJsonError(WorkflowError):
     code = "json.not-plain"
     template = "Only plain objects can be stored as canonical JSON"
@@ -63,10 +67,13 @@ class NotPlainJsonError(WorkflowError):
 
 class InvalidRunIdError(WorkflowError):
     code = "run.invalid-id"
+    template = "Invalid workflow run id: {}"
 
     def __init__(self, run_id: object) -> None:
-        quoted = json.dumps(run_id if isinstance(run_id, str) else str(run_id))
-        super().__init__(f"Invalid workflow run id: {quoted}")
+        # Upstream quotes the id with JSON.stringify: non-ASCII stays as it is.
+        from domain.canonical import json_string
+
+        super().__init__(json_string(run_id if isinstance(run_id, str) else str(run_id)))
 
 
 class InvalidWorkflowNameError(WorkflowError):

@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import NamedTuple, Protocol
 from uuid import UUID
 
 from eventsourcing.persistence import AggregateRecorder, ApplicationRecorder, Notification
+
+
+class LogEntry(NamedTuple):
+    """A stored event as followers read it: no UUID parsing, no domain objects."""
+
+    position: int
+    topic: str
+    originator_id: UUID | str
+    originator_version: int
+    state: bytes
 
 
 class EventStorage(Protocol):
@@ -30,6 +40,10 @@ class EventStorage(Protocol):
         self, *, after: int, limit: int, run_id: str | None = None
     ) -> Sequence[Notification]:
         """Stored events after ``after`` in log order; with ``run_id``, that run's only."""
+        ...
+
+    def read_log(self, *, after: int, limit: int) -> Sequence[LogEntry]:
+        """The next ``limit`` stored events after ``after``, lean, for projections."""
         ...
 
     def max_position(self) -> int:

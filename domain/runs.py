@@ -313,8 +313,9 @@ class Run(BaseAggregate[UUID]):
             # A running run shows its node; it waits on nothing.
             waiting = None
         else:
-            # A waiting run shows no current node; it waits on the active attempt's node.
-            waiting = waiting if waiting is not None else node
+            # A waiting run shows no current node; it waits on the active attempt's node,
+            # or (no active attempt) on the node the caller names.
+            waiting = node if node is not None else waiting
             node = None
         self._trigger(
             self.Progressed,

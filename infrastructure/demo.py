@@ -2,8 +2,10 @@
 
 The story: a code-review run waits for approval, continues in a continuation child, collects
 follow-ups, fails (cancelling them), presents its failure to the Pi session, is restarted, and
-the restart succeeds and delivers its follow-up. Ids carry a fresh token per invocation, so the
-demo can be re-run against a store that already holds an earlier one.
+the restart succeeds and delivers its follow-up; a second follow-up of the restart is held until
+the root run closes. After the log, the read models show what the projections made of it all.
+Ids carry a fresh token per invocation, so the demo can be re-run against a store that already
+holds an earlier one.
 """
 
 from __future__ import annotations
@@ -20,10 +22,21 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from domain.canonical import canonical_json
 from domain.errors import WorkflowError
 from domain.ids import follow_up_message_id
-from domain.records import FollowUpRecord, LoggedEvent, RunRecord
-from domain.values import Actor
+from domain.records import (
+    FollowUpQueue,
+    FollowUpRecord,
+    LoggedEvent,
+    ProjectionStatus,
+    RunRecord,
+    SnapshotRequired,
+    TerminalData,
+    ViewerDelta,
+    WorkflowMessageRecord,
+)
+from domain.values import TERMINAL_STATUSES, Actor
 from infrastructure.store import WorkflowStore
 
 WORKFLOW_NAME: Final = "code-review"
@@ -65,6 +78,8 @@ class DemoResult:
     ids: DemoIds
     restart_run: str
     logged_run: str
+    held_follow_up: str
+    """The restart's follow-up left pending, which the session outbox releases last."""
 
 
 class Narrator:
@@ -106,8 +121,14 @@ class DemoScenario:
         terminal_message = self.failing_run()
         self.terminal_presentation(terminal_message)
         restart = self.restart(terminal_message)
-        self.successful_run(restart)
-        return DemoResult(ids=self.ids, restart_run=restart, logged_run=self.ids.continuation_run)
+        held = self.successful_run(restart)
+        self.root_closes(held)
+        return DemoResult(
+            ids=self.ids,
+            restart_run=restart,
+            logged_run=self.ids.continuation_run,
+            held_follow_up=held.follow_up_id,
+        )
 
     def bound_run(self) -> None:
         self.say.section("A run bound to a Pi session")
@@ -252,7 +273,7 @@ class DemoScenario:
         self.say.step(f"started: {child.status} at node {child.current_node}")
         return receipt.run_id
 
-    def successful_run(self, run_id: str) -> None:
+    def successful_run(self, run_id: str) -> FollowUpRecord:
         self.say.section("The restart succeeds and delivers its follow-up")
         follow_up = self.queue(
             run_id,
@@ -269,6 +290,14 @@ class DemoScenario:
         except WorkflowError as error:
             self.say.step("human:alice tries to remove the delivered follow-up:")
             self.say.rejected(error)
+        held = self.queue(
+            run_id,
+            request_id=f"ci-{self.ids.token}-issue",
+            actor=self.controller,
+            source="ci",
+            prompt="Open an issue for the flaky refund tests.",
+            where=" (not delivered yet)",
+        )
         run = self.store.finish_run(
             run_id,
             status="completed",
@@ -278,6 +307,22 @@ class DemoScenario:
         self.deliver(self.terminal_message_of(run_id), run_id=run_id)
         runs = [self.require_run(i) for i in (self.ids.review_run, self.ids.continuation_run)]
         self.say.console.print(run_table([*runs, run]))
+        return held
+
+    def root_closes(self, held: FollowUpRecord) -> None:
+        self.say.section("The root run closes, releasing the held follow-up")
+        session = self.ids.session
+        self.say.step(
+            f"follow-up #{held.order} of {short_id(held.run_id)} is pending; next deliverable "
+            f"for {session}: {describe_next(self.store, session)}"
+        )
+        run = self.store.finish_run(
+            self.ids.review_run,
+            status="completed",
+            final_output={"plan": "approved", "continued_in": self.ids.continuation_run},
+        )
+        self.say.step(f"{run.run_id} ended {run.status}: its lineage has settled")
+        self.say.step(f"next deliverable for {session}: {describe_next(self.store, session)}")
 
     # -- helpers --------------------------------------------------------------------------
 
@@ -350,8 +395,114 @@ class DemoScenario:
         return run
 
 
+class ReadModelReport:
+    """After the scenario: what each read model answers about it, one section per query."""
+
+    def __init__(self, store: WorkflowStore, narrator: Narrator, result: DemoResult) -> None:
+        self.store = store
+        self.say = narrator
+        self.result = result
+        self.console = narrator.console
+
+    def print(self) -> None:
+        self.follow_up_queues()
+        self.terminal_data()
+        self.viewer_deltas()
+        self.session_outbox()
+        self.projection_status()
+
+    def follow_up_queues(self) -> None:
+        self.say.section("Read model: follow-up queues")
+        ids = self.result.ids
+        for run_id in (ids.review_run, ids.continuation_run, self.result.restart_run):
+            queue = self.store.follow_up_queue(run_id)
+            if queue is None:
+                self.say.step(f"{short_id(run_id)}: no queue (the run has no origin session)")
+                continue
+            self.console.print(follow_up_queue_table(queue))
+
+    def terminal_data(self) -> None:
+        self.say.section("Read model: terminal data")
+        for run_id in (self.result.ids.continuation_run, self.result.restart_run):
+            data = self.store.terminal_data(run_id)
+            if data is None:
+                self.say.step(f"{short_id(run_id)}: no terminal data (the run has not ended)")
+                continue
+            self.console.print(terminal_data_table(data))
+
+    def viewer_deltas(self) -> None:
+        run_id = self.result.logged_run
+        self.say.section(f"Read model: viewer deltas of {run_id}")
+        fresh = self.store.viewer_deltas(run_id, after_revision=0)
+        self.say.step(
+            f"current revision {fresh.current_revision}, "
+            f"retained from revision {fresh.retained_from_revision}"
+        )
+        self.say.step(
+            f"viewer_deltas(after_revision=0) -> {fresh.kind}: a viewer with no revision yet "
+            "loads a snapshot, then follows deltas from the snapshot's revision"
+        )
+        # Revision 1 is the snapshot a viewer starts from (run.created has no delta).
+        cursor = max(1, fresh.retained_from_revision - 1)
+        answer = self.store.viewer_deltas(run_id, after_revision=cursor)
+        if isinstance(answer, SnapshotRequired):
+            self.say.step(f"viewer_deltas(after_revision={cursor}) -> {answer.kind}")
+            return
+        self.say.step(
+            f"viewer_deltas(after_revision={cursor}) -> {answer.kind}: "
+            f"{len(answer.deltas)} deltas in revisions {cursor + 1}-{answer.current_revision}"
+        )
+        self.console.print(viewer_delta_table(answer.deltas))
+
+    def session_outbox(self) -> None:
+        session = self.result.ids.session
+        self.say.section(f"Read model: session outbox of {session}")
+        messages = self.store.session_outbox(session)
+        following = self.store.next_deliverable(session)
+        next_id = None if following is None else following.workflow_message_id
+        self.console.print(outbox_table(messages, next_message_id=next_id))
+        self.say.step(f"next deliverable: {describe_next(self.store, session)}")
+
+    def projection_status(self) -> None:
+        self.say.section("Projection status")
+        self.console.print(projection_status_table(self.store.projection_status()))
+
+
+def describe_next(store: WorkflowStore, session_id: str) -> str:
+    """Which message ``next_deliverable`` would send next, or why none is eligible."""
+    message = store.next_deliverable(session_id)
+    if message is None:
+        return f"none eligible ({why_none_eligible(store, session_id)})"
+    what = f"{message.kind} message {short_id(message.workflow_message_id)}"
+    follow_up = store.get_follow_up(message.source_id) if message.kind == "followUp" else None
+    if follow_up is not None:
+        what += f" (follow-up #{follow_up.order} of {short_id(follow_up.run_id)})"
+    return f"{what}, session order {message.order}"
+
+
+def why_none_eligible(store: WorkflowStore, session_id: str) -> str:
+    """The plainest reason no message of the session may be delivered now."""
+    outbox = store.session_outbox(session_id)
+    pending = [message for message in outbox if message.status == "pending"]
+    if not pending:
+        return "no message is pending"
+    held_runs = {message.run_id for message in pending if message.kind == "followUp"}
+    # Only runs with a message in the outbox are looked at: enough to name the usual blocker.
+    for run_id in dict.fromkeys(message.run_id for message in outbox):
+        run = store.get_run(run_id)
+        if held_runs and run is not None and run_id not in held_runs:
+            if run.status in TERMINAL_STATUSES:
+                continue
+            return (
+                f"{run.run_id} is still {run.status}, and a follow-up waits until no other "
+                "run of its session is queued, running or waiting"
+            )
+    return f"{len(pending)} pending, none passes the delivery rules yet"
+
+
 def run_demo(store: WorkflowStore, console: Console, *, token: str | None = None) -> DemoResult:
-    """Play the scenario on ``store``, narrating on ``console``; then print one run's log."""
+    """Play the scenario on ``store``, narrating on ``console``; print one run's log, then
+    what the read models answer about the scenario."""
     ids = DemoIds.fresh(token)
     console.print(Text(f"runledger demo on {store.url} (token {ids.token})", style="bold"))
     narrator = Narrator(console)
@@ -359,6 +510,7 @@ def run_demo(store: WorkflowStore, console: Console, *, token: str | None = None
     narrator.section(f"Event log of {result.logged_run}")
     events = store.event_log(run_id=result.logged_run)
     console.print(event_log_table(events, width=console.width))
+    ReadModelReport(store, narrator, result).print()
     return result
 
 
@@ -463,6 +615,115 @@ def event_log_table(events: Sequence[LoggedEvent], *, width: int = WIDE_LOG) -> 
             event.aggregate_id[:8],
         ]
         table.add_row(*cells, *([summary] if wide else []))
+    return table
+
+
+def follow_up_queue_table(queue: FollowUpQueue) -> Table:
+    """A run's follow-up queue in order; delivery is its latest message's status."""
+    table = _table(f"Follow-up queue of {short_id(queue.run_id)} (for {queue.origin_session_id})")
+    table.add_column("#", justify="right")
+    table.add_column("follow-up", no_wrap=True)
+    table.add_column("queued by / source", overflow="fold")
+    table.add_column("state")
+    table.add_column("delivery")
+    table.add_column("reason", overflow="fold", ratio=1, min_width=12)
+    for follow_up in queue.follow_ups:
+        table.add_row(
+            str(follow_up.order),
+            short_id(follow_up.follow_up_id),
+            Text.assemble(
+                actor_label(follow_up.actor.type, follow_up.actor.id),
+                (f" via {follow_up.source}", "dim"),
+            ),
+            follow_up.state,
+            follow_up.delivery or "-",
+            follow_up.reason or "",
+        )
+    if not queue.follow_ups:
+        table.caption = "no follow-ups"
+    return table
+
+
+def terminal_data_table(data: TerminalData) -> Table:
+    """The eight fields a terminal presentation is built from; JSON values compact."""
+    table = _table(f"Terminal data of {short_id(data.run_id)}")
+    table.add_column("field", no_wrap=True)
+    table.add_column("value", overflow="fold", ratio=1)
+    null = Text("null", style="dim")
+    fields: list[tuple[str, str | Text]] = [
+        ("run_id", data.run_id),
+        ("status", data.status),
+        ("status_detail", null if data.status_detail is None else data.status_detail),
+        ("input", canonical_json(data.input)),
+        ("final_output", canonical_json(data.final_output)),
+        ("error", null if data.error is None else data.error),
+        ("presentation_instructions", data.presentation_instructions),
+        ("restart_number", str(data.restart_number)),
+    ]
+    for name, value in fields:
+        table.add_row(name, value)
+    return table
+
+
+def viewer_delta_table(deltas: Sequence[ViewerDelta], *, paths: int = 3) -> Table:
+    """Viewer deltas, one row each: revision, target, op count and the first op paths."""
+    table = _table()
+    table.add_column("rev", justify="right")
+    table.add_column("target", no_wrap=True)
+    table.add_column("ops", justify="right")
+    table.add_column("first op paths", overflow="fold", ratio=1)
+    previous = None
+    for delta in deltas:
+        shown = [str(op.get("path")) for op in delta.patch[:paths]]
+        more = " …" if len(delta.patch) > paths else ""
+        revision = delta.presentation_revision
+        table.add_row(
+            "" if revision == previous else str(revision),
+            f"{delta.target_type}/{delta.target_key}" if delta.target_key else delta.target_type,
+            str(len(delta.patch)),
+            ", ".join(shown) + more,
+        )
+        previous = revision
+    return table
+
+
+def outbox_table(
+    messages: Sequence[WorkflowMessageRecord], *, next_message_id: str | None = None
+) -> Table:
+    """A session's workflow messages in session order; the next deliverable is marked."""
+    table = _table()
+    table.add_column("order", justify="right")
+    table.add_column("kind")
+    table.add_column("status")
+    table.add_column("Pi entry", overflow="fold")
+    table.add_column("message", no_wrap=True)
+    table.add_column("")
+    for message in messages:
+        is_next = message.workflow_message_id == next_message_id
+        table.add_row(
+            "-" if message.order is None else str(message.order),
+            message.kind,
+            message.status,
+            message.pi_session_entry_id or "-",
+            short_id(message.workflow_message_id),
+            Text("<- next", style="bold") if is_next else "",
+        )
+    return table
+
+
+def projection_status_table(statuses: Sequence[ProjectionStatus]) -> Table:
+    """Each read model's version, log position and lag (and last error, if any)."""
+    table = _table()
+    table.add_column("projection")
+    table.add_column("version", justify="right")
+    table.add_column("position", justify="right")
+    table.add_column("lag", justify="right")
+    failing = any(status.last_error for status in statuses)
+    if failing:
+        table.add_column("last error", overflow="fold", ratio=1)
+    for status in statuses:
+        cells = [status.name, str(status.version), str(status.position), str(status.lag)]
+        table.add_row(*cells, *([status.last_error or ""] if failing else []))
     return table
 
 

@@ -16,9 +16,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
 from domain.errors import UnknownProjectionError
-from domain.ports import EventStorage
+from domain.ports import EventStorage, LogEntry
 from infrastructure.view_store import (
-    EncodedRow,
     PageCommit,
     TableChanges,
     TrackingConflictError,
@@ -37,11 +36,16 @@ Progress = Callable[[int], None]
 
 
 class _PageWriter:
-    """The ViewWriter a projection sees during one page: reads its own pending writes."""
+    """The ViewWriter a projection sees during one page: reads its own pending writes.
+
+    Rows are kept decoded and handed out as shallow copies (projections replace nested JSON
+    values rather than mutate them, see ``projections.base.ViewWriter``); each changed row is
+    encoded once, when the page commits, however often the page rewrote it.
+    """
 
     def __init__(self, runner: ProjectionRunner) -> None:
         self._runner = runner
-        self.changes: dict[str, TableChanges] = {}
+        self.changes: dict[str, dict[Key, Row | None]] = {}
 
     def get(self, table: Table, key: Key) -> Row | None:
         key = tuple(key)
@@ -50,13 +54,22 @@ class _PageWriter:
             row = pending[key]
         else:
             row = self._runner.cached(table, key)
-        return None if row is None else decode_row(table, row)
+        return None if row is None else dict(row)
 
     def put(self, table: Table, row: Row) -> None:
-        self.changes.setdefault(table.name, {})[table.key_of(row)] = encode_row(table, row)
+        self.changes.setdefault(table.name, {})[table.key_of(row)] = dict(row)
 
     def delete(self, table: Table, key: Key) -> None:
         self.changes.setdefault(table.name, {})[tuple(key)] = None
+
+    def encoded(self, tables: dict[str, Table]) -> dict[str, TableChanges]:
+        return {
+            name: {
+                key: None if row is None else encode_row(tables[name], row)
+                for key, row in changes.items()
+            }
+            for name, changes in self.changes.items()
+        }
 
 
 class ProjectionRunner:
@@ -71,9 +84,11 @@ class ProjectionRunner:
         # While rebuilding from an empty view, every row that exists is in the cache, so a
         # miss means "no row" and needs no database round trip.
         self.authoritative = False
-        self._cache: OrderedDict[tuple[str, Key], EncodedRow | None] = OrderedDict()
+        self._cache: OrderedDict[tuple[str, Key], Row | None] = OrderedDict()
+        self._tables = {table.name: table for table in projection.tables}
         self._page: _PageWriter | None = None
         self._page_start = 0
+        self._uncommitted: dict[str, dict[Key, Row | None]] = {}
 
     @property
     def name(self) -> str:
@@ -84,18 +99,19 @@ class ProjectionRunner:
         self.position = state.position
         self.failure = state.last_error
 
-    def cached(self, table: Table, key: Key) -> EncodedRow | None:
+    def cached(self, table: Table, key: Key) -> Row | None:
         cache_key = (table.name, key)
         if cache_key in self._cache:
             self._cache.move_to_end(cache_key)
             return self._cache[cache_key]
         if self.authoritative:
             return None
-        row = self.views.fetch(table, key)
+        stored = self.views.fetch(table, key)
+        row = None if stored is None else decode_row(table, stored)
         self._remember(cache_key, row)
         return row
 
-    def _remember(self, cache_key: tuple[str, Key], row: EncodedRow | None) -> None:
+    def _remember(self, cache_key: tuple[str, Key], row: Row | None) -> None:
         self._cache[cache_key] = row
         if not self.authoritative and len(self._cache) > self.cache_rows:
             self._cache.popitem(last=False)
@@ -116,16 +132,21 @@ class ProjectionRunner:
         page, self._page = self._page, None
         if page is None or self.position == self._page_start:
             return None
-        return PageCommit(self.projection, self._page_start, self.position, page.changes)
+        self._uncommitted = page.changes
+        return PageCommit(
+            self.projection, self._page_start, self.position, page.encoded(self._tables)
+        )
 
-    def committed(self, commit: PageCommit) -> None:
-        for table_name, changes in commit.changes.items():
+    def committed(self) -> None:
+        for table_name, changes in self._uncommitted.items():
             for key, row in changes.items():
                 self._remember((table_name, key), row)
+        self._uncommitted = {}
 
     def abandon(self, position: int) -> None:
         """Forget a page that was not committed, and everything cached: rows moved."""
         self._page = None
+        self._uncommitted = {}
         self._cache.clear()
         self.authoritative = False
         self.position = position
@@ -187,22 +208,22 @@ class Projector:
                 if not active:
                     return read
                 start = min(runner.position for runner in active)
-                notifications = self.storage.select_log(after=start, limit=self.page_size)
-                if not notifications:
+                entries = self.storage.read_log(after=start, limit=self.page_size)
+                if not entries:
                     return read
-                applied = self._project_page(active, notifications)
+                applied = self._project_page(active, entries)
                 read += applied
                 if progress is not None and applied:
                     progress(applied)
             return read
 
-    def _project_page(self, active: list[ProjectionRunner], notifications: Sequence[object]) -> int:
+    def _project_page(self, active: list[ProjectionRunner], entries: Sequence[LogEntry]) -> int:
         deadline = time.monotonic() + self.page_seconds
         for runner in active:
             runner.begin_page()
         applied = 0
-        for notification in notifications:
-            event = projected(notification)  # type: ignore[arg-type]
+        for entry in entries:
+            event = projected(entry)
             for runner in active:
                 if runner.failure is not None:
                     continue
@@ -224,7 +245,7 @@ class Projector:
             self._refresh(active)
             return 0
         for commit in commits:
-            self.runners[commit.projection.name].committed(commit)
+            self.runners[commit.projection.name].committed()
         return applied
 
     def _refresh(self, runners: Iterable[ProjectionRunner]) -> None:

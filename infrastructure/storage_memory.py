@@ -18,6 +18,7 @@ from eventsourcing.persistence import (
     Subscription,
 )
 
+from domain.ports import LogEntry
 from infrastructure.storage import as_uuid, index_columns
 
 
@@ -220,6 +221,13 @@ class MemoryStorage:
     ) -> Sequence[Notification]:
         """Stored events after ``after`` in log order; with ``run_id``, that run's only."""
         return self._events.select_log(after=after, limit=limit, run_id=run_id)
+
+    def read_log(self, *, after: int, limit: int) -> list[LogEntry]:
+        """The next stored events after ``after``, as lean tuples."""
+        return [
+            LogEntry(n.id, n.topic, n.originator_id, n.originator_version, n.state)
+            for n in self._events.select_log(after=after, limit=limit, run_id=None)
+        ]
 
     def max_position(self) -> int:
         """The highest position in the log (0 when empty)."""

@@ -22,10 +22,11 @@ from eventsourcing.postgres import (
 from eventsourcing.utils import retry
 from psycopg import Cursor
 from psycopg.conninfo import conninfo_to_dict
-from psycopg.rows import DictRow
+from psycopg.rows import DictRow, tuple_row
 from psycopg.sql import SQL, Composed, Identifier
 
 from domain.errors import InvalidStoreUrlError
+from domain.ports import LogEntry
 from infrastructure.storage import EVENTS_TABLE, SNAPSHOTS_TABLE, as_uuid, index_columns
 
 LOCK_TIMEOUT_SECONDS = 5
@@ -338,6 +339,10 @@ class PostgresStorage:
         except BaseException:
             self.datastore.close()
             raise
+        self._read_log_statement = SQL(
+            "SELECT position, topic, originator_id, originator_version, state "
+            "FROM {schema}.{table} WHERE position > %s ORDER BY position LIMIT %s"
+        ).format(schema=Identifier(self.schema), table=Identifier(EVENTS_TABLE))
 
     @property
     def events(self) -> PostgresEventRecorder:
@@ -358,6 +363,13 @@ class PostgresStorage:
     ) -> Sequence[Notification]:
         """Stored events after ``after`` in log order; with ``run_id``, that run's only."""
         return self._events.select_log(after=after, limit=limit, run_id=run_id)
+
+    @_retried
+    def read_log(self, *, after: int, limit: int) -> list[LogEntry]:
+        """The next stored events after ``after``, as lean tuples."""
+        with self.datastore.get_connection() as conn, conn.cursor(row_factory=tuple_row) as curs:
+            curs.execute(self._read_log_statement, (after, limit), prepare=True)
+            return [LogEntry(*row) for row in curs.fetchall()]
 
     def max_position(self) -> int:
         """The highest position in the log (0 when empty)."""

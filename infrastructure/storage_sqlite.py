@@ -15,6 +15,7 @@ from eventsourcing.sqlite import (
     SQLiteDatastore,
 )
 
+from domain.ports import LogEntry
 from infrastructure.storage import EVENTS_TABLE, SNAPSHOTS_TABLE, as_uuid, index_columns
 
 LOCK_TIMEOUT_SECONDS = 5
@@ -204,6 +205,10 @@ class SQLiteStorage:
         self._snapshots = SQLiteSnapshotRecorder(self.datastore)
         self._events.create_table()
         self._snapshots.create_table()
+        self._read_log_statement = (
+            "SELECT position, topic, originator_id, originator_version, state "
+            f"FROM {self._events.events_table_name} WHERE position > ? ORDER BY position LIMIT ?"
+        )
 
     @property
     def events(self) -> SQLiteEventRecorder:
@@ -224,6 +229,12 @@ class SQLiteStorage:
     ) -> Sequence[Notification]:
         """Stored events after ``after`` in log order; with ``run_id``, that run's only."""
         return self._events.select_log(after=after, limit=limit, run_id=run_id)
+
+    def read_log(self, *, after: int, limit: int) -> list[LogEntry]:
+        """The next stored events after ``after``, as lean tuples (ids stay hex text)."""
+        with self.datastore.transaction(commit=False) as c:
+            c.execute(self._read_log_statement, (after, limit))
+            return [LogEntry(*row) for row in c.fetchall()]
 
     def max_position(self) -> int:
         """The highest position in the log (0 when empty)."""

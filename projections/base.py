@@ -28,7 +28,8 @@ class ProjectedEvent:
 
     position: int
     wire_name: str
-    aggregate_id: UUID
+    aggregate_id: UUID | str
+    """As stored (a UUID, or its hex text on SQLite): projections key rows by natural ids."""
     version: int
     data: Mapping[str, Any]
 
@@ -73,7 +74,11 @@ class ViewWriter(Protocol):
     """Keyed access to a projection's tables while one page of events is applied."""
 
     def get(self, table: Table, key: Key) -> Row | None:
-        """The row with this primary key as of the events applied so far (a copy)."""
+        """The row with this primary key as of the events applied so far.
+
+        A shallow copy: set a new value for a JSON column rather than mutating the list or
+        dict it holds, which may be shared with rows already written.
+        """
         ...
 
     def put(self, table: Table, row: Row) -> None:

@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-from uuid import UUID
-
 import orjson
 from eventsourcing.persistence import Notification
 
+from domain.ports import LogEntry
 from projections.base import ProjectedEvent
 
 
-def projected(notification: Notification) -> ProjectedEvent:
-    originator_id = notification.originator_id
+def projected(entry: LogEntry | Notification) -> ProjectedEvent:
+    """The projection view of a stored event read with ``read_log`` or ``select_log``."""
+    position = entry.position if isinstance(entry, LogEntry) else entry.id
     return ProjectedEvent(
-        position=notification.id,
-        wire_name=notification.topic,
-        aggregate_id=originator_id if isinstance(originator_id, UUID) else UUID(originator_id),
-        version=notification.originator_version,
-        data=orjson.loads(notification.state),
+        position=position,
+        wire_name=entry.topic,
+        aggregate_id=entry.originator_id,
+        version=entry.originator_version,
+        data=orjson.loads(entry.state),
     )

@@ -67,8 +67,8 @@ def project_log(
 ) -> FakeView:
     """Apply every event of the store's log (that the projection consumes) to a fake view."""
     view = view or FakeView()
-    for notification in storage.select_log(after=0, limit=10**9):
-        event = projected(notification)
+    for entry in storage.read_log(after=0, limit=10**9):
+        event = projected(entry)
         if event.wire_name in projection.topics:
             projection.apply(event, view)
     return view

@@ -8,7 +8,7 @@ from uuid import NAMESPACE_URL, uuid5
 import pytest
 
 from domain.canonical import canonical_json, check_plain_json, js_number, json_digest, sha256hex
-from domain.errors import NonFiniteJsonNumberError, NotPlainJsonError
+from domain.errors import JsonIntegerTooLargeError, NonFiniteJsonNumberError, NotPlainJsonError
 from domain.ids import (
     aggregate_id,
     follow_up_id_for,
@@ -58,23 +58,24 @@ def test_integers_are_written_without_a_fraction(number: int) -> None:
     assert canonical_json(number) == str(number)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: canonical_json writes Python ints with str(), but upstream numbers are doubles: "
-    "JavaScript writes 10**21 as 1e+21 and 2**53+1 as 9007199254740992, so hashes of such "
-    "inputs (terminal fingerprints, message ids) differ from upstream",
-)
 @pytest.mark.parametrize(
     ("number", "text"),
     [
-        pytest.param(10**21, "1e+21", id="int-1e21"),
         pytest.param(2**53 + 1, "9007199254740992", id="int-beyond-double-precision"),
+        pytest.param(10**19, "10000000000000000000", id="int-1e19"),
+        pytest.param(-(2**60), "-1152921504606847000", id="negative-int-2e60"),
     ],
 )
 def test_large_integers_are_formatted_as_the_javascript_double_they_would_be(
     number: int, text: str
 ) -> None:
     assert canonical_json(number) == text
+
+
+@pytest.mark.parametrize("number", [2**64, -(2**63) - 1, 10**21])
+def test_integers_the_store_cannot_hold_are_rejected_clearly(number: int) -> None:
+    with pytest.raises(JsonIntegerTooLargeError, match="JSON integers must be between"):
+        canonical_json({"count": number})
 
 
 # -- canonical JSON ---------------------------------------------------------------------------

@@ -148,11 +148,6 @@ def test_run_id_of_letters_digits_dots_underscores_and_dashes_is_valid(run_id: s
     assert check_run_id(run_id) == run_id
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: InvalidRunIdError passes its text positionally to WorkflowError.__init__, "
-    "whose template '{message}' needs a keyword: every invalid run id raises KeyError('message')",
-)
 @pytest.mark.parametrize(
     ("run_id", "message"),
     [
@@ -172,11 +167,6 @@ def test_invalid_run_id_is_rejected_with_the_id_json_quoted(run_id: str, message
     assert str(raised.value) == message
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: besides the KeyError above, InvalidRunIdError quotes with json.dumps' default "
-    "ensure_ascii=True, so 'café' becomes \"caf\\u00e9\" where JSON.stringify keeps 'é'",
-)
 def test_invalid_non_ascii_run_id_is_quoted_as_json_stringify_does() -> None:
     with pytest.raises(InvalidRunIdError) as raised:
         check_run_id("café au lait")
