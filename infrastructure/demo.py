@@ -312,9 +312,10 @@ class DemoScenario:
     def root_closes(self, held: FollowUpRecord) -> None:
         self.say.section("The root run closes, releasing the held follow-up")
         session = self.ids.session
+        held_back = describe_next(self.store, session, self.store.next_deliverable(session))
         self.say.step(
-            f"follow-up #{held.order} of {short_id(held.run_id)} is pending; next deliverable "
-            f"for {session}: {describe_next(self.store, session)}"
+            f"follow-up #{held.order} of {short_id(held.run_id)} is pending; "
+            f"next deliverable for {session}: {held_back}"
         )
         run = self.store.finish_run(
             self.ids.review_run,
@@ -322,7 +323,8 @@ class DemoScenario:
             final_output={"plan": "approved", "continued_in": self.ids.continuation_run},
         )
         self.say.step(f"{run.run_id} ended {run.status}: its lineage has settled")
-        self.say.step(f"next deliverable for {session}: {describe_next(self.store, session)}")
+        released = describe_next(self.store, session, self.store.next_deliverable(session))
+        self.say.step(f"next deliverable for {session}: {released}")
 
     # -- helpers --------------------------------------------------------------------------
 
@@ -404,7 +406,7 @@ class ReadModelReport:
         self.result = result
         self.console = narrator.console
 
-    def print(self) -> None:
+    def show(self) -> None:
         self.follow_up_queues()
         self.terminal_data()
         self.viewer_deltas()
@@ -419,7 +421,7 @@ class ReadModelReport:
             if queue is None:
                 self.say.step(f"{short_id(run_id)}: no queue (the run has no origin session)")
                 continue
-            self.console.print(follow_up_queue_table(queue))
+            self.console.print(follow_up_queue_table(queue, width=self.console.width))
 
     def terminal_data(self) -> None:
         self.say.section("Read model: terminal data")
@@ -452,7 +454,7 @@ class ReadModelReport:
             f"viewer_deltas(after_revision={cursor}) -> {answer.kind}: "
             f"{len(answer.deltas)} deltas in revisions {cursor + 1}-{answer.current_revision}"
         )
-        self.console.print(viewer_delta_table(answer.deltas))
+        self.console.print(viewer_delta_table(answer.deltas, width=self.console.width))
 
     def session_outbox(self) -> None:
         session = self.result.ids.session
@@ -460,17 +462,20 @@ class ReadModelReport:
         messages = self.store.session_outbox(session)
         following = self.store.next_deliverable(session)
         next_id = None if following is None else following.workflow_message_id
-        self.console.print(outbox_table(messages, next_message_id=next_id))
-        self.say.step(f"next deliverable: {describe_next(self.store, session)}")
+        self.console.print(
+            outbox_table(messages, next_message_id=next_id, width=self.console.width)
+        )
+        self.say.step(f"next deliverable: {describe_next(self.store, session, following)}")
 
     def projection_status(self) -> None:
         self.say.section("Projection status")
         self.console.print(projection_status_table(self.store.projection_status()))
 
 
-def describe_next(store: WorkflowStore, session_id: str) -> str:
-    """Which message ``next_deliverable`` would send next, or why none is eligible."""
-    message = store.next_deliverable(session_id)
+def describe_next(
+    store: WorkflowStore, session_id: str, message: WorkflowMessageRecord | None
+) -> str:
+    """``next_deliverable``'s answer in words: the message, or why none is eligible."""
     if message is None:
         return f"none eligible ({why_none_eligible(store, session_id)})"
     what = f"{message.kind} message {short_id(message.workflow_message_id)}"
@@ -487,12 +492,12 @@ def why_none_eligible(store: WorkflowStore, session_id: str) -> str:
     if not pending:
         return "no message is pending"
     held_runs = {message.run_id for message in pending if message.kind == "followUp"}
-    # Only runs with a message in the outbox are looked at: enough to name the usual blocker.
-    for run_id in dict.fromkeys(message.run_id for message in outbox):
+    # A pending follow-up is most often held by another run of its session that has not
+    # ended; only runs with a message in the outbox are looked at, enough to name it.
+    others = (run_id for run_id in dict.fromkeys(m.run_id for m in outbox) if held_runs)
+    for run_id in others:
         run = store.get_run(run_id)
-        if held_runs and run is not None and run_id not in held_runs:
-            if run.status in TERMINAL_STATUSES:
-                continue
+        if run is not None and run_id not in held_runs and run.status not in TERMINAL_STATUSES:
             return (
                 f"{run.run_id} is still {run.status}, and a follow-up waits until no other "
                 "run of its session is queued, running or waiting"
@@ -501,8 +506,7 @@ def why_none_eligible(store: WorkflowStore, session_id: str) -> str:
 
 
 def run_demo(store: WorkflowStore, console: Console, *, token: str | None = None) -> DemoResult:
-    """Play the scenario on ``store``, narrating on ``console``; print one run's log, then
-    what the read models answer about the scenario."""
+    """Play the scenario on ``store``, print one run's log, then what each read model answers."""
     ids = DemoIds.fresh(token)
     console.print(Text(f"runledger demo on {store.url} (token {ids.token})", style="bold"))
     narrator = Narrator(console)
@@ -510,7 +514,7 @@ def run_demo(store: WorkflowStore, console: Console, *, token: str | None = None
     narrator.section(f"Event log of {result.logged_run}")
     events = store.event_log(run_id=result.logged_run)
     console.print(event_log_table(events, width=console.width))
-    ReadModelReport(store, narrator, result).print()
+    ReadModelReport(store, narrator, result).show()
     return result
 
 
@@ -521,6 +525,12 @@ def short_id(identifier: str) -> str:
     """A long hashed id cut to its prefix and 8 hex digits (``follow-up-c007b7b1``)."""
     match = _LONG_ID.match(identifier)
     return f"{match.group(1)}{match.group(2)[:8]}" if match else identifier
+
+
+def short_hex(identifier: str) -> str:
+    """Just the 8 hex digits of a long hashed id (``c007b7b1``), for narrow tables."""
+    match = _LONG_ID.match(identifier)
+    return match.group(2)[:8] if match else identifier
 
 
 def actor_label(actor_type: str, actor_id: str | None) -> str:
@@ -618,22 +628,31 @@ def event_log_table(events: Sequence[LoggedEvent], *, width: int = WIDE_LOG) -> 
     return table
 
 
-def follow_up_queue_table(queue: FollowUpQueue) -> Table:
-    """A run's follow-up queue in order; delivery is its latest message's status."""
+def follow_up_queue_table(queue: FollowUpQueue, *, width: int = WIDE_LOG) -> Table:
+    """A run's follow-up queue in order; delivery is its latest message's status.
+
+    Below ``WIDE_LOG`` columns ids shrink to their 8 hex digits and the source goes under
+    the actor, which leaves the reason room at 80 columns.
+    """
+    wide = width >= WIDE_LOG
     table = _table(f"Follow-up queue of {short_id(queue.run_id)} (for {queue.origin_session_id})")
     table.add_column("#", justify="right")
     table.add_column("follow-up", no_wrap=True)
-    table.add_column("queued by / source", overflow="fold")
+    table.add_column("queued by" if wide else "queued by / via", overflow="fold")
+    if wide:
+        table.add_column("source")
     table.add_column("state")
     table.add_column("delivery")
     table.add_column("reason", overflow="fold", ratio=1, min_width=12)
     for follow_up in queue.follow_ups:
+        actor = actor_label(follow_up.actor.type, follow_up.actor.id)
         table.add_row(
             str(follow_up.order),
-            short_id(follow_up.follow_up_id),
-            Text.assemble(
-                actor_label(follow_up.actor.type, follow_up.actor.id),
-                (f" via {follow_up.source}", "dim"),
+            short_id(follow_up.follow_up_id) if wide else short_hex(follow_up.follow_up_id),
+            *(
+                [actor, follow_up.source]
+                if wide
+                else [Text.assemble(actor, "\n", (f"via {follow_up.source}", "dim"))]
             ),
             follow_up.state,
             follow_up.delivery or "-",
@@ -665,8 +684,9 @@ def terminal_data_table(data: TerminalData) -> Table:
     return table
 
 
-def viewer_delta_table(deltas: Sequence[ViewerDelta], *, paths: int = 3) -> Table:
+def viewer_delta_table(deltas: Sequence[ViewerDelta], *, width: int = WIDE_LOG) -> Table:
     """Viewer deltas, one row each: revision, target, op count and the first op paths."""
+    paths = 3 if width >= WIDE_LOG else 2
     table = _table()
     table.add_column("rev", justify="right")
     table.add_column("target", no_wrap=True)
@@ -688,9 +708,16 @@ def viewer_delta_table(deltas: Sequence[ViewerDelta], *, paths: int = 3) -> Tabl
 
 
 def outbox_table(
-    messages: Sequence[WorkflowMessageRecord], *, next_message_id: str | None = None
+    messages: Sequence[WorkflowMessageRecord],
+    *,
+    next_message_id: str | None = None,
+    width: int = WIDE_LOG,
 ) -> Table:
-    """A session's workflow messages in session order; the next deliverable is marked."""
+    """A session's workflow messages in session order; the next deliverable is marked.
+
+    Below ``WIDE_LOG`` columns message ids shrink to their 8 hex digits.
+    """
+    wide = width >= WIDE_LOG
     table = _table()
     table.add_column("order", justify="right")
     table.add_column("kind")
@@ -705,7 +732,7 @@ def outbox_table(
             message.kind,
             message.status,
             message.pi_session_entry_id or "-",
-            short_id(message.workflow_message_id),
+            (short_id if wide else short_hex)(message.workflow_message_id),
             Text("<- next", style="bold") if is_next else "",
         )
     return table
