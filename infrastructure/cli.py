@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.text import Text
 
 from domain.errors import WorkflowError
+from infrastructure.bench_report import print_bench, run_bench
 from infrastructure.demo import run_demo
 from infrastructure.operations import print_status, rebuild, run_worker
 from infrastructure.store import open_store, resolve_url
@@ -121,6 +122,25 @@ def projections_run(
             run_worker(store, console(), poll_seconds=poll)
     except WorkflowError as error:
         raise fail(error) from error
+
+
+@app.command()
+def bench(
+    url: UrlOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    events: Annotated[
+        int, typer.Option("--events", help="Size of the generated history for P3.")
+    ] = 200_000,
+    seconds: Annotated[
+        float, typer.Option("--seconds", help="Duration of each throughput measurement.")
+    ] = 5.0,
+) -> None:
+    """Measure P1-P6 next to raw baselines on the URL's backend, in scratch databases."""
+    try:
+        results = run_bench(resolve_url(url), events=events, seconds=seconds)
+    except WorkflowError as error:
+        raise fail(error) from error
+    print_bench(results, console(), as_json=as_json)
 
 
 def main() -> None:

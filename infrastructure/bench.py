@@ -1,0 +1,506 @@
+"""``runledger bench``: our operations measured next to raw baselines, in one run.
+
+Every measurement runs in a scratch database of its own on the chosen backend (a new SQLite
+file in a temporary folder, or a new PostgreSQL database on the given server, dropped at the
+end), and its baseline is plain sqlite3/psycopg work on that same database with the same
+durability settings, measured in the same run. Ratios are what count; machines are noisy.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import secrets
+import sqlite3
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+from psycopg.sql import SQL, Identifier
+
+from domain.errors import InvalidStoreUrlError
+from domain.values import Actor
+from infrastructure.history import HistoryGenerator
+from infrastructure.store import WorkflowStore, open_store
+
+PAYLOAD: Final = os.urandom(600)
+"""A raw row about the size of one queued follow-up's three events."""
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    id: str
+    name: str
+    value: float
+    unit: str
+    baseline: float | None
+    ratio: float | None
+    goal: str
+    met: bool
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def percentile(samples: list[float], fraction: float) -> float:
+    ordered = sorted(samples)
+    index = min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))
+    return ordered[index]
+
+
+# -- scratch databases ----------------------------------------------------------------------
+
+
+class Scratch:
+    """Fresh, isolated databases on one backend, removed when the bench ends."""
+
+    def __init__(self, url: str) -> None:
+        if url.startswith("sqlite:///"):
+            self.backend = "sqlite"
+        elif url.startswith(("postgresql://", "postgres://")):
+            self.backend = "postgresql"
+        else:
+            raise InvalidStoreUrlError(url)
+        self.url = url
+        self._folder = tempfile.TemporaryDirectory(prefix="runledger-bench-")
+        self._databases: list[str] = []
+
+    def new_url(self) -> str:
+        if self.backend == "sqlite":
+            path = Path(self._folder.name) / f"bench-{len(self._databases)}.db"
+            self._databases.append(str(path))
+            return f"sqlite:///{path}"
+        name = f"runledger_bench_{os.getpid()}_{secrets.token_hex(4)}"
+        with psycopg.connect(self.url, autocommit=True) as admin:
+            admin.execute(SQL("CREATE DATABASE {}").format(Identifier(name)))
+        self._databases.append(name)
+        return urlunsplit(urlsplit(self.url)._replace(path=f"/{name}"))
+
+    def close(self) -> None:
+        if self.backend == "postgresql":
+            with psycopg.connect(self.url, autocommit=True) as admin:
+                for name in self._databases:
+                    admin.execute(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE datname = %s AND pid <> pg_backend_pid()",
+                        (name,),
+                    )
+                    admin.execute(SQL("DROP DATABASE IF EXISTS {}").format(Identifier(name)))
+        self._folder.cleanup()
+
+
+# -- raw baselines ---------------------------------------------------------------------------
+
+
+class Raw:
+    """Plain sqlite3/psycopg on the same database, with the event store's durability."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.sqlite = url.startswith("sqlite:///")
+        self.marker = "?" if self.sqlite else "%s"
+
+    @contextmanager
+    def connection(self) -> Iterator[Any]:
+        if self.sqlite:
+            connection = sqlite3.connect(self.url.removeprefix("sqlite:///"), isolation_level=None)
+            connection.execute("PRAGMA journal_mode=WAL")
+            # The event store keeps SQLite's default, synchronous=FULL: a commit is on disk.
+            connection.execute("PRAGMA synchronous=FULL")
+            connection.execute(
+                "CREATE TABLE IF NOT EXISTS bench_raw (id INTEGER PRIMARY KEY, payload BLOB)"
+            )
+            try:
+                yield connection
+            finally:
+                connection.close()
+        else:
+            with psycopg.connect(self.url, autocommit=True) as server:
+                server.execute(
+                    "CREATE TABLE IF NOT EXISTS bench_raw (id BIGSERIAL PRIMARY KEY, payload BYTEA)"
+                )
+                yield server
+
+    def insert_rate(self, seconds: float) -> float:
+        """Single-row inserts, each committed on its own, per second."""
+        with self.connection() as connection:
+            count = 0
+            started = time.perf_counter()
+            while time.perf_counter() - started < seconds:
+                connection.execute(
+                    f"INSERT INTO bench_raw (payload) VALUES ({self.marker})", (PAYLOAD,)
+                )
+                count += 1
+            return count / (time.perf_counter() - started)
+
+    def insert_select_latencies(self, count: int) -> list[float]:
+        """Milliseconds to commit one row and read it back."""
+        marker = self.marker
+        samples = []
+        with self.connection() as connection:
+            for _ in range(count):
+                started = time.perf_counter()
+                cursor = connection.execute(
+                    f"INSERT INTO bench_raw (payload) VALUES ({marker}) RETURNING id", (PAYLOAD,)
+                )
+                (row_id,) = cursor.fetchone()
+                connection.execute(
+                    f"SELECT payload FROM bench_raw WHERE id = {marker}", (row_id,)
+                ).fetchone()
+                samples.append((time.perf_counter() - started) * 1000)
+        return samples
+
+    def read_rate(self) -> float:
+        """Stored events read back with a plain SELECT, per second."""
+        with self.connection() as connection:
+            started = time.perf_counter()
+            cursor = connection.execute(
+                "SELECT position, topic, state FROM runledger_events ORDER BY position"
+            )
+            rows = 0
+            while batch := cursor.fetchmany(10_000):
+                rows += len(batch)
+            return rows / (time.perf_counter() - started)
+
+    def range_latencies(self, run_id: str, total: int, count: int, seed: int = 3) -> list[float]:
+        """Milliseconds for a plain indexed page of 256 follow-up rows."""
+        import random
+
+        marker = self.marker
+        picker = random.Random(seed)  # noqa: S311 - reproducible sampling
+        statement = (
+            "SELECT * FROM rl_fuq_follow_ups WHERE run_id = {m} AND order_number > {m} "
+            "ORDER BY order_number LIMIT 256"
+        ).replace("{m}", marker)
+        samples = []
+        with self.connection() as connection:
+            for _ in range(count):
+                start = picker.randrange(0, max(1, total - 256))
+                started = time.perf_counter()
+                connection.execute(statement, (run_id, start)).fetchall()
+                samples.append((time.perf_counter() - started) * 1000)
+        return samples
+
+
+# -- workers for multi-process measurements --------------------------------------------------
+
+
+def _queue_worker(
+    url: str, run_id: str, session_id: str, seconds: float, start: Any, results: Any
+) -> None:
+    with open_store(url, embedded_projections=False) as store:
+        start.wait()
+        count = 0
+        began = time.perf_counter()
+        while time.perf_counter() - began < seconds:
+            store.queue_follow_up(
+                run_id,
+                request_id=f"request-{count}",
+                target_session_id=session_id,
+                actor=Actor("session", session_id),
+                source="pi-session",
+                prompt=f"Follow-up {count}: check the edge cases.",
+            )
+            count += 1
+        results.put((count, time.perf_counter() - began))
+
+
+def _raw_insert_worker(url: str, seconds: float, start: Any, results: Any) -> None:
+    with psycopg.connect(url, autocommit=True) as connection:
+        start.wait()
+        count = 0
+        began = time.perf_counter()
+        while time.perf_counter() - began < seconds:
+            connection.execute("INSERT INTO bench_raw (payload) VALUES (%s)", (PAYLOAD,))
+            count += 1
+        results.put((count, time.perf_counter() - began))
+
+
+def _parallel(target: Callable[..., None], args: list[tuple[Any, ...]]) -> float:
+    """Start one process per args tuple at once; the summed rate of their work."""
+    context = multiprocessing.get_context("spawn")
+    start = context.Event()
+    results = context.Queue()
+    processes = [context.Process(target=target, args=(*a, start, results)) for a in args]
+    for process in processes:
+        process.start()
+    time.sleep(1.0)
+    start.set()
+    outcomes: list[tuple[int, float]] = [results.get(timeout=120) for _ in processes]
+    for process in processes:
+        process.join(timeout=30)
+    return sum(count for count, _ in outcomes) / max(elapsed for _, elapsed in outcomes)
+
+
+# -- the measurements -----------------------------------------------------------------------
+
+
+class Bench:
+    def __init__(
+        self, url: str, *, events: int, seconds: float, advance: Callable[[str], None]
+    ) -> None:
+        self.scratch = Scratch(url)
+        self.events = events
+        self.seconds = seconds
+        self.advance = advance
+
+    @property
+    def backend(self) -> str:
+        return self.scratch.backend
+
+    def _prepared_run(self, store: WorkflowStore, run_id: str, session_id: str) -> None:
+        store.create_run(run_id, workflow_name="bench", input={"n": 1})
+        store.bind_origin_session(run_id, session_id)
+
+    def p1_single_writer(self) -> BenchResult:
+        url = self.scratch.new_url()
+        baseline = Raw(url).insert_rate(self.seconds)
+        with open_store(url) as store:
+            count = 0
+            started = time.perf_counter()
+            while time.perf_counter() - started < self.seconds:
+                run_id = f"p1-{count // 100}"
+                if count % 100 == 0:
+                    self._prepared_run(store, run_id, "p1-session")
+                store.queue_follow_up(
+                    run_id,
+                    request_id=f"request-{count}",
+                    target_session_id="p1-session",
+                    actor=Actor("session", "p1-session"),
+                    source="pi-session",
+                    prompt=f"Follow-up {count}: check the edge cases.",
+                )
+                count += 1
+            rate = count / (time.perf_counter() - started)
+        self.advance("P1")
+        return BenchResult(
+            "P1",
+            "queue_follow_up, one writer, read models projected in-process",
+            rate,
+            "commands/s",
+            baseline,
+            rate / baseline,
+            ">= 0.5 x raw single-row commits (same durability)",
+            rate / baseline >= 0.5,
+        )
+
+    def p2_four_writers(self) -> BenchResult:
+        url = self.scratch.new_url()
+        with Raw(url).connection():
+            pass
+        baseline = _parallel(_raw_insert_worker, [(url, self.seconds)] * 4)
+        with open_store(url, embedded_projections=False) as store:
+            for index in range(4):
+                self._prepared_run(store, f"p2-{index}", f"p2-session-{index}")
+        rate = _parallel(
+            _queue_worker,
+            [(url, f"p2-{index}", f"p2-session-{index}", self.seconds) for index in range(4)],
+        )
+        self.advance("P2")
+        return BenchResult(
+            "P2",
+            "queue_follow_up, 4 writer processes (read models by a worker)",
+            rate,
+            "commands/s",
+            baseline,
+            rate / baseline,
+            ">= 0.5 x raw inserts from 4 connections",
+            rate / baseline >= 0.5,
+        )
+
+    def p3_rebuild(self) -> BenchResult:
+        url = self.scratch.new_url()
+        with open_store(url, embedded_projections=False) as store:
+            for batch in HistoryGenerator().batches(self.events):
+                store.storage.events.insert_events(batch)
+            baseline = Raw(url).read_rate()
+            started = time.perf_counter()
+            read = store.rebuild_projections()
+            rate = read / (time.perf_counter() - started)
+        goal = 50_000 if self.backend == "sqlite" else 30_000
+        self.advance("P3")
+        return BenchResult(
+            "P3",
+            f"full rebuild of all four read models ({read:,} events)",
+            rate,
+            "events/s",
+            baseline,
+            rate / baseline,
+            f">= {goal:,} events/s",
+            rate >= goal,
+        )
+
+    def _visible_latencies(
+        self, writer: WorkflowStore, reader: WorkflowStore, count: int
+    ) -> list[float]:
+        self._prepared_run(writer, "p4", "p4-session")
+        samples = []
+        for index in range(count):
+            started = time.perf_counter()
+            writer.queue_follow_up(
+                "p4",
+                request_id=f"request-{index}",
+                target_session_id="p4-session",
+                actor=Actor("session", "p4-session"),
+                source="pi-session",
+                prompt=f"Follow-up {index}",
+            )
+            deadline = started + 5.0
+            while True:
+                queue = reader.follow_up_queue("p4")
+                if queue is not None and len(queue.follow_ups) > index:
+                    break
+                if time.perf_counter() > deadline:
+                    raise TimeoutError("a queued follow-up never became visible")
+                time.sleep(0.0002)
+            samples.append((time.perf_counter() - started) * 1000)
+        return samples
+
+    def p4_visibility(self) -> BenchResult:
+        url = self.scratch.new_url()
+        baseline_samples = Raw(url).insert_select_latencies(200)
+        with open_store(url) as store:
+            embedded = self._visible_latencies(store, store, 200)
+        modes = {"embedded": embedded}
+        if self.backend == "postgresql":
+            modes["worker"] = self._worker_latencies(self.scratch.new_url())
+        p99 = max(percentile(samples, 0.99) for samples in modes.values())
+        met = all(
+            percentile(samples, 0.5) <= 5 and percentile(samples, 0.99) <= 25
+            for samples in modes.values()
+        )
+        detail = "; ".join(
+            f"{mode} p50 {percentile(s, 0.5):.1f} / p99 {percentile(s, 0.99):.1f} ms"
+            for mode, s in modes.items()
+        )
+        baseline = percentile(baseline_samples, 0.99)
+        self.advance("P4")
+        return BenchResult(
+            "P4",
+            f"command -> visible in a query, p99 ({detail})",
+            p99,
+            "ms",
+            baseline,
+            p99 / baseline,
+            "p50 <= 5 ms and p99 <= 25 ms",
+            met,
+        )
+
+    def _worker_latencies(self, url: str) -> list[float]:
+        import subprocess
+        import sys
+
+        with (
+            open_store(url, embedded_projections=False) as writer,
+            open_store(url, embedded_projections=False) as reader,
+        ):
+            worker = subprocess.Popen(  # noqa: S603 - our own CLI, fixed arguments
+                [
+                    sys.executable,
+                    "-m",
+                    "infrastructure.cli",
+                    "projections",
+                    "run",
+                    "--url",
+                    url,
+                    "--poll",
+                    "0.5",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            try:
+                time.sleep(2.0)
+                return self._visible_latencies(writer, reader, 200)
+            finally:
+                worker.terminate()
+                worker.wait(timeout=30)
+
+    def p5_history_cost(self) -> BenchResult:
+        url = self.scratch.new_url()
+        total = 10_000
+        latencies = []
+        with open_store(url) as store:
+            self._prepared_run(store, "p5", "p5-session")
+            for index in range(total):
+                started = time.perf_counter()
+                store.queue_follow_up(
+                    "p5",
+                    request_id=f"request-{index}",
+                    target_session_id="p5-session",
+                    actor=Actor("session", "p5-session"),
+                    source="pi-session",
+                    prompt=f"Follow-up {index}",
+                )
+                latencies.append(time.perf_counter() - started)
+        early = statistics.median(latencies[5:25])
+        late = statistics.median(latencies[total - 20 :])
+        ratio = late / early
+        self.advance("P5")
+        return BenchResult(
+            "P5",
+            "cost of the 10,000th follow-up on one run vs the 10th "
+            f"({late * 1000:.2f} vs {early * 1000:.2f} ms)",
+            ratio,
+            "x",
+            None,
+            None,
+            "<= 1.5 x",
+            ratio <= 1.5,
+        )
+
+    def p6_range(self) -> BenchResult:
+        url = self.scratch.new_url()
+        total = 100_000
+        generator = HistoryGenerator(prefix="p6")
+        with open_store(url, embedded_projections=False) as store:
+            events = generator.run_events(total)
+            for start in range(0, len(events), 5000):
+                store.storage.events.insert_events(events[start : start + 5000])
+            store.rebuild_projection("follow_up_queue")
+            run_id = "p6-run-1"
+            import random
+
+            picker = random.Random(5)  # noqa: S311 - reproducible sampling
+            samples = []
+            for _ in range(500):
+                start_at = picker.randrange(0, total - 256)
+                started = time.perf_counter()
+                page = store.follow_up_queue_range(run_id, start=start_at, limit=256)
+                samples.append((time.perf_counter() - started) * 1000)
+                if page is None or len(page.follow_ups) != 256:
+                    raise AssertionError("range query returned the wrong page")
+        baseline = percentile(Raw(url).range_latencies(run_id, total, 500), 0.99)
+        p99 = percentile(samples, 0.99)
+        self.advance("P6")
+        return BenchResult(
+            "P6",
+            "follow_up_queue_range of 256 items on a run with 100,000 follow-ups, p99",
+            p99,
+            "ms",
+            baseline,
+            p99 / baseline,
+            "p99 <= 5 ms",
+            p99 <= 5,
+        )
+
+    def run(self) -> list[BenchResult]:
+        steps = [self.p1_single_writer]
+        if self.backend == "postgresql":
+            steps.append(self.p2_four_writers)
+        steps += [self.p3_rebuild, self.p4_visibility, self.p5_history_cost, self.p6_range]
+        try:
+            return [step() for step in steps]
+        finally:
+            self.scratch.close()
+
+    def planned(self) -> list[str]:
+        ids = ["P1", "P3", "P4", "P5", "P6"]
+        return ["P1", "P2", *ids[1:]] if self.backend == "postgresql" else ids

@@ -1,0 +1,52 @@
+"""Running ``runledger bench`` with a progress bar, and printing its results."""
+
+from __future__ import annotations
+
+import json
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from infrastructure.bench import Bench, BenchResult
+
+
+def run_bench(url: str, *, events: int, seconds: float) -> tuple[str, list[BenchResult]]:
+    """Every measurement on the URL's backend; progress goes to stderr."""
+    with Progress(
+        TextColumn("bench {task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+    ) as progress:
+        task = progress.add_task("starting", total=0)
+
+        def advance(done: str) -> None:
+            progress.update(task, advance=1, description=f"{done} done")
+
+        bench = Bench(url, events=events, seconds=seconds, advance=advance)
+        progress.update(task, total=len(bench.planned()), description=bench.backend)
+        return bench.backend, bench.run()
+
+
+def print_bench(outcome: tuple[str, list[BenchResult]], out: Console, *, as_json: bool) -> None:
+    backend, results = outcome
+    if as_json:
+        document = {"backend": backend, "results": [result.as_json() for result in results]}
+        print(json.dumps(document))
+        return
+    table = Table(title=f"runledger bench on {backend}")
+    for column in ("id", "measure", "value", "baseline", "ratio", "goal", "met"):
+        table.add_column(column, overflow="fold")
+    for result in results:
+        table.add_row(
+            result.id,
+            result.name,
+            f"{result.value:,.2f} {result.unit}",
+            "" if result.baseline is None else f"{result.baseline:,.2f}",
+            "" if result.ratio is None else f"{result.ratio:.2f}",
+            result.goal,
+            "yes" if result.met else "NO",
+        )
+    out.print(table)

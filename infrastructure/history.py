@@ -1,0 +1,191 @@
+"""Realistic event histories, generated fast for benchmarks and soak tests.
+
+The events come from the real aggregates (so they are exactly what commands would write),
+but without the application's load/save round trip per command: whole runs are built in
+memory and stored in large batches.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Final
+from uuid import UUID
+
+from eventsourcing.domain import BaseAggregate
+from eventsourcing.persistence import StoredEvent
+
+from domain.follow_ups import FollowUp
+from domain.ids import follow_up_id_for, follow_up_message_id, terminal_message_id
+from domain.runs import Run
+from domain.serialisation import LedgerMapper
+from domain.values import SYSTEM, Actor
+from domain.workflow_messages import WorkflowMessage, follow_up_content, terminal_content
+
+HOST: Final = Actor("host")
+
+
+class HistoryGenerator:
+    """Writes runs with progress, follow-ups, endings, terminal messages and turns."""
+
+    def __init__(
+        self, *, seed: int = 7, start: datetime | None = None, prefix: str = "bench"
+    ) -> None:
+        self.random = random.Random(seed)  # noqa: S311 - a reproducible mix, not a secret
+        self.now = start or datetime(2026, 1, 1, tzinfo=UTC)
+        self.prefix = prefix
+        self.mapper = LedgerMapper()
+        self.runs = 0
+
+    def _tick(self) -> datetime:
+        self.now += timedelta(milliseconds=1)
+        return self.now
+
+    def run_events(self, follow_ups: int) -> list[StoredEvent]:
+        """One run's whole life, about ``3 * follow_ups + 10`` events."""
+        self.runs += 1
+        run_id = f"{self.prefix}-run-{self.runs}"
+        session_id = f"{self.prefix}-session-{self.runs % 50}"
+        run = Run.create(
+            run_id,
+            workflow_name="review",
+            input={"pr": self.runs, "paths": ["src/app.py", "tests/test_app.py"]},
+            workflow_ref="builtin:review",
+            title=f"Review #{self.runs}",
+            status="running",
+            parent=None,
+            lineage_kind=None,
+            parent_terminal_fingerprint=None,
+            actor=HOST,
+            now=self._tick(),
+        )
+        run.bind_origin_session(session_id, "interactive", actor=HOST, now=self._tick())
+        changed: list[BaseAggregate[UUID]] = [run]
+        session = Actor("session", session_id)
+        for node in ("lint", "test"):
+            run.record_progress(
+                status="running",
+                current_node=node,
+                current_attempt_id=f"{node}-1",
+                waiting_on=None,
+                status_detail=None,
+                actor=HOST,
+                now=self._tick(),
+            )
+        queued: list[tuple[FollowUp, WorkflowMessage]] = []
+        for index in range(follow_ups):
+            request_id = f"request-{index}"
+            follow_up_id = follow_up_id_for(run_id, request_id)
+            message_id = follow_up_message_id(follow_up_id)
+            prompt = f"Follow-up {index} of {run_id}: also check the edge cases."
+            now = self._tick()
+            order = run.accept_follow_up(follow_up_id, actor=session, now=now)
+            follow_up = FollowUp.queue(
+                follow_up_id,
+                run_id=run_id,
+                request_id=request_id,
+                order=order,
+                target_session_id=session_id,
+                actor=session,
+                source="pi-session",
+                prompt=prompt,
+                workflow_message_id=message_id,
+                now=now,
+            )
+            message = WorkflowMessage.create(
+                message_id,
+                run_id=run_id,
+                target_session_id=session_id,
+                kind="followUp",
+                source_id=follow_up_id,
+                content=follow_up_content(
+                    workflow_message_id=message_id,
+                    follow_up_id=follow_up_id,
+                    run_id=run_id,
+                    prompt=prompt,
+                ),
+                actor=session,
+                now=now,
+            )
+            if self.random.random() < 0.1:
+                follow_up.remove(
+                    actor=Actor("human"), source="interactive-command", now=self._tick()
+                )
+                message.cancel_if_pending(actor=Actor("human"), now=self.now)
+            queued.append((follow_up, message))
+            changed.extend((follow_up, message))
+        failed = self.random.random() < 0.3
+        status = "failed" if failed else "completed"
+        error = "tests failed" if failed else None
+        final_output = None if failed else {"approved": True, "comments": 3}
+        fingerprint = run.fingerprint_for(status, final_output, error, None)
+        message_id = terminal_message_id(run_id, fingerprint)
+        now = self._tick()
+        run.finish(
+            status=status,
+            final_output=final_output,
+            error=error,
+            status_detail=None,
+            interrupted=False,
+            terminal_message_id=message_id,
+            actor=HOST,
+            now=now,
+        )
+        if failed:
+            for follow_up, follow_up_message in queued:
+                if follow_up.state == "queued":
+                    follow_up.cancel(
+                        ended_run_id=run_id,
+                        status=status,
+                        reason="tests failed",
+                        actor=SYSTEM,
+                        now=now,
+                    )
+                    follow_up_message.cancel_if_pending(actor=SYSTEM, now=now)
+        terminal = WorkflowMessage.create(
+            message_id,
+            run_id=run_id,
+            target_session_id=session_id,
+            kind="terminal",
+            source_id=f"terminal:{run_id}",
+            content=terminal_content(
+                workflow_message_id=message_id,
+                run_id=run_id,
+                facts=run.terminal_facts([]),
+                fingerprint=fingerprint,
+                instructions=run.effective_presentation_instructions,
+            ),
+            actor=HOST,
+            now=now,
+        )
+        terminal.adopt_entry(f"entry-{self.runs}", actor=session, now=self._tick())
+        turn_id = f"{self.prefix}-turn-{self.runs}"
+        terminal.start_turn(turn_id, actor=session, now=self._tick())
+        terminal.end_turn(
+            turn_id,
+            stop_reason="completed",
+            response_session_entry_id=f"response-{self.runs}",
+            actor=session,
+            now=self._tick(),
+        )
+        changed.append(terminal)
+        events = [event for aggregate in changed for event in aggregate.collect_events()]
+        events.sort(key=lambda event: event.timestamp)
+        return [self.mapper.to_stored_event(event) for event in events]
+
+    def batches(
+        self, total_events: int, *, follow_ups_per_run: int = 30, batch_events: int = 5000
+    ) -> Iterator[list[StoredEvent]]:
+        """Batches of stored events, about ``total_events`` in all, in log order."""
+        written = 0
+        batch: list[StoredEvent] = []
+        while written < total_events:
+            events = self.run_events(follow_ups_per_run)
+            batch.extend(events)
+            written += len(events)
+            if len(batch) >= batch_events:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
