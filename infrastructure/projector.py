@@ -57,7 +57,7 @@ class _PageWriter:
         return None if row is None else dict(row)
 
     def put(self, table: Table, row: Row) -> None:
-        self.changes.setdefault(table.name, {})[table.key_of(row)] = dict(row)
+        self.changes.setdefault(table.name, {})[table.key_of(row)] = row
 
     def delete(self, table: Table, key: Key) -> None:
         self.changes.setdefault(table.name, {})[tuple(key)] = None

@@ -8,7 +8,8 @@ SQLite and PostgreSQL live in ``infrastructure``; nothing here touches a databas
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+import operator
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Protocol
 from uuid import UUID
@@ -55,6 +56,7 @@ class Table:
     indexes: tuple[tuple[str, ...], ...] = ()
     column_names: tuple[str, ...] = field(init=False)
     json_columns: frozenset[str] = field(init=False)
+    _key_getter: Callable[[Mapping[str, Any]], Any] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         names = tuple(name for name, _ in self.columns)
@@ -62,12 +64,18 @@ class Table:
         object.__setattr__(
             self, "json_columns", frozenset(name for name, kind in self.columns if kind == "json")
         )
+        getter = operator.itemgetter(*self.key)
+        single = len(self.key) == 1
+        object.__setattr__(
+            self, "_key_getter", (lambda row: (getter(row),)) if single else getter
+        )
         missing = [name for name in (*self.key, *sum(self.indexes, ())) if name not in names]
         if missing:
             raise ValueError(f"table {self.name} names unknown columns: {missing}")
 
     def key_of(self, row: Mapping[str, Any]) -> Key:
-        return tuple(row[name] for name in self.key)
+        key: Key = self._key_getter(row)
+        return key
 
 
 class ViewWriter(Protocol):
@@ -82,7 +90,7 @@ class ViewWriter(Protocol):
         ...
 
     def put(self, table: Table, row: Row) -> None:
-        """Insert or replace the row (every column must be present)."""
+        """Insert or replace the row (every column present); the view now owns ``row``."""
         ...
 
     def delete(self, table: Table, key: Key) -> None: ...
