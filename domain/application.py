@@ -66,6 +66,7 @@ from domain.follow_ups import (
     check_request_id,
     check_source,
     follow_up_aggregate_id,
+    follow_ups_of_run_key,
 )
 from domain.ids import (
     default_turn_id,
@@ -485,9 +486,13 @@ class WorkflowRuns(Application[UUID]):
             current = unit.run(current.parent_run_id)
             chain.append(current)
         for run in chain:
-            for follow_up_id in run.follow_up_ids:
-                follow_up = unit.follow_up(follow_up_id)
-                if follow_up.state != "queued":
+            # The Run's version orders this against every queue on it, so the index lists
+            # every follow-up accepted before this end (a racing queue conflicts and retries).
+            for aggregate_id in self.storage.originator_ids_by_key(
+                follow_ups_of_run_key(run.run_id)
+            ):
+                follow_up = unit.get(FollowUp, aggregate_id)
+                if follow_up is None or follow_up.state != "queued":
                     continue
                 message = unit.message(follow_up.workflow_message_id)
                 if message.status == "sent":

@@ -7,6 +7,7 @@ application's injected clock and is exposed as ``recorded_at``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, ClassVar
 from uuid import UUID
@@ -69,6 +70,23 @@ class LedgerSnapshot(CanSnapshotAggregate[UUID], DomainEvent):
         aggregate = object.__new__(aggregate_class)
         object.__setattr__(aggregate, "__dict__", state)
         return aggregate
+
+
+class CopiedCheaply:
+    """Aggregates are copied out of the repository's cache on every load: copy only what
+    events mutate in place (``MUTABLE_FIELDS``); JSON values are shared, never mutated."""
+
+    MUTABLE_FIELDS: ClassVar[dict[str, Callable[[Any], Any]]] = {}
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        clone = object.__new__(type(self))
+        state = dict(self.__dict__)
+        state["_pending_events"] = list(state.get("_pending_events", ()))
+        for name, copier in self.MUTABLE_FIELDS.items():
+            if name in state:
+                state[name] = copier(state[name])
+        object.__setattr__(clone, "__dict__", state)
+        return clone
 
 
 AGGREGATE_CLASSES: dict[str, type[BaseAggregate[UUID]]] = {}

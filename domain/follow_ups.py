@@ -19,7 +19,7 @@ from domain.errors import (
     InvalidSourceError,
     PromptTooLargeError,
 )
-from domain.events import LedgerCreated, LedgerEvent, LedgerSnapshot
+from domain.events import CopiedCheaply, LedgerCreated, LedgerEvent, LedgerSnapshot
 from domain.ids import aggregate_id
 from domain.records import ActorRecord, FollowUpRecord
 from domain.values import REMOVED_REASON, Actor
@@ -31,6 +31,11 @@ MAX_PROMPT_BYTES: Final = 65536
 
 def follow_up_aggregate_id(follow_up_id: str) -> UUID:
     return aggregate_id("follow-up", follow_up_id)
+
+
+def follow_ups_of_run_key(run_id: str) -> str:
+    """The index key under which every follow-up queued on ``run_id`` is found."""
+    return f"follow-ups-of:{run_id}"
 
 
 def check_request_id(request_id: object) -> str:
@@ -53,7 +58,7 @@ def check_prompt(prompt: object) -> str:
     return prompt
 
 
-class FollowUp(BaseAggregate[UUID]):
+class FollowUp(CopiedCheaply, BaseAggregate[UUID]):
     """One follow-up; its state changes are queue, remove and cascade-cancel."""
 
     TOPIC = "follow-up"
@@ -85,6 +90,9 @@ class FollowUp(BaseAggregate[UUID]):
         source: str
         prompt: str
         workflow_message_id: str
+
+        def lookup_key(self) -> str | None:
+            return follow_ups_of_run_key(self.run_id)
 
         def apply(self, follow_up: FollowUp) -> None:
             follow_up.follow_up_id = self.follow_up_id

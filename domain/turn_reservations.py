@@ -12,7 +12,7 @@ from uuid import UUID
 
 from eventsourcing.domain import BaseAggregate
 
-from domain.events import LedgerCreated, LedgerEvent, LedgerSnapshot
+from domain.events import CopiedCheaply, LedgerCreated, LedgerEvent, LedgerSnapshot
 from domain.ids import aggregate_id
 from domain.values import Actor
 
@@ -21,7 +21,7 @@ def turn_aggregate_id(workflow_turn_id: str) -> UUID:
     return aggregate_id("workflow-turn", workflow_turn_id)
 
 
-class TurnReservation(BaseAggregate[UUID]):
+class TurnReservation(CopiedCheaply, BaseAggregate[UUID]):
     """Maps one turn id to the message that owns the turn."""
 
     TOPIC = "workflow-turn-reservation"

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 from uuid import UUID
 
 from eventsourcing.domain import BaseAggregate
@@ -22,7 +23,7 @@ from domain.errors import (
     TurnRequiresSentMessageError,
     WorkflowError,
 )
-from domain.events import LedgerCreated, LedgerEvent, LedgerSnapshot
+from domain.events import CopiedCheaply, LedgerCreated, LedgerEvent, LedgerSnapshot
 from domain.ids import aggregate_id
 from domain.records import TurnRecord, WorkflowMessageRecord
 from domain.values import MESSAGE_KINDS, STOP_REASONS, Actor, JsonValue
@@ -119,10 +120,14 @@ def terminal_content(
     }
 
 
-class WorkflowMessage(BaseAggregate[UUID]):
+class WorkflowMessage(CopiedCheaply, BaseAggregate[UUID]):
     """Pending until branch evidence proves it in the session; turns hang off sent ones."""
 
     TOPIC = "workflow-message"
+    MUTABLE_FIELDS: ClassVar[dict[str, Callable[[Any], Any]]] = {
+        "turn_ids": list,
+        "turns": lambda turns: {turn_id: dict(turn) for turn_id, turn in turns.items()},
+    }
 
     workflow_message_id: str
     run_id: str

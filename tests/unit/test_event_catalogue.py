@@ -295,7 +295,7 @@ EXPECTED: dict[str, tuple[str, int, str | None, str | None, bytes]] = {
         "e7c16b01-b77a-5e33-b651-f34e35a5e384",
         1,
         "run-1",
-        None,
+        "follow-ups-of:run-1",
         b'{"timestamp":"2026-01-01T00:00:00.010000+00:00","originator_topic":"follow-up",'
         b'"actor":{"type":"session","id":"session-1"},"run_id":"run-1",'
         b'"follow_up_id":"follow-up-9ac1de197bf7cabb02df6922a0d0ad1027c73d27",'
@@ -620,10 +620,7 @@ def test_a_restored_snapshot_continues_with_the_next_version() -> None:
     assert (rebuilt.id, rebuilt.version, rebuilt.pending_events) == (run.id, 2, [])
     rebuilt.accept_follow_up("follow-up-b", actor=SESSION_1, now=T0 + timedelta(seconds=2))
     (accepted,) = rebuilt.collect_events()
-    assert (accepted.originator_version, rebuilt.follow_up_ids) == (
-        3,
-        ["follow-up-a", "follow-up-b"],
-    )
+    assert (accepted.originator_version, accepted.order, rebuilt.follow_up_count) == (3, 2, 2)
 
 
 def test_a_workflow_message_snapshot_round_trip_keeps_its_turns() -> None:

@@ -216,7 +216,7 @@ def test_a_new_run_is_not_paused_bound_or_at_any_node() -> None:
     run = given(Run, []).when_creating(new_run).then([("run.created", {})])
     assert (run.paused, run.origin_session_id, run.execution_mode) == (False, None, None)
     assert (run.current_node, run.current_attempt_id, run.waiting_on) == (None, None, None)
-    assert (run.presentation_instructions, run.follow_up_ids, run.finished_at) == (None, [], None)
+    assert (run.presentation_instructions, run.follow_up_count, run.finished_at) == (None, 0, None)
 
 
 def test_a_run_created_waiting_has_a_finished_at_time() -> None:
@@ -573,7 +573,7 @@ def test_the_first_accepted_follow_up_gets_order_one() -> None:
     )
     run = outcome.then([("run.follow-up-accepted", {"follow_up_id": "follow-up-a", "order": 1})])
     assert outcome.result == 1
-    assert run.follow_up_ids == ["follow-up-a"]
+    assert run.follow_up_count == 1
 
 
 def test_accepted_follow_ups_are_numbered_in_sequence() -> None:
