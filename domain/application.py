@@ -715,11 +715,11 @@ class WorkflowRuns(Application[UUID]):
 
     def cancel_pending_for_source(self, source_id: str, *, kind: str | None = None) -> int:
         """Cancel every pending message of a source (and kind); returns how many."""
-        message_ids = self.storage.originator_ids_by_key(source_id)
 
         def command(unit: UnitOfWork) -> int:
             cancelled = 0
-            for aggregate_id in message_ids:
+            # Looked up again on every attempt, so a retry also sees messages created since.
+            for aggregate_id in self.storage.originator_ids_by_key(source_id):
                 message = unit.get(WorkflowMessage, aggregate_id)
                 if message is None or message.source_id != source_id:
                     continue

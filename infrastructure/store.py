@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Final
@@ -61,8 +62,15 @@ class WorkflowStore(WorkflowRuns):
         super().__init__(storage, clock=clock)
         self.projector = Projector(storage, views, default_projections())
         self._reader = views.reader()
+        self._wake = threading.Event()
+        self._closing = threading.Event()
+        self._follower: threading.Thread | None = None
         if embedded_projections:
             self.catch_up()
+            self._follower = threading.Thread(
+                target=self._follow, name="runledger-projections", daemon=True
+            )
+            self._follower.start()
 
     @property
     def backend(self) -> str:
@@ -71,9 +79,16 @@ class WorkflowStore(WorkflowRuns):
     # -- projections follow the log in-process ---------------------------------------------
 
     def _notify(self, recordings: list[Recording[UUID]]) -> None:  # noqa: ARG002
-        # Right after each commit, so a query that follows a command sees its effect.
-        if self.embedded_projections:
-            self.catch_up()
+        # Right after each commit the follower thread projects it, off the command's path
+        # and batching what several commands wrote; a query catches up itself first.
+        self._wake.set()
+
+    def _follow(self) -> None:
+        while not self._closing.is_set():
+            self._wake.wait(timeout=1.0)
+            self._wake.clear()
+            if not self._closing.is_set():
+                self.catch_up()
 
     def catch_up(self, *, progress: Progress | None = None) -> int:
         """Bring every projection up to the end of the log; returns events read.
@@ -121,6 +136,8 @@ class WorkflowStore(WorkflowRuns):
 
     def projection_status(self) -> list[ProjectionStatus]:
         """Each projection's name, version, position, lag behind the log and last error."""
+        if self.embedded_projections:
+            self.catch_up()
         head = self.storage.max_position()
         known = {runner.name for runner in self.projector.runners.values()}
         return [
@@ -147,6 +164,10 @@ class WorkflowStore(WorkflowRuns):
         return self.projector.rebuild(chosen, progress=progress)
 
     def close(self) -> None:
+        self._closing.set()
+        self._wake.set()
+        if self._follower is not None:
+            self._follower.join(timeout=30)
         super().close()
         self.views.close()
         self.storage.close()
