@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, ParamSpec, TypeVar, cast
 from urllib.parse import urlsplit, urlunsplit
@@ -72,8 +74,15 @@ def _prepare_schema(curs: Cursor[DictRow], datastore: PostgresDatastore) -> None
         curs.execute(SQL("CREATE SCHEMA IF NOT EXISTS {0}").format(Identifier(datastore.schema)))
 
 
+def writer_lock_key(log_name: str) -> int:
+    """The advisory lock (a signed 64-bit key) writers of one log hold while they write."""
+    digest = hashlib.sha256(f"runledger-writers:{log_name}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
 class PostgresEventRecorder(PostgresApplicationRecorder):
-    """The event log; keeps the library's EXCLUSIVE table lock so insert order is commit order."""
+    """The event log. Writers do not lock the table: concurrent commits may make positions
+    visible out of order, and ``PostgresStorage.read_log`` waits at such gaps (see there)."""
 
     def __init__(
         self, datastore: PostgresDatastore, *, events_table_name: str = EVENTS_TABLE
@@ -135,6 +144,7 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
         # Tables of the same name in other schemas of the database must not wake this log's
         # subscribers.
         self.channel_name = f"{datastore.schema}.{events_table_name}"
+        self.writer_lock_key = writer_lock_key(self.channel_name)
 
     def _create_table(self, curs: Cursor[DictRow]) -> None:
         _prepare_schema(curs, self.datastore)
@@ -152,7 +162,9 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
     def _insert_stored_events(
         self, curs: Cursor[DictRow], stored_events: Sequence[StoredEvent], **_: Any
     ) -> None:
-        self._lock_table(curs)
+        # Registered as a writer of this log before drawing positions, until commit: a
+        # follower that meets a gap waits exactly for the writers registered at that moment.
+        curs.execute("SELECT pg_advisory_xact_lock_shared(%s)", (self.writer_lock_key,))
         self._notify_channel(curs)
         indexes = [index_columns(s) for s in stored_events]
         curs.execute(
@@ -339,6 +351,8 @@ class PostgresStorage:
         except BaseException:
             self.datastore.close()
             raise
+        self._gaps: dict[int, list[str]] = {}
+        self.gap_wait = 0.05
         self._read_log_statement = SQL(
             "SELECT position, topic, originator_id, originator_version, state "
             "FROM {schema}.{table} WHERE position > %s ORDER BY position LIMIT %s"
@@ -366,10 +380,74 @@ class PostgresStorage:
 
     @_retried
     def read_log(self, *, after: int, limit: int) -> list[LogEntry]:
-        """The next stored events after ``after``, as lean tuples."""
+        """The next stored events after ``after``, never passing a position that an open
+        transaction may still fill.
+
+        Writers commit concurrently, so position 7 can become visible before position 6. A
+        missing position below a visible one is a *gap*: its writer is either still open
+        (6 will appear) or rolled back (6 never will). Every writer holds a shared advisory
+        lock of this log from before it draws positions until it ends, so when a gap is first
+        met, the writer of the missing position is among the transactions holding that lock.
+        Once none of them holds it any more, a read made after that which still lacks the
+        position skips it. Until then the read stops just before the gap. Transactions that
+        are not writers of this log never hold a follower back.
+        """
+        deadline = time.monotonic() + self.gap_wait
         with self.datastore.get_connection() as conn, conn.cursor(row_factory=tuple_row) as curs:
-            curs.execute(self._read_log_statement, (after, limit), prepare=True)
-            return [LogEntry(*row) for row in curs.fetchall()]
+            for gap in [gap for gap in self._gaps if gap <= after]:
+                del self._gaps[gap]
+            while True:
+                entries, blocked = self._read_to_gap(curs, after, limit)
+                # Writers commit within milliseconds: waiting a moment for the open ones
+                # usually settles the gap, so a caught-up query does not stop short of it.
+                if not blocked or entries or time.monotonic() >= deadline:
+                    return entries
+                time.sleep(0.001)
+
+    def _read_to_gap(
+        self, curs: Cursor[Any], after: int, limit: int
+    ) -> tuple[list[LogEntry], bool]:
+        settled = self._settled_gaps(curs)
+        curs.execute(self._read_log_statement, (after, limit), prepare=True)
+        entries: list[LogEntry] = []
+        expected = after + 1
+        for row in curs.fetchall():
+            position = row[0]
+            while expected < position:
+                if expected not in settled:
+                    if expected not in self._gaps:
+                        self._gaps[expected] = sorted(self._writers(curs))
+                    return entries, True
+                expected += 1
+            entries.append(LogEntry(*row))
+            expected = position + 1
+        return entries, False
+
+    def _writers(self, curs: Cursor[Any], among: list[str] | None = None) -> set[str]:
+        """The (virtual) transactions now holding this log's writer lock."""
+        key = self._events.writer_lock_key
+        # pg_locks shows a bigint advisory key as two unsigned 32-bit halves.
+        statement = (
+            "SELECT virtualtransaction FROM pg_locks WHERE locktype = 'advisory' "
+            "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+            "AND classid::bigint = %s AND objid::bigint = %s AND objsubid = 1 AND granted"
+        )
+        params: list[Any] = [(key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF]
+        if among is not None:
+            statement += " AND virtualtransaction = ANY(%s)"
+            params.append(among)
+        curs.execute(statement, params)
+        return {row[0] for row in curs.fetchall()}
+
+    def _settled_gaps(self, curs: Cursor[Any]) -> set[int]:
+        """Gaps whose possible writers have all finished: missing for good if still missing."""
+        if not self._gaps:
+            return set()
+        noted = sorted({writer for writers in self._gaps.values() for writer in writers})
+        still_writing = self._writers(curs, noted) if noted else set()
+        return {
+            gap for gap, writers in self._gaps.items() if not still_writing.intersection(writers)
+        }
 
     def max_position(self) -> int:
         """The highest position in the log (0 when empty)."""

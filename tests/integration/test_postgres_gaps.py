@@ -1,0 +1,186 @@
+"""A follower of the PostgreSQL log never skips an event, though writers take no table lock.
+
+Writers draw positions and commit concurrently, so positions become visible out of order and
+rolled-back inserts leave holes. ``read_log`` must stop at a hole while any transaction that
+may fill it is open, and pass it only once it is certain to stay empty.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from infrastructure.storage_postgres import PostgresStorage, writer_lock_key
+
+pytestmark = pytest.mark.postgres
+
+INSERT = (
+    "INSERT INTO runledger_events (originator_id, originator_version, topic, state) "
+    "VALUES (%s, 1, 'run.created', '{}'::bytea) RETURNING position"
+)
+
+
+@pytest.fixture
+def storage(postgres_store_url: str) -> Iterator[PostgresStorage]:
+    opened = PostgresStorage(postgres_store_url)
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+WRITER_LOCK = writer_lock_key("public.runledger_events")
+
+
+class Writer:
+    """A transaction that inserts like the recorder does: registered as a writer first."""
+
+    def __init__(self, url: str) -> None:
+        self.connection = psycopg.connect(url)
+        self.connection.execute("SELECT pg_advisory_xact_lock_shared(%s)", (WRITER_LOCK,))
+
+    def insert(self) -> int:
+        row = self.connection.execute(INSERT, (uuid.uuid4(),)).fetchone()
+        assert row is not None
+        position: int = row[0]
+        return position
+
+    def commit(self) -> None:
+        self.connection.commit()
+        self.connection.close()
+
+    def roll_back(self) -> None:
+        self.connection.rollback()
+        self.connection.close()
+
+
+def committed(url: str) -> int:
+    writer = Writer(url)
+    position = writer.insert()
+    writer.commit()
+    return position
+
+
+def positions(storage: PostgresStorage, after: int = 0) -> list[int]:
+    return [entry.position for entry in storage.read_log(after=after, limit=1000)]
+
+
+def test_a_follower_stops_before_a_position_an_open_transaction_holds(
+    storage: PostgresStorage, postgres_store_url: str
+) -> None:
+    first = committed(postgres_store_url)
+    holder = Writer(postgres_store_url)
+    held = holder.insert()
+    later = committed(postgres_store_url)
+    assert positions(storage) == [first], "read past a position an open transaction holds"
+    holder.commit()
+    assert positions(storage) == [first, held, later]
+
+
+def test_a_long_open_transaction_is_waited_for_however_long_it_stays_open(
+    storage: PostgresStorage, postgres_store_url: str
+) -> None:
+    holder = Writer(postgres_store_url)
+    held = holder.insert()
+    later = committed(postgres_store_url)
+    deadline = time.monotonic() + 1.5
+    while time.monotonic() < deadline:
+        assert positions(storage) == [], "skipped a position of a transaction still open"
+        time.sleep(0.1)
+    holder.commit()
+    assert positions(storage) == [held, later]
+
+
+def test_a_rolled_back_insert_leaves_a_hole_the_follower_passes(
+    storage: PostgresStorage, postgres_store_url: str
+) -> None:
+    loser = Writer(postgres_store_url)
+    hole = loser.insert()
+    later = committed(postgres_store_url)
+    assert positions(storage) == []
+    loser.roll_back()
+    seen: list[int] = []
+    deadline = time.monotonic() + 2.0
+    while not seen and time.monotonic() < deadline:
+        seen = positions(storage)
+    assert seen == [later]
+    assert hole < later
+
+
+def test_an_interior_hole_between_committed_events_is_passed_once_settled(
+    storage: PostgresStorage, postgres_store_url: str
+) -> None:
+    first = committed(postgres_store_url)
+    loser = Writer(postgres_store_url)
+    loser.insert()
+    loser.roll_back()
+    last = committed(postgres_store_url)
+    seen = positions(storage)
+    if seen == [first]:
+        seen = seen + positions(storage, after=first)
+    assert seen == [first, last]
+
+
+def test_an_unrelated_long_transaction_does_not_hold_the_follower_back(
+    storage: PostgresStorage, postgres_store_url: str
+) -> None:
+    with psycopg.connect(postgres_store_url) as bystander:
+        bystander.execute("CREATE TABLE bystander (x int)")
+        bystander.execute("INSERT INTO bystander VALUES (1)")  # holds a transaction id
+        loser = Writer(postgres_store_url)
+        loser.insert()
+        loser.roll_back()
+        later = committed(postgres_store_url)
+        seen: list[int] = []
+        deadline = time.monotonic() + 2.0
+        while not seen and time.monotonic() < deadline:
+            seen = positions(storage)
+        assert seen == [later], "an open transaction that writes no events stalled the follower"
+        bystander.rollback()
+
+
+def test_concurrent_writers_with_rollbacks_lose_nothing_for_a_follower(
+    storage: PostgresStorage, postgres_store_url: str
+) -> None:
+    committed_positions: list[int] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def write(seed: int) -> None:
+        chooser = random.Random(seed)
+        while not stop.is_set():
+            writer = Writer(postgres_store_url)
+            drawn = [writer.insert() for _ in range(chooser.randint(1, 3))]
+            time.sleep(chooser.random() * 0.003)
+            if chooser.random() < 0.2:
+                writer.roll_back()
+            else:
+                writer.commit()
+                with lock:
+                    committed_positions.extend(drawn)
+
+    threads = [threading.Thread(target=write, args=(seed,)) for seed in range(4)]
+    for thread in threads:
+        thread.start()
+    followed: list[int] = []
+    started = time.monotonic()
+    try:
+        while time.monotonic() - started < 3.0:
+            followed.extend(positions(storage, after=followed[-1] if followed else 0))
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=10)
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        followed.extend(positions(storage, after=followed[-1] if followed else 0))
+        if len(followed) >= len(committed_positions):
+            break
+    assert followed == sorted(committed_positions), "the follower skipped or repeated events"
+    assert len(committed_positions) > 100, "the writers barely wrote; the race was not exercised"
