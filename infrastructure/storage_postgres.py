@@ -11,10 +11,12 @@ from uuid import UUID
 
 import psycopg
 from eventsourcing.persistence import (
+    ApplicationRecorder,
     InterfaceError,
     Notification,
     OperationalError,
     StoredEvent,
+    Subscription,
 )
 from eventsourcing.postgres import (
     PostgresAggregateRecorder,
@@ -178,6 +180,14 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
                 [lookup_key for _, lookup_key in indexes],
             ),
         )
+
+    def subscribe(
+        self, gt: int | None = None, topics: Sequence[str] = ()
+    ) -> Subscription[ApplicationRecorder]:
+        """Not offered: the library's subscription reads positions in order and would pass
+        gaps that concurrent writers fill later. Follow with ``PostgresStorage.read_log``."""
+        msg = "follow the runledger log with PostgresStorage.read_log (gap-safe)"
+        raise NotImplementedError(msg)
 
     def select_events(
         self,
