@@ -21,6 +21,7 @@ from psycopg.sql import SQL, Identifier
 from infrastructure.store import WorkflowStore
 
 DEFAULT_POLL_SECONDS: Final = 0.5
+SLICE_SECONDS: Final = 0.1
 logger = logging.getLogger(__name__)
 
 
@@ -48,18 +49,26 @@ class _Listener:
         self._connection = connection
         return connection
 
-    def wait(self, timeout: float) -> bool:
-        """Block until a notification or ``timeout``; True if notified."""
-        connection = self._connect()
-        if connection is None:
-            time.sleep(timeout)
-            return False
-        try:
-            for _ in connection.notifies(timeout=timeout, stop_after=1):
-                return True
-        except psycopg.Error:
-            logger.warning("LISTEN connection lost; reconnecting, polling meanwhile")
-            self.close()
+    def wait(self, timeout: float, stopping: threading.Event) -> bool:
+        """Block until a notification, ``timeout`` or ``stopping``; True if notified.
+
+        Waits in short slices: a signal sets ``stopping`` but cannot interrupt libpq's wait.
+        """
+        deadline = time.monotonic() + timeout
+        while not stopping.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            connection = self._connect()
+            if connection is None:
+                stopping.wait(min(remaining, SLICE_SECONDS))
+                continue
+            try:
+                for _ in connection.notifies(timeout=min(remaining, SLICE_SECONDS), stop_after=1):
+                    return True
+            except psycopg.Error:
+                logger.warning("LISTEN connection lost; reconnecting, polling meanwhile")
+                self.close()
         return False
 
     def close(self) -> None:
@@ -108,7 +117,7 @@ class ProjectionWorker:
                 if read:
                     continue
                 if self._listener is not None:
-                    self._listener.wait(self.poll_seconds)
+                    self._listener.wait(self.poll_seconds, self.stopping)
                 else:
                     self.stopping.wait(self.poll_seconds)
         finally:
