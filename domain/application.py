@@ -93,6 +93,7 @@ from domain.serialisation import LedgerMapper
 from domain.turn_reservations import TurnReservation, turn_aggregate_id
 from domain.values import (
     BAD_END_STATUSES,
+    CHANGEABLE_STATUSES,
     HOST_MESSAGE_KINDS,
     INTERRUPTED_REASON,
     PROGRESS_STATUSES,
@@ -485,6 +486,13 @@ class WorkflowRuns(Application[UUID]):
         while current.lineage_kind == "continuation" and current.parent_run_id is not None:
             current = unit.run(current.parent_run_id)
             chain.append(current)
+        for ancestor in chain[1:]:
+            if ancestor.status in CHANGEABLE_STATUSES:
+                # An ancestor that still takes follow-ups gets an event, so its version orders
+                # this end against every queue on it, as the ended run's own version does.
+                ancestor.record_continuation_ended(
+                    ended.run_id, status=ended.status, actor=SYSTEM, now=unit.now
+                )
         for run in chain:
             # The Run's version orders this against every queue on it, so the index lists
             # every follow-up accepted before this end (a racing queue conflicts and retries).

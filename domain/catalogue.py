@@ -34,6 +34,7 @@ DOMAIN_EVENTS: Final[tuple[type[LedgerEvent], ...]] = (
     Run.FollowUpAccepted,
     Run.Finished,
     Run.RestartChildCreated,
+    Run.ContinuationEnded,
     FollowUp.Queued,
     FollowUp.Removed,
     FollowUp.Cancelled,

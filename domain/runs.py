@@ -228,6 +228,16 @@ class Run(CopiedCheaply, BaseAggregate[UUID]):
         def apply(self, run: Run) -> None:
             run.restart_child_id = self.child_run_id
 
+    class ContinuationEnded(Event):
+        """A continuation descendant ended badly while this run still took follow-ups."""
+
+        TOPIC = "run.continuation-ended"
+        continuation_run_id: str
+        status: str
+
+        def apply(self, run: Run) -> None:
+            pass
+
     class Snapshot(LedgerSnapshot):
         TOPIC = "run.snapshot"
 
@@ -402,6 +412,17 @@ class Run(CopiedCheaply, BaseAggregate[UUID]):
             child_run_id=child_run_id,
             workflow_message_id=workflow_message_id,
             workflow_turn_id=workflow_turn_id,
+        )
+
+    def record_continuation_ended(
+        self, continuation_run_id: str, *, status: str, actor: Actor, now: datetime
+    ) -> None:
+        self._trigger(
+            self.ContinuationEnded,
+            actor,
+            now,
+            continuation_run_id=continuation_run_id,
+            status=status,
         )
 
     def _trigger(

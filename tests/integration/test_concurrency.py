@@ -476,15 +476,6 @@ def test_removal_racing_a_failure_leaves_each_follow_up_removed_or_cancelled_onc
 # -- 6. a continuation child fails while its waiting parent queues ------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: a continuation child's failure does not serialise against queues on its parent "
-        "(finish_run writes only the child's Run, while the parent's follow-ups are read from "
-        "the lookup index before the commit), so a parent follow-up accepted before the "
-        "child's run.finished stays queued"
-    ),
-)
 def test_a_continuation_child_failing_cancels_every_parent_follow_up_accepted_before_its_end(
     store: WorkflowStore, shared_url: str
 ) -> None:

@@ -42,6 +42,7 @@ WIRE_NAMES = (
     "run.follow-up-accepted",
     "run.finished",
     "run.restart-child-created",
+    "run.continuation-ended",
     "follow-up.queued",
     "follow-up.removed",
     "follow-up.cancelled",
@@ -197,6 +198,24 @@ def build_samples() -> dict[str, LedgerEvent]:
             ).collect_events()
         events += message.collect_events()
 
+    # Appended last so the times pinned for the events above do not shift.
+    parent = Run.create(
+        "parent-1",
+        workflow_name="echo",
+        input={},
+        workflow_ref=None,
+        title=None,
+        status="waiting",
+        parent=None,
+        lineage_kind=None,
+        parent_terminal_fingerprint=None,
+        actor=HOST,
+        now=now(),
+    )
+    parent.collect_events()
+    parent.record_continuation_ended(RUN_ID, status="failed", actor=Actor("system"), now=now())
+    events += parent.collect_events()
+
     samples: dict[str, LedgerEvent] = {}
     for event in events:
         samples.setdefault(type(event).TOPIC, event)
@@ -290,6 +309,14 @@ EXPECTED: dict[str, tuple[str, int, str | None, str | None, bytes]] = {
         b'"workflow_message_id":"workflow-message-5794024a024675dac82fbbb5dff6d1b8342843e68e32'
         b'944a2eff66cffd1a9b45",'
         b'"workflow_turn_id":"turn-1"}',
+    ),
+    "run.continuation-ended": (
+        "26b723a0-ca8f-5750-b437-f1baad9c696c",
+        2,
+        "parent-1",
+        None,
+        b'{"timestamp":"2026-01-01T00:00:00.022000+00:00","actor":{"type":"system","id":null},'
+        b'"run_id":"parent-1","continuation_run_id":"run-1","status":"failed"}',
     ),
     "follow-up.queued": (
         "e7c16b01-b77a-5e33-b651-f34e35a5e384",
