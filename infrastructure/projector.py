@@ -202,6 +202,7 @@ class Projector:
             selected = (
                 [self.runner(name) for name in names] if names else list(self.runners.values())
             )
+            self._recheck_failures(selected)
             read = 0
             while should_stop is None or not should_stop():
                 active = [runner for runner in selected if runner.failure is None]
@@ -244,9 +245,31 @@ class Projector:
         except TrackingConflictError:
             self._refresh(active)
             return 0
+        except Exception:
+            # Nothing was written: forget the page, so the next catch-up projects it again.
+            for commit in commits:
+                self.runners[commit.projection.name].abandon(commit.expected_position)
+            raise
         for commit in commits:
             self.runners[commit.projection.name].committed()
         return applied
+
+    def recheck_failures(self, names: Sequence[str]) -> None:
+        """Forget failures that another process has rebuilt away."""
+        with self._lock:
+            self._recheck_failures([self.runner(name) for name in names])
+
+    def _recheck_failures(self, runners: Iterable[ProjectionRunner]) -> None:
+        """A failure another process has since rebuilt away no longer stalls this one."""
+        failed = [runner for runner in runners if runner.failure is not None]
+        if not failed:
+            return
+        states = {state.name: state for state in self.views.tracking()}
+        for runner in failed:
+            state = states.get(runner.name)
+            if state is not None and state.last_error is None:
+                runner.failure = None
+                runner.abandon(state.position)
 
     def _refresh(self, runners: Iterable[ProjectionRunner]) -> None:
         positions = {state.name: state.position for state in self.views.tracking()}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Final
@@ -30,6 +31,7 @@ from projections.base import Projection
 
 DEFAULT_URL: Final = "sqlite:///runledger.db"
 URL_VARIABLE: Final = "RUNLEDGER_URL"
+CATCH_UP_ATTEMPTS: Final = 3
 
 logger = logging.getLogger(__name__)
 
@@ -96,15 +98,21 @@ class WorkflowStore(WorkflowRuns):
         A command has already committed when this runs, so a storage failure here must not
         look like a failed command: it is logged, and the next catch-up tries again.
         """
-        try:
-            return self.projector.catch_up(progress=progress)
-        except Exception:
-            logger.exception("projection catch-up failed; it will be retried")
-            return 0
+        for attempt in range(CATCH_UP_ATTEMPTS):
+            try:
+                return self.projector.catch_up(progress=progress)
+            except Exception:
+                # A failed page is forgotten by the projector; a busy or briefly unreachable
+                # database usually lets the next attempt through.
+                logger.exception("projection catch-up failed (attempt %d)", attempt + 1)
+                time.sleep(0.01 * (attempt + 1))
+        return 0
 
     def _read(self, name: str) -> ViewReaderBase:
         if self.embedded_projections:
             self.catch_up()
+        else:
+            self.projector.recheck_failures([name])
         runner = self.projector.runner(name)
         if runner.failure is not None:
             raise ProjectionStalledError(name, runner.failure)

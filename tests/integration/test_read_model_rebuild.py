@@ -20,7 +20,6 @@ from typing import Any
 import psycopg
 import pytest
 
-from domain.errors import ProjectionStalledError
 from domain.ids import follow_up_message_id
 from domain.records import SnapshotRequired, ViewerDelta, ViewerDeltas
 from domain.values import Actor
@@ -533,15 +532,6 @@ def test_a_second_embedded_store_reads_the_commands_of_the_first(durable_url: st
     assert [f.follow_up_id for f in read.follow_ups] == [follow_up_id]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ProjectionStalledError,
-    reason=(
-        "BUG: a store keeps the stall it read when it opened; a rebuild by another store or "
-        "process clears the error in projection_status() but never the open store's "
-        "ProjectionStalledError"
-    ),
-)
 def test_a_stall_that_another_store_rebuilt_away_no_longer_stalls_the_queries(
     durable_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -720,11 +720,6 @@ def test_rebuilding_a_fixed_projection_clears_its_error_and_shows_the_right_view
 
 # -- a view commit that fails (the database was busy or went away) -------------------------------
 
-COMMIT_BUG = (
-    "BUG: after a view commit fails, the runners keep the positions of the page they did not "
-    "commit, so catch-up skips its events until a newer event arrives"
-)
-
 
 @pytest.fixture
 def commit_fails_once(store: WorkflowStore, monkeypatch: pytest.MonkeyPatch) -> WorkflowStore:
@@ -743,7 +738,6 @@ def commit_fails_once(store: WorkflowStore, monkeypatch: pytest.MonkeyPatch) -> 
     return store
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=COMMIT_BUG)
 def test_a_query_after_a_failed_view_commit_reads_the_command_all_the_same(
     commit_fails_once: WorkflowStore,
 ) -> None:
@@ -757,7 +751,6 @@ def test_a_query_after_a_failed_view_commit_reads_the_command_all_the_same(
     )
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=COMMIT_BUG)
 def test_projection_status_after_a_failed_view_commit_shows_no_lag(
     commit_fails_once: WorkflowStore,
 ) -> None:
