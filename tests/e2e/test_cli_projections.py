@@ -1,0 +1,248 @@
+"""``runledger projections status|rebuild`` as an operator runs them: the real module in a
+subprocess, on a SQLite file (and ``memory://`` for status)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from domain.ids import follow_up_message_id
+from domain.values import Actor
+from infrastructure.store import WorkflowStore, open_store
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+NAMES = ["follow_up_queue", "session_outbox", "terminal_data", "viewer_deltas"]
+SESSION = "session-1"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def __str__(self) -> str:
+        return f"exit code {self.returncode}\n--- stdout\n{self.stdout}--- stderr\n{self.stderr}"
+
+
+def runledger(*args: str, cwd: Path) -> Outcome:
+    env = {key: value for key, value in os.environ.items() if key != "RUNLEDGER_URL"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    env["COLUMNS"] = "200"
+    completed = subprocess.run(
+        [sys.executable, "-m", "infrastructure.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return Outcome(completed.returncode, completed.stdout, completed.stderr)
+
+
+def play(store: WorkflowStore) -> None:
+    """A run with three follow-ups (one delivered), then failed: about twenty events."""
+    store.create_run("run-1", workflow_name="echo", input={"task": "reply"})
+    store.bind_origin_session("run-1", SESSION)
+    store.record_progress("run-1", status="running", current_node="hold")
+    ids = [
+        store.queue_follow_up(
+            "run-1",
+            request_id=f"request-{number}",
+            target_session_id=SESSION,
+            actor=Actor("session", SESSION),
+            source="workflow-tool",
+            prompt=f"Task {number}",
+        ).follow_up.follow_up_id
+        for number in range(3)
+    ]
+    message_id = follow_up_message_id(ids[0])
+    store.report_branch(SESSION, [(message_id, "entry-1")], allowed_ids=[message_id])
+    store.finish_run("run-1", status="failed", error="boom")
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """A SQLite store with a short history, every projection caught up with it."""
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    with open_store(url, embedded_projections=False) as store:
+        play(store)
+        store.catch_up()
+    return url
+
+
+@pytest.fixture
+def head(sqlite_url: str) -> int:
+    with open_store(sqlite_url, embedded_projections=False) as store:
+        position = store.storage.max_position()
+    assert position > 10
+    return position
+
+
+# -- status -----------------------------------------------------------------------------------
+
+
+def test_status_prints_a_table_of_the_four_projections(
+    sqlite_url: str, head: int, tmp_path: Path
+) -> None:
+    outcome = runledger("projections", "status", "--url", sqlite_url, cwd=tmp_path)
+    assert outcome.returncode == 0, outcome
+    for column in ("name", "version", "position", "lag", "last error"):
+        assert column in outcome.stdout, outcome
+    for name in NAMES:
+        [line] = [line for line in outcome.stdout.splitlines() if f" {name} " in line]
+        cells = line.split()
+        assert str(head) in cells, line
+        assert "0" in cells, line
+
+
+def test_status_json_is_exactly_a_list_of_status_objects(
+    sqlite_url: str, head: int, tmp_path: Path
+) -> None:
+    outcome = runledger("projections", "status", "--json", "--url", sqlite_url, cwd=tmp_path)
+    assert outcome.returncode == 0, outcome
+    statuses = json.loads(outcome.stdout)
+    assert isinstance(statuses, list)
+    assert sorted(status["name"] for status in statuses) == NAMES
+    for status in statuses:
+        assert set(status) == {"name", "version", "position", "lag", "last_error"}, status
+        assert isinstance(status["version"], int)
+        assert (status["position"], status["lag"], status["last_error"]) == (head, 0, None)
+
+
+def test_status_json_shows_the_lag_of_projections_nobody_ran(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'unprojected.db'}"
+    with open_store(url, embedded_projections=False) as store:
+        play(store)
+        head = store.storage.max_position()
+    outcome = runledger("projections", "status", "--json", "--url", url, cwd=tmp_path)
+    assert outcome.returncode == 0, outcome
+    assert {(status["position"], status["lag"]) for status in json.loads(outcome.stdout)} == {
+        (0, head)
+    }
+
+
+def test_status_on_a_memory_store(tmp_path: Path) -> None:
+    outcome = runledger("projections", "status", "--url", "memory://", cwd=tmp_path)
+    assert outcome.returncode == 0, outcome
+    for name in NAMES:
+        assert name in outcome.stdout, outcome
+    as_json = runledger("projections", "status", "--json", "--url", "memory://", cwd=tmp_path)
+    assert as_json.returncode == 0, as_json
+    assert sorted(
+        (status["name"], status["position"], status["lag"]) for status in json.loads(as_json.stdout)
+    ) == [(name, 0, 0) for name in NAMES]
+    assert not list(tmp_path.iterdir()), "a memory store must not create files"
+
+
+# -- rebuild ----------------------------------------------------------------------------------
+
+
+SUMMARY = re.compile(r"(\d+) events in [\d.]+s \(([\d,]+) events/s\)")
+
+
+def test_rebuild_one_projection(sqlite_url: str, head: int, tmp_path: Path) -> None:
+    with open_store(sqlite_url, embedded_projections=False) as store:
+        before = store.follow_up_queue("run-1")
+    outcome = runledger(
+        "projections", "rebuild", "follow_up_queue", "--url", sqlite_url, cwd=tmp_path
+    )
+    assert outcome.returncode == 0, outcome
+    assert "rebuilt follow_up_queue" in outcome.stdout, outcome
+    match = SUMMARY.search(outcome.stdout)
+    assert match is not None, outcome
+    assert int(match.group(1)) == head
+    with open_store(sqlite_url, embedded_projections=False) as store:
+        assert store.follow_up_queue("run-1") == before
+        assert {status.lag for status in store.projection_status()} == {0}
+
+
+def test_rebuild_all_projections(sqlite_url: str, head: int, tmp_path: Path) -> None:
+    with open_store(sqlite_url, embedded_projections=False) as store:
+        before = (store.follow_up_queue("run-1"), store.terminal_data("run-1"))
+    outcome = runledger("projections", "rebuild", "--all", "--url", sqlite_url, cwd=tmp_path)
+    assert outcome.returncode == 0, outcome
+    line = " ".join(outcome.stdout.split())
+    for name in NAMES:
+        assert name in line, outcome
+    match = SUMMARY.search(line)
+    assert match is not None, outcome
+    assert int(match.group(1)) == head
+    with open_store(sqlite_url, embedded_projections=False) as store:
+        assert (store.follow_up_queue("run-1"), store.terminal_data("run-1")) == before
+        assert {(status.position, status.lag) for status in store.projection_status()} == {
+            (head, 0)
+        }
+
+
+def test_rebuild_catches_up_projections_nobody_ran(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'unprojected.db'}"
+    with open_store(url, embedded_projections=False) as store:
+        play(store)
+    outcome = runledger("projections", "rebuild", "--all", "--url", url, cwd=tmp_path)
+    assert outcome.returncode == 0, outcome
+    with open_store(url, embedded_projections=False) as store:
+        terminal = store.terminal_data("run-1")
+        assert terminal is not None
+        assert (terminal.status, terminal.error) == ("failed", "boom")
+
+
+def test_rebuild_of_an_unknown_projection_fails_with_its_error_code(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    outcome = runledger("projections", "rebuild", "no_such_view", "--url", sqlite_url, cwd=tmp_path)
+    assert outcome.returncode == 1, outcome
+    error = " ".join(outcome.stderr.split())
+    assert "[projection.unknown]" in error, outcome
+    assert "no_such_view" in error, outcome
+    assert "Traceback" not in outcome.stderr, outcome
+    assert "rebuilt" not in outcome.stdout, outcome
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param([], id="neither-name-nor-all"),
+        pytest.param(["follow_up_queue", "--all"], id="both-name-and-all"),
+    ],
+)
+def test_rebuild_needs_exactly_one_of_a_name_or_all(
+    args: list[str], sqlite_url: str, tmp_path: Path
+) -> None:
+    outcome = runledger("projections", "rebuild", *args, "--url", sqlite_url, cwd=tmp_path)
+    assert outcome.returncode == 2, outcome
+    assert "name one projection, or pass --all" in " ".join(outcome.stderr.split()), outcome
+    assert "Traceback" not in outcome.stderr, outcome
+
+
+# -- known bugs -------------------------------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: WorkflowStore.close() drops the projection work its follower thread was woken "
+    "for: _follow() skips catch_up() once _closing is set, so the events of an embedded host's "
+    "last command(s) before close() stay unprojected (lag > 0) until some later catch-up",
+)
+def test_an_embedded_host_leaves_its_views_current_when_it_closes(tmp_path: Path) -> None:
+    lags = []
+    for trial in range(3):
+        url = f"sqlite:///{tmp_path / f'host-{trial}.db'}"
+        with open_store(url) as host:  # embedded projections, the default
+            host.create_run("run-1", workflow_name="echo", input={"task": "reply"})
+            host.projection_status()  # caught up; the follower goes back to sleep
+            time.sleep(0.2)
+            host.bind_origin_session("run-1", SESSION)
+        outcome = runledger("projections", "status", "--json", "--url", url, cwd=tmp_path)
+        assert outcome.returncode == 0, outcome
+        lags.append(sorted(status["lag"] for status in json.loads(outcome.stdout)))
+    assert lags == [[0, 0, 0, 0]] * 3
