@@ -322,7 +322,7 @@ class Bench:
                 store.storage.events.insert_events(batch)
             baseline = Raw(url).read_rate()
             started = time.perf_counter()
-            read = store.rebuild_projections()
+            read = store.rebuild_projections(processes=os.cpu_count() or 1)
             rate = read / (time.perf_counter() - started)
         goal = 50_000 if self.backend == "sqlite" else 30_000
         self.advance("P3")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from collections.abc import Sequence
@@ -69,7 +70,9 @@ def rebuild(store: WorkflowStore, names: Sequence[str], err: Console) -> tuple[i
         transient=False,
     ) as progress:
         task = progress.add_task(", ".join(names), total=total)
-        read = store.rebuild_projections(names, progress=lambda n: progress.advance(task, n))
+        read = store.rebuild_projections(
+            names, progress=lambda n: progress.advance(task, n), processes=os.cpu_count() or 1
+        )
         progress.update(task, completed=read, total=max(read, 1))
     return read, time.perf_counter() - started
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Final
 
 from domain.errors import UnknownProjectionError
@@ -151,8 +152,8 @@ class ProjectionRunner:
         self.authoritative = False
         self.position = position
 
-    def reset(self) -> None:
-        self.views.reset(self.projection)
+    def reset(self, *, defer_indexes: bool = False) -> None:
+        self.views.reset(self.projection, defer_indexes=defer_indexes)
         self._cache.clear()
         self.position = 0
         self.failure = None
@@ -254,6 +255,20 @@ class Projector:
             self.runners[commit.projection.name].committed()
         return applied
 
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Hold this process's projections still while another process works on the views."""
+        with self._lock:
+            yield
+
+    def reload(self, names: Sequence[str]) -> None:
+        """Take positions and failures from the view store (another process moved them)."""
+        with self._lock:
+            for name in names:
+                runner = self.runner(name)
+                runner.abandon(0)
+                runner.start()
+
     def recheck_failures(self, names: Sequence[str]) -> None:
         """Forget failures that another process has rebuilt away."""
         with self._lock:
@@ -281,10 +296,11 @@ class Projector:
         with self._lock:
             runners = [self.runner(name) for name in names]
             for runner in runners:
-                runner.reset()
+                runner.reset(defer_indexes=True)
                 runner.authoritative = True
             try:
                 return self.catch_up(names, progress=progress)
             finally:
                 for runner in runners:
                     runner.abandon(runner.position)
+                    self.views.create_indexes(runner.projection)

@@ -25,6 +25,7 @@ from domain.records import (
     WorkflowMessageRecord,
 )
 from infrastructure.projector import Progress, Projector
+from infrastructure.rebuild import rebuild_in_processes, split
 from infrastructure.view_store import MemoryViewStore, ViewReaderBase, ViewStore
 from projections import follow_up_queue, session_outbox, terminal_data, viewer_deltas
 from projections.base import Projection
@@ -64,6 +65,7 @@ class WorkflowStore(WorkflowRuns):
         super().__init__(storage, clock=clock)
         self.projector = Projector(storage, views, default_projections())
         self._reader = views.reader()
+        self._closed = False
         self._wake = threading.Event()
         self._closing = threading.Event()
         self._follower: threading.Thread | None = None
@@ -165,17 +167,40 @@ class WorkflowStore(WorkflowRuns):
         return self.projector.rebuild([name], progress=progress)
 
     def rebuild_projections(
-        self, names: Sequence[str] | None = None, *, progress: Progress | None = None
+        self,
+        names: Sequence[str] | None = None,
+        *,
+        progress: Progress | None = None,
+        processes: int = 1,
     ) -> int:
-        """Rebuild several projections (default: all) in one pass over the log."""
+        """Rebuild several projections (default: all); returns the events replayed.
+
+        With ``processes`` > 1 (SQLite and PostgreSQL) the projections are split over that
+        many processes, each replaying the log into its group's tables. The processes are
+        spawned, so a script calling this needs the usual ``if __name__ == "__main__":``.
+        """
         chosen = list(names) if names else list(self.projector.runners)
-        return self.projector.rebuild(chosen, progress=progress)
+        for name in chosen:
+            self.projector.runner(name)
+        workers = min(len(chosen), processes)
+        if workers <= 1 or self.backend == "memory":
+            return self.projector.rebuild(chosen, progress=progress)
+        with self.projector.paused():
+            read = rebuild_in_processes(self.url, split(chosen, workers), progress)
+            self.projector.reload(chosen)
+        return read
 
     def close(self) -> None:
+        # The library's Application.__del__ closes again; the second time there is nothing left.
+        if self._closed:
+            return
+        self._closed = True
         self._closing.set()
         self._wake.set()
         if self._follower is not None:
             self._follower.join(timeout=30)
+            # What the last commands wrote may not have reached the follower before it stopped.
+            self.catch_up()
         super().close()
         self.views.close()
         self.storage.close()

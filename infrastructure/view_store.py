@@ -87,8 +87,15 @@ class ViewStore(ABC):
         than the projection's means the view is stale, so it is reset to position 0."""
 
     @abstractmethod
-    def reset(self, projection: Projection) -> None:
-        """Drop and recreate the projection's tables; its tracking goes back to 0."""
+    def reset(self, projection: Projection, *, defer_indexes: bool = False) -> None:
+        """Drop and recreate the projection's tables; its tracking goes back to 0.
+
+        With ``defer_indexes``, secondary indexes wait for ``create_indexes``: building an
+        index once after a bulk load is far cheaper than maintaining it row by row.
+        """
+
+    def create_indexes(self, projection: Projection) -> None:  # noqa: B027 - optional
+        """Create the secondary indexes ``reset(defer_indexes=True)`` left out."""
 
     @abstractmethod
     def tracking(self) -> list[TrackingState]: ...
@@ -168,7 +175,7 @@ class MemoryViewStore(ViewStore):
                 self.reset(projection)
             return self._tracking[projection.name]
 
-    def reset(self, projection: Projection) -> None:
+    def reset(self, projection: Projection, *, defer_indexes: bool = False) -> None:  # noqa: ARG002 - memory has no indexes
         with self._lock:
             for table in projection.tables:
                 self._tables[table.name] = {}

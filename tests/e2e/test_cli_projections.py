@@ -227,12 +227,6 @@ def test_rebuild_needs_exactly_one_of_a_name_or_all(
 # -- known bugs -------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: WorkflowStore.close() drops the projection work its follower thread was woken "
-    "for: _follow() skips catch_up() once _closing is set, so the events of an embedded host's "
-    "last command(s) before close() stay unprojected (lag > 0) until some later catch-up",
-)
 def test_an_embedded_host_leaves_its_views_current_when_it_closes(tmp_path: Path) -> None:
     lags = []
     for trial in range(3):
