@@ -66,9 +66,7 @@ class Table:
         )
         getter = operator.itemgetter(*self.key)
         single = len(self.key) == 1
-        object.__setattr__(
-            self, "_key_getter", (lambda row: (getter(row),)) if single else getter
-        )
+        object.__setattr__(self, "_key_getter", (lambda row: (getter(row),)) if single else getter)
         missing = [name for name in (*self.key, *sum(self.indexes, ())) if name not in names]
         if missing:
             raise ValueError(f"table {self.name} names unknown columns: {missing}")
