@@ -15,7 +15,7 @@ import sqlite3
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -244,8 +244,15 @@ def _parallel(target: Callable[..., None], args: list[tuple[Any, ...]]) -> float
 
 class Bench:
     def __init__(
-        self, url: str, *, events: int, seconds: float, advance: Callable[[str], None]
+        self,
+        url: str,
+        *,
+        events: int,
+        seconds: float,
+        advance: Callable[[str], None],
+        only: Sequence[str] = (),
     ) -> None:
+        self.only = {item.upper() for item in only}
         self.scratch = Scratch(url)
         self.events = events
         self.seconds = seconds
@@ -491,16 +498,23 @@ class Bench:
             p99 <= 5,
         )
 
-    def run(self) -> list[BenchResult]:
-        steps = [self.p1_single_writer]
+    def _steps(self) -> dict[str, Callable[[], BenchResult]]:
+        steps = {"P1": self.p1_single_writer}
         if self.backend == "postgresql":
-            steps.append(self.p2_four_writers)
-        steps += [self.p3_rebuild, self.p4_visibility, self.p5_history_cost, self.p6_range]
+            steps["P2"] = self.p2_four_writers
+        steps |= {
+            "P3": self.p3_rebuild,
+            "P4": self.p4_visibility,
+            "P5": self.p5_history_cost,
+            "P6": self.p6_range,
+        }
+        return {key: step for key, step in steps.items() if not self.only or key in self.only}
+
+    def run(self) -> list[BenchResult]:
         try:
-            return [step() for step in steps]
+            return [step() for step in self._steps().values()]
         finally:
             self.scratch.close()
 
     def planned(self) -> list[str]:
-        ids = ["P1", "P3", "P4", "P5", "P6"]
-        return ["P1", "P2", *ids[1:]] if self.backend == "postgresql" else ids
+        return list(self._steps())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -11,7 +12,9 @@ from rich.table import Table
 from infrastructure.bench import Bench, BenchResult
 
 
-def run_bench(url: str, *, events: int, seconds: float) -> tuple[str, list[BenchResult]]:
+def run_bench(
+    url: str, *, events: int, seconds: float, only: Sequence[str] = ()
+) -> tuple[str, list[BenchResult]]:
     """Every measurement on the URL's backend; progress goes to stderr."""
     with Progress(
         TextColumn("bench {task.description}"),
@@ -25,7 +28,7 @@ def run_bench(url: str, *, events: int, seconds: float) -> tuple[str, list[Bench
         def advance(done: str) -> None:
             progress.update(task, advance=1, description=f"{done} done")
 
-        bench = Bench(url, events=events, seconds=seconds, advance=advance)
+        bench = Bench(url, events=events, seconds=seconds, advance=advance, only=only)
         progress.update(task, total=len(bench.planned()), description=bench.backend)
         return bench.backend, bench.run()
 

@@ -134,10 +134,14 @@ def bench(
     seconds: Annotated[
         float, typer.Option("--seconds", help="Duration of each throughput measurement.")
     ] = 5.0,
+    only: Annotated[
+        str, typer.Option("--only", help="Comma-separated measurements to run, e.g. P3,P4.")
+    ] = "",
 ) -> None:
     """Measure P1-P6 next to raw baselines on the URL's backend, in scratch databases."""
     try:
-        results = run_bench(resolve_url(url), events=events, seconds=seconds)
+        chosen = [item.strip() for item in only.split(",") if item.strip()]
+        results = run_bench(resolve_url(url), events=events, seconds=seconds, only=chosen)
     except WorkflowError as error:
         raise fail(error) from error
     print_bench(results, console(), as_json=as_json)

@@ -214,6 +214,13 @@ class Projector:
                 if not entries:
                     return read
                 applied = self._project_page(active, entries)
+                if len(entries) < self.page_size and applied == len(entries):
+                    # A short page was the end of the log when it was read; one more read
+                    # would only say so again (what arrives meanwhile wakes a new catch-up).
+                    read += applied
+                    if progress is not None and applied:
+                        progress(applied)
+                    return read
                 read += applied
                 if progress is not None and applied:
                     progress(applied)

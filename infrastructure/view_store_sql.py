@@ -17,6 +17,8 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
+import psycopg
+from eventsourcing.persistence import PersistenceError
 from eventsourcing.postgres import PostgresDatastore
 from psycopg.rows import tuple_row
 
@@ -246,32 +248,47 @@ class SqlViewStore(ViewStore):
         rows = self._query(self._statements(table).fetch, key)
         return dict(zip(table.column_names, rows[0], strict=True)) if rows else None
 
-    def commit(self, pages: Sequence[PageCommit]) -> None:
+    def _move_statement(self) -> str:
+        """Compare-and-set of one tracking row; it returns a row only if the position held."""
         mark = self.dialect.placeholder
+        return (
+            f"UPDATE {self._tracking_table} SET position = {mark}, last_error = NULL "
+            f"WHERE name = {mark} AND position = {mark} RETURNING name"
+        )
+
+    @staticmethod
+    def _moves(pages: Sequence[PageCommit]) -> list[tuple[int, str, int]]:
+        # In name order, so two committers lock tracking rows alike and cannot deadlock.
+        ordered = sorted(pages, key=lambda page: page.projection.name)
+        return [(p.new_position, p.projection.name, p.expected_position) for p in ordered]
+
+    def _writes(self, pages: Sequence[PageCommit]) -> list[tuple[str, list[tuple[Any, ...]]]]:
+        """(statement, rows) for every delete and upsert of the pages."""
+        writes: list[tuple[str, list[tuple[Any, ...]]]] = []
+        for page in pages:
+            tables = {table.name: table for table in page.projection.tables}
+            for table_name, changes in page.changes.items():
+                sql = self._statements(tables[table_name])
+                deletes = [key for key, row in changes.items() if row is None]
+                upserts = [tuple(row.values()) for row in changes.values() if row is not None]
+                if deletes:
+                    writes.append((sql.delete, deletes))
+                if upserts:
+                    writes.append((sql.upsert, upserts))
+        return writes
+
+    def _conflict(self, name: str, expected: int) -> TrackingConflictError:
+        rows = self._query(self._tracking_statement(lock=False), (name,))
+        actual = TrackingState(*rows[0]).position if rows else 0
+        return TrackingConflictError(name, expected, actual)
+
+    def commit(self, pages: Sequence[PageCommit]) -> None:
         with self._transaction() as cursor:
-            # Locked in name order, so two committers cannot deadlock.
-            for page in sorted(pages, key=lambda page: page.projection.name):
-                row = cursor.execute(
-                    self._tracking_statement(lock=True), (page.projection.name,)
-                ).fetchone()
-                state = TrackingState(*row)
-                if state.position != page.expected_position:
-                    raise TrackingConflictError(state.name, page.expected_position, state.position)
-            for page in pages:
-                tables = {table.name: table for table in page.projection.tables}
-                for table_name, changes in page.changes.items():
-                    sql = self._statements(tables[table_name])
-                    deletes = [key for key, row in changes.items() if row is None]
-                    upserts = [tuple(row.values()) for row in changes.values() if row is not None]
-                    if deletes:
-                        cursor.executemany(sql.delete, deletes)
-                    if upserts:
-                        cursor.executemany(sql.upsert, upserts)
-                cursor.execute(
-                    f"UPDATE {self._tracking_table} SET position = {mark}, last_error = NULL "
-                    f"WHERE name = {mark}",
-                    (page.new_position, page.projection.name),
-                )
+            for new, name, expected in self._moves(pages):
+                if cursor.execute(self._move_statement(), (new, name, expected)).fetchone() is None:
+                    raise self._conflict(name, expected)
+            for statement, rows in self._writes(pages):
+                cursor.executemany(statement, rows)
 
     def record_error(self, name: str, error: str | None) -> None:
         mark = self.dialect.placeholder
@@ -375,13 +392,39 @@ class SQLiteViewStore(SqlViewStore):
         self._local = threading.local()
 
 
+MOVED_SQLSTATE: Final = "RLPM1"
+
+
+def _moved_projection(error: BaseException) -> str | None:
+    """The projection named by our 'position moved' error, or None for any other error."""
+    cause = error.__cause__ or error.__context__
+    while cause is not None and not isinstance(cause, psycopg.Error):
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(cause, psycopg.Error) and cause.sqlstate == MOVED_SQLSTATE and cause.diag:
+        return cause.diag.message_detail
+    return None
+
+
 class PostgresViewStore(SqlViewStore):
     """Views in the event log's PostgreSQL schema, through the storage's connection pool."""
 
     def __init__(self, datastore: PostgresDatastore) -> None:
         self.datastore = datastore
         self.dialect = postgres_dialect(datastore.schema)
+        self._move_function = f"{_quote(datastore.schema)}.runledger_move_projection"
         super().__init__()
+        with self._transaction() as cursor:
+            self._before_ddl(cursor)
+            cursor.execute(
+                f"CREATE OR REPLACE FUNCTION {self._move_function}"
+                "(p_name text, p_expected bigint, p_new bigint) RETURNS void "
+                "LANGUAGE plpgsql AS $$ BEGIN "
+                f"UPDATE {self._tracking_table} SET position = p_new, last_error = NULL "
+                "WHERE name = p_name AND position = p_expected; "
+                "IF NOT FOUND THEN RAISE EXCEPTION 'projection % moved', p_name "
+                f"USING ERRCODE = '{MOVED_SQLSTATE}', DETAIL = p_name; END IF; "
+                "END $$"
+            )
 
     @contextmanager
     def _transaction(self) -> Iterator[_Cursor]:
@@ -403,3 +446,41 @@ class PostgresViewStore(SqlViewStore):
     def _before_ddl(self, cursor: _Cursor) -> None:
         # Concurrent CREATE TABLE IF NOT EXISTS can still collide in PostgreSQL's catalogue.
         cursor.execute("SELECT pg_advisory_xact_lock(%s)", (zlib.crc32(b"runledger-views"),))
+
+    def create_indexes(self, projection: Projection) -> None:
+        super().create_indexes(projection)
+        # After a bulk load the planner knows nothing of the new rows: without statistics it
+        # may scan a whole table where an index answers in a millisecond.
+        with self._transaction() as cursor:
+            for table in projection.tables:
+                cursor.execute(f"ANALYZE {self.dialect.table(table.name)}")
+
+    def commit(self, pages: Sequence[PageCommit]) -> None:
+        """The whole transaction goes out as one pipeline of prepared statements.
+
+        The tracking compare-and-set is a function that raises when a position moved, so a
+        conflict aborts the transaction on the server and the COMMIT rolls it back.
+        """
+        moves = self._moves(pages)
+        writes = self._writes(pages)
+        move = f"SELECT {self._move_function}(%s, %s, %s)".encode()
+        try:
+            with (
+                self.datastore.get_connection() as connection,
+                connection.pipeline(),
+                connection.transaction(),
+                connection.cursor() as cursor,
+            ):
+                # Views are rebuilt from the log, and a page's tracking commits with its rows:
+                # a page lost in a crash is projected again, so no need to wait for the disk.
+                cursor.execute(b"SET LOCAL synchronous_commit = off")
+                for new, name, expected in moves:
+                    cursor.execute(move, (name, expected, new))
+                for statement, rows in writes:
+                    cursor.executemany(statement.encode(), rows)
+        except PersistenceError as error:
+            moved = _moved_projection(error)
+            if moved is None:
+                raise
+            expected = next(expected for _, name, expected in moves if name == moved)
+            raise self._conflict(moved, expected) from error

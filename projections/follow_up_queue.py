@@ -195,8 +195,12 @@ def _origin_session(reader: ViewReader, run_id: str) -> str | None:
     return origin
 
 
+# The rows were validated when their events were; pages of 256 records are built without
+# validating each field again (it was most of a page read's time).
+
+
 def _queue(run_id: str, origin_session_id: str, rows: list[Row]) -> FollowUpQueue:
-    return FollowUpQueue(
+    return FollowUpQueue.model_construct(
         run_id=run_id,
         origin_session_id=origin_session_id,
         follow_ups=[_record(row) for row in rows],
@@ -204,13 +208,13 @@ def _queue(run_id: str, origin_session_id: str, rows: list[Row]) -> FollowUpQueu
 
 
 def _record(row: Row) -> FollowUpRecord:
-    return FollowUpRecord(
+    return FollowUpRecord.model_construct(
         follow_up_id=row["follow_up_id"],
         run_id=row["run_id"],
         request_id=row["request_id"],
         order=row["order_number"],
         target_session_id=row["target_session_id"],
-        actor=ActorRecord(type=row["actor_type"], id=row["actor_id"]),
+        actor=ActorRecord.model_construct(type=row["actor_type"], id=row["actor_id"]),
         source=row["source"],
         prompt=row["prompt"],
         state=row["state"],
