@@ -251,8 +251,13 @@ class Bench:
         seconds: float,
         advance: Callable[[str], None],
         only: Sequence[str] = (),
+        quick: bool = False,
     ) -> None:
         self.only = {item.upper() for item in only}
+        # Quick runs shrink the fixed workloads (for tests of the bench itself).
+        self.samples = 30 if quick else 200
+        self.history_follow_ups = 400 if quick else 10_000
+        self.range_follow_ups = 3_000 if quick else 100_000
         self.scratch = Scratch(url)
         self.events = events
         self.seconds = seconds
@@ -372,9 +377,9 @@ class Bench:
 
     def p4_visibility(self) -> BenchResult:
         url = self.scratch.new_url()
-        baseline_samples = Raw(url).insert_select_latencies(200)
+        baseline_samples = Raw(url).insert_select_latencies(self.samples)
         with open_store(url) as store:
-            embedded = self._visible_latencies(store, store, 200)
+            embedded = self._visible_latencies(store, store, self.samples)
         modes = {"embedded": embedded}
         if self.backend == "postgresql":
             modes["worker"] = self._worker_latencies(self.scratch.new_url())
@@ -425,14 +430,14 @@ class Bench:
             )
             try:
                 time.sleep(2.0)
-                return self._visible_latencies(writer, reader, 200)
+                return self._visible_latencies(writer, reader, self.samples)
             finally:
                 worker.terminate()
                 worker.wait(timeout=30)
 
     def p5_history_cost(self) -> BenchResult:
         url = self.scratch.new_url()
-        total = 10_000
+        total = self.history_follow_ups
         latencies = []
         with open_store(url) as store:
             self._prepared_run(store, "p5", "p5-session")
@@ -447,13 +452,15 @@ class Bench:
                     prompt=f"Follow-up {index}",
                 )
                 latencies.append(time.perf_counter() - started)
-        early = statistics.median(latencies[5:25])
-        late = statistics.median(latencies[total - 20 :])
+        # Medians over 100 commands each: single commands are noisy next to the follower.
+        window = min(100, total // 4)
+        early = statistics.median(latencies[5 : 5 + window])
+        late = statistics.median(latencies[total - window :])
         ratio = late / early
         self.advance("P5")
         return BenchResult(
             "P5",
-            "cost of the 10,000th follow-up on one run vs the 10th "
+            f"cost of the {total:,}th follow-up on one run vs the 10th "
             f"({late * 1000:.2f} vs {early * 1000:.2f} ms)",
             ratio,
             "x",
@@ -465,7 +472,7 @@ class Bench:
 
     def p6_range(self) -> BenchResult:
         url = self.scratch.new_url()
-        total = 100_000
+        total = self.range_follow_ups
         generator = HistoryGenerator(prefix="p6")
         with open_store(url, embedded_projections=False) as store:
             events = generator.run_events(total)
@@ -489,7 +496,7 @@ class Bench:
         self.advance("P6")
         return BenchResult(
             "P6",
-            "follow_up_queue_range of 256 items on a run with 100,000 follow-ups, p99",
+            f"follow_up_queue_range of 256 items on a run with {total:,} follow-ups, p99",
             p99,
             "ms",
             baseline,

@@ -13,7 +13,7 @@ from infrastructure.bench import Bench, BenchResult
 
 
 def run_bench(
-    url: str, *, events: int, seconds: float, only: Sequence[str] = ()
+    url: str, *, events: int, seconds: float, only: Sequence[str] = (), quick: bool = False
 ) -> tuple[str, list[BenchResult]]:
     """Every measurement on the URL's backend; progress goes to stderr."""
     with Progress(
@@ -28,7 +28,7 @@ def run_bench(
         def advance(done: str) -> None:
             progress.update(task, advance=1, description=f"{done} done")
 
-        bench = Bench(url, events=events, seconds=seconds, advance=advance, only=only)
+        bench = Bench(url, events=events, seconds=seconds, advance=advance, only=only, quick=quick)
         progress.update(task, total=len(bench.planned()), description=bench.backend)
         return bench.backend, bench.run()
 

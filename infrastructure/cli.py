@@ -137,11 +137,16 @@ def bench(
     only: Annotated[
         str, typer.Option("--only", help="Comma-separated measurements to run, e.g. P3,P4.")
     ] = "",
+    quick: Annotated[
+        bool, typer.Option("--quick", help="Small fixed workloads: a smoke run, not a measure.")
+    ] = False,
 ) -> None:
     """Measure P1-P6 next to raw baselines on the URL's backend, in scratch databases."""
     try:
         chosen = [item.strip() for item in only.split(",") if item.strip()]
-        results = run_bench(resolve_url(url), events=events, seconds=seconds, only=chosen)
+        results = run_bench(
+            resolve_url(url), events=events, seconds=seconds, only=chosen, quick=quick
+        )
     except WorkflowError as error:
         raise fail(error) from error
     print_bench(results, console(), as_json=as_json)

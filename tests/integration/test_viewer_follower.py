@@ -1,0 +1,137 @@
+"""A live viewer that applies every delta to its documents ends where the run is.
+
+The viewer keeps one document per target (graph, timeline, follow-ups inspector), starts
+from the revision-1 snapshot and applies each revision's patches with ``jsonpatch``. Upstream's
+``append`` (extend an array) is not RFC 6902, so the viewer registers it as an extra operation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import MutableSequence
+from typing import Any, ClassVar
+
+import jsonpatch
+from jsonpointer import JsonPointerException
+
+from domain.records import ViewerDeltas
+from domain.values import Actor
+from infrastructure.store import WorkflowStore
+
+SESSION = Actor("session", "session-1")
+FOLLOW_UPS = 40
+
+
+class AppendItems(jsonpatch.PatchOperation):  # type: ignore[misc]
+    """``{"op": "append", "path": "/items", "value": [...]}``: extend the array at path."""
+
+    def apply(self, obj: Any) -> Any:
+        try:
+            target = self.pointer.resolve(obj)
+        except JsonPointerException as error:
+            raise jsonpatch.JsonPatchConflict(str(error)) from error
+        if not isinstance(target, MutableSequence):
+            raise jsonpatch.JsonPatchConflict("append needs an array")
+        target.extend(self.operation["value"])
+        return obj
+
+
+class ViewerPatch(jsonpatch.JsonPatch):  # type: ignore[misc]
+    operations: ClassVar[dict[str, type]] = {
+        **jsonpatch.JsonPatch.operations,
+        "append": AppendItems,
+    }
+
+
+def initial_documents() -> dict[tuple[str, str], dict[str, Any]]:
+    """What a viewer's snapshot at revision 1 (the run just created) holds."""
+    return {
+        ("graph", ""): {
+            "presentationRevision": 1,
+            "graphRevision": 1,
+            "state": {"traceSeq": 1, "updatedAt": None, "status": "running"},
+            "manifest": {"status": "running"},
+            "live": True,
+        },
+        ("timeline", "trace:tail"): {
+            "presentationRevision": 1,
+            "items": [{"seq": 1, "type": "run.created"}],
+            "start": 0,
+            "total": 1,
+        },
+        ("inspector", "follow-ups"): {
+            "presentationRevision": 1,
+            "followUpQueue": {"items": []},
+            "followUpStart": 0,
+            "followUpTotal": 0,
+        },
+    }
+
+
+def follow(store: WorkflowStore, run_id: str) -> dict[tuple[str, str], dict[str, Any]]:
+    documents = initial_documents()
+    result = store.viewer_deltas(run_id, after_revision=1)
+    assert isinstance(result, ViewerDeltas)
+    for delta in result.deltas:
+        key = (delta.target_type, delta.target_key)
+        documents[key] = ViewerPatch(delta.patch).apply(documents[key])
+    return documents
+
+
+def play(store: WorkflowStore) -> str:
+    store.create_run("run-1", workflow_name="review", input={"pr": 1})
+    store.bind_origin_session("run-1", "session-1")
+    store.record_progress("run-1", status="running", current_node="lint", current_attempt_id="a1")
+    for index in range(FOLLOW_UPS):
+        store.queue_follow_up(
+            "run-1",
+            request_id=f"request-{index}",
+            target_session_id="session-1",
+            actor=SESSION,
+            source="workflow-tool",
+            prompt=f"prompt {index}",
+        )
+    removed = store.follow_up_queue("run-1")
+    assert removed is not None
+    store.remove_follow_up(
+        "run-1", removed.follow_ups[0].follow_up_id, actor=Actor("human"), source="cli"
+    )
+    store.record_progress("run-1", status="waiting", current_node="review")
+    store.finish_run("run-1", status="failed", error="tests failed")
+    return "run-1"
+
+
+def test_the_timeline_a_viewer_builds_is_the_runs_trace(store: WorkflowStore) -> None:
+    documents = follow(store, play(store))
+    timeline = documents[("timeline", "trace:tail")]
+    # run.created, session-bound, two progress writes and the end (accepts are no trace items)
+    assert timeline["total"] == 5
+    assert [item["seq"] for item in timeline["items"]] == [1, 2, 3, 4, 5]
+    assert timeline["items"][-1]["type"] == "run.finished"
+
+
+def test_the_graph_a_viewer_builds_shows_the_ended_run(store: WorkflowStore) -> None:
+    documents = follow(store, play(store))
+    graph = documents[("graph", "")]
+    assert graph["state"]["status"] == "failed"
+    assert graph["live"] is False
+    assert graph["state"]["finishedAt"] is not None
+    assert graph["manifest"]["status"] == "failed"
+
+
+def test_the_follow_ups_a_viewer_builds_show_every_state_change(store: WorkflowStore) -> None:
+    documents = follow(store, play(store))
+    inspector = documents[("inspector", "follow-ups")]
+    items = inspector["followUpQueue"]["items"]
+    assert inspector["followUpTotal"] == FOLLOW_UPS
+    assert [item["order"] for item in items] == list(range(1, FOLLOW_UPS + 1))
+    assert [item["state"] for item in items] == ["removed"] + ["cancelled"] * (FOLLOW_UPS - 1)
+
+
+def test_the_newest_document_is_at_the_current_revision(store: WorkflowStore) -> None:
+    run_id = play(store)
+    documents = follow(store, run_id)
+    current = store.viewer_deltas(run_id, after_revision=1).current_revision
+    # Each document carries the revision of the last delta for its target; the end's
+    # cancellations come after the run's own last write, so the inspector is newest.
+    assert documents[("inspector", "follow-ups")]["presentationRevision"] == current
+    assert documents[("graph", "")]["presentationRevision"] < current
