@@ -71,12 +71,11 @@ from domain.follow_ups import (
 from domain.ids import (
     default_turn_id,
     follow_up_id_for,
-    follow_up_message_id,
     restart_run_id,
     terminal_message_id,
-    terminal_source_id,
     workflow_message_id_for,
 )
+from domain.outbox import accept_follow_up, terminal_message
 from domain.ports import EventStorage
 from domain.records import (
     ActorRecord,
@@ -104,9 +103,7 @@ from domain.values import (
 from domain.workflow_messages import (
     WorkflowMessage,
     check_content,
-    follow_up_content,
     message_aggregate_id,
-    terminal_content,
 )
 
 Clock = Callable[[], datetime]
@@ -450,27 +447,11 @@ class WorkflowRuns(Application[UUID]):
         )
         if status in BAD_END_STATUSES:
             self._cancel_follow_ups_after_bad_end(unit, run)
-        if message_id is not None and run.origin_session_id is not None:
-            earlier = list(reversed(unit.ancestors(run)))
-            content = terminal_content(
-                workflow_message_id=message_id,
-                run_id=run.run_id,
-                facts=run.terminal_facts(earlier),
-                fingerprint=fingerprint,
-                instructions=run.effective_presentation_instructions,
-            )
-            unit.add(
-                WorkflowMessage.create(
-                    message_id,
-                    run_id=run.run_id,
-                    target_session_id=run.origin_session_id,
-                    kind="terminal",
-                    source_id=terminal_source_id(run.run_id),
-                    content=content,
-                    actor=HOST,
-                    now=unit.now,
-                )
-            )
+        message = terminal_message(
+            run, list(reversed(unit.ancestors(run))), actor=HOST, now=unit.now
+        )
+        if message is not None:
+            unit.add(message)
 
     def _cancel_follow_ups_after_bad_end(self, unit: UnitOfWork, ended: Run) -> None:
         """Upstream §4.6 with DESIGN decisions 1-2: this run and its continuation ancestors.
@@ -614,39 +595,18 @@ class WorkflowRuns(Application[UUID]):
             run.check_accepts_changes()
             if run.origin_session_id is None or run.origin_session_id != target_session_id:
                 raise NotOriginSessionError()
-            order = run.accept_follow_up(follow_up_id, actor=requester, now=unit.now)
-            message_id = follow_up_message_id(follow_up_id)
-            follow_up = unit.add(
-                FollowUp.queue(
-                    follow_up_id,
-                    run_id=run_id,
-                    request_id=request_id,
-                    order=order,
-                    target_session_id=target_session_id,
-                    actor=requester,
-                    source=source,
-                    prompt=prompt,
-                    workflow_message_id=message_id,
-                    now=unit.now,
-                )
+            follow_up, message = accept_follow_up(
+                run,
+                follow_up_id,
+                request_id=request_id,
+                target_session_id=target_session_id,
+                actor=requester,
+                source=source,
+                prompt=prompt,
+                now=unit.now,
             )
-            unit.add(
-                WorkflowMessage.create(
-                    message_id,
-                    run_id=run_id,
-                    target_session_id=target_session_id,
-                    kind="followUp",
-                    source_id=follow_up_id,
-                    content=follow_up_content(
-                        workflow_message_id=message_id,
-                        follow_up_id=follow_up_id,
-                        run_id=run_id,
-                        prompt=prompt,
-                    ),
-                    actor=requester,
-                    now=unit.now,
-                )
-            )
+            unit.add(follow_up)
+            unit.add(message)
             return QueuedFollowUp(follow_up=follow_up.to_record(), adopted=False)
 
         return self.execute(command)

@@ -17,11 +17,12 @@ from eventsourcing.domain import BaseAggregate
 from eventsourcing.persistence import StoredEvent
 
 from domain.follow_ups import FollowUp
-from domain.ids import follow_up_id_for, follow_up_message_id, terminal_message_id
+from domain.ids import follow_up_id_for, terminal_message_id
+from domain.outbox import accept_follow_up, terminal_message
 from domain.runs import Run
 from domain.serialisation import LedgerMapper
 from domain.values import SYSTEM, Actor
-from domain.workflow_messages import WorkflowMessage, follow_up_content, terminal_content
+from domain.workflow_messages import WorkflowMessage
 
 HOST: Final = Actor("host")
 
@@ -76,37 +77,15 @@ class HistoryGenerator:
         queued: list[tuple[FollowUp, WorkflowMessage]] = []
         for index in range(follow_ups):
             request_id = f"request-{index}"
-            follow_up_id = follow_up_id_for(run_id, request_id)
-            message_id = follow_up_message_id(follow_up_id)
-            prompt = f"Follow-up {index} of {run_id}: also check the edge cases."
-            now = self._tick()
-            order = run.accept_follow_up(follow_up_id, actor=session, now=now)
-            follow_up = FollowUp.queue(
-                follow_up_id,
-                run_id=run_id,
+            follow_up, message = accept_follow_up(
+                run,
+                follow_up_id_for(run_id, request_id),
                 request_id=request_id,
-                order=order,
                 target_session_id=session_id,
                 actor=session,
                 source="pi-session",
-                prompt=prompt,
-                workflow_message_id=message_id,
-                now=now,
-            )
-            message = WorkflowMessage.create(
-                message_id,
-                run_id=run_id,
-                target_session_id=session_id,
-                kind="followUp",
-                source_id=follow_up_id,
-                content=follow_up_content(
-                    workflow_message_id=message_id,
-                    follow_up_id=follow_up_id,
-                    run_id=run_id,
-                    prompt=prompt,
-                ),
-                actor=session,
-                now=now,
+                prompt=f"Follow-up {index} of {run_id}: also check the edge cases.",
+                now=self._tick(),
             )
             if self.random.random() < 0.1:
                 follow_up.remove(
@@ -143,22 +122,9 @@ class HistoryGenerator:
                         now=now,
                     )
                     follow_up_message.cancel_if_pending(actor=SYSTEM, now=now)
-        terminal = WorkflowMessage.create(
-            message_id,
-            run_id=run_id,
-            target_session_id=session_id,
-            kind="terminal",
-            source_id=f"terminal:{run_id}",
-            content=terminal_content(
-                workflow_message_id=message_id,
-                run_id=run_id,
-                facts=run.terminal_facts([]),
-                fingerprint=fingerprint,
-                instructions=run.effective_presentation_instructions,
-            ),
-            actor=HOST,
-            now=now,
-        )
+        terminal = terminal_message(run, [], actor=HOST, now=now)
+        if terminal is None:
+            raise RuntimeError("a bound, interactive run always gets a terminal message")
         terminal.adopt_entry(f"entry-{self.runs}", actor=session, now=self._tick())
         turn_id = f"{self.prefix}-turn-{self.runs}"
         terminal.start_turn(turn_id, actor=session, now=self._tick())

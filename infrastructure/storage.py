@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any, Protocol
 from uuid import UUID
 
-from eventsourcing.persistence import DataError, StoredEvent
+from eventsourcing.persistence import DataError, Notification, StoredEvent
 
 from domain.serialisation import LedgerStoredEvent
 
@@ -28,3 +30,37 @@ def index_columns(stored_event: StoredEvent) -> tuple[str | None, str | None]:
     if isinstance(stored_event, LedgerStoredEvent):
         return stored_event.run_id, stored_event.lookup_key
     return None, None
+
+
+class IndexedEventRecorder(Protocol):
+    """What each backend's event recorder answers beyond the library's interface."""
+
+    def originator_ids_by_key(self, lookup_key: str) -> list[UUID]: ...
+
+    def select_log(self, *, after: int, limit: int, run_id: str | None) -> Sequence[Any]: ...
+
+    def max_notification_id(self) -> Any: ...
+
+
+class RecorderBackedStorage:
+    """The ``EventStorage`` queries every backend answers from its event recorder."""
+
+    _events: IndexedEventRecorder
+
+    def originator_ids_by_key(self, lookup_key: str) -> list[UUID]:
+        """Aggregates with an event indexed under ``lookup_key``, in log order."""
+        return self._events.originator_ids_by_key(lookup_key)
+
+    def select_log(
+        self, *, after: int, limit: int, run_id: str | None = None
+    ) -> Sequence[Notification]:
+        """Stored events after ``after`` in log order; with ``run_id``, that run's only."""
+        notifications: Sequence[Notification] = self._events.select_log(
+            after=after, limit=limit, run_id=run_id
+        )
+        return notifications
+
+    def max_position(self) -> int:
+        """The highest position in the log (0 when empty)."""
+        position: int | None = self._events.max_notification_id()
+        return position or 0

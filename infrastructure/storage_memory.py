@@ -19,7 +19,7 @@ from eventsourcing.persistence import (
 )
 
 from domain.ports import LogEntry
-from infrastructure.storage import as_uuid, index_columns
+from infrastructure.storage import RecorderBackedStorage, as_uuid, index_columns
 
 
 class MemoryAggregateRecorder(AggregateRecorder):
@@ -195,8 +195,10 @@ class MemorySubscription(ListenNotifySubscription[MemoryEventRecorder]):
         self._recorder.unlisten(self._has_been_notified)
 
 
-class MemoryStorage:
+class MemoryStorage(RecorderBackedStorage):
     """Event log and snapshots in this process only (lost on exit)."""
+
+    _events: MemoryEventRecorder
 
     def __init__(self) -> None:
         self._events = MemoryEventRecorder()
@@ -212,26 +214,12 @@ class MemoryStorage:
         """The snapshot store."""
         return self._snapshots
 
-    def originator_ids_by_key(self, lookup_key: str) -> list[UUID]:
-        """Aggregates with an event indexed under ``lookup_key``, in log order."""
-        return self._events.originator_ids_by_key(lookup_key)
-
-    def select_log(
-        self, *, after: int, limit: int, run_id: str | None = None
-    ) -> Sequence[Notification]:
-        """Stored events after ``after`` in log order; with ``run_id``, that run's only."""
-        return self._events.select_log(after=after, limit=limit, run_id=run_id)
-
     def read_log(self, *, after: int, limit: int) -> list[LogEntry]:
         """The next stored events after ``after``, as lean tuples."""
         return [
             LogEntry(n.id, n.topic, n.originator_id, n.originator_version, n.state)
             for n in self._events.select_log(after=after, limit=limit, run_id=None)
         ]
-
-    def max_position(self) -> int:
-        """The highest position in the log (0 when empty)."""
-        return self._events.max_notification_id() or 0
 
     def close(self) -> None:
         """Nothing to release; kept for the ``EventStorage`` contract."""

@@ -31,7 +31,13 @@ from psycopg.sql import SQL, Composed, Identifier
 
 from domain.errors import InvalidStoreUrlError
 from domain.ports import LogEntry
-from infrastructure.storage import EVENTS_TABLE, SNAPSHOTS_TABLE, as_uuid, index_columns
+from infrastructure.storage import (
+    EVENTS_TABLE,
+    SNAPSHOTS_TABLE,
+    RecorderBackedStorage,
+    as_uuid,
+    index_columns,
+)
 
 LOCK_TIMEOUT_SECONDS = 5
 """How long an insert waits for the events table lock before the attempt fails (and is retried)."""
@@ -319,8 +325,10 @@ class PostgresSnapshotRecorder(PostgresAggregateRecorder):
         return selected
 
 
-class PostgresStorage:
+class PostgresStorage(RecorderBackedStorage):
     """Event log and snapshots in the PostgreSQL database at ``url``, inside ``schema``."""
+
+    _events: PostgresEventRecorder
 
     def __init__(
         self,
@@ -377,16 +385,6 @@ class PostgresStorage:
     def snapshots(self) -> PostgresSnapshotRecorder:
         """The snapshot store."""
         return self._snapshots
-
-    def originator_ids_by_key(self, lookup_key: str) -> list[UUID]:
-        """Aggregates with an event indexed under ``lookup_key``, in log order."""
-        return self._events.originator_ids_by_key(lookup_key)
-
-    def select_log(
-        self, *, after: int, limit: int, run_id: str | None = None
-    ) -> Sequence[Notification]:
-        """Stored events after ``after`` in log order; with ``run_id``, that run's only."""
-        return self._events.select_log(after=after, limit=limit, run_id=run_id)
 
     @_retried
     def read_log(self, *, after: int, limit: int) -> list[LogEntry]:
@@ -458,10 +456,6 @@ class PostgresStorage:
         return {
             gap for gap, writers in self._gaps.items() if not still_writing.intersection(writers)
         }
-
-    def max_position(self) -> int:
-        """The highest position in the log (0 when empty)."""
-        return self._events.max_notification_id() or 0
 
     def close(self) -> None:
         """Close the connection pool."""

@@ -16,7 +16,13 @@ from eventsourcing.sqlite import (
 )
 
 from domain.ports import LogEntry
-from infrastructure.storage import EVENTS_TABLE, SNAPSHOTS_TABLE, as_uuid, index_columns
+from infrastructure.storage import (
+    EVENTS_TABLE,
+    SNAPSHOTS_TABLE,
+    RecorderBackedStorage,
+    as_uuid,
+    index_columns,
+)
 
 LOCK_TIMEOUT_SECONDS = 5
 """How long a writer waits for another connection's (or process's) write lock."""
@@ -187,8 +193,10 @@ class SQLiteSnapshotRecorder(SQLiteAggregateRecorder):
         return super().select_events(as_uuid(originator_id), gt=gt, lte=lte, desc=desc, limit=limit)
 
 
-class SQLiteStorage:
+class SQLiteStorage(RecorderBackedStorage):
     """Event log and snapshots in the SQLite file at ``path``; tables made on first use."""
+
+    _events: SQLiteEventRecorder
 
     def __init__(
         self,
@@ -220,25 +228,11 @@ class SQLiteStorage:
         """The snapshot store."""
         return self._snapshots
 
-    def originator_ids_by_key(self, lookup_key: str) -> list[UUID]:
-        """Aggregates with an event indexed under ``lookup_key``, in log order."""
-        return self._events.originator_ids_by_key(lookup_key)
-
-    def select_log(
-        self, *, after: int, limit: int, run_id: str | None = None
-    ) -> Sequence[Notification]:
-        """Stored events after ``after`` in log order; with ``run_id``, that run's only."""
-        return self._events.select_log(after=after, limit=limit, run_id=run_id)
-
     def read_log(self, *, after: int, limit: int) -> list[LogEntry]:
         """The next stored events after ``after``, as lean tuples (ids stay hex text)."""
         with self.datastore.transaction(commit=False) as c:
             c.execute(self._read_log_statement, (after, limit))
             return [LogEntry(*row) for row in c.fetchall()]
-
-    def max_position(self) -> int:
-        """The highest position in the log (0 when empty)."""
-        return self._events.max_notification_id() or 0
 
     def close(self) -> None:
         """Close every pooled connection to the file."""
