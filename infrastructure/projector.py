@@ -129,6 +129,11 @@ class ProjectionRunner:
             self.projection.apply(event, page)
         self.position = event.position
 
+    def skip(self, position: int) -> None:
+        """Move past an event this projection does not consume."""
+        if self._page is not None and position > self.position:
+            self.position = position
+
     def end_page(self) -> PageCommit | None:
         page, self._page = self._page, None
         if page is None or self.position == self._page_start:
@@ -230,8 +235,15 @@ class Projector:
         deadline = time.monotonic() + self.page_seconds
         for runner in active:
             runner.begin_page()
+        wanted = frozenset().union(*(runner.projection.topics for runner in active))
         applied = 0
         for entry in entries:
+            if entry.topic not in wanted:
+                # Nobody here reads it: move past it without decoding its JSON.
+                for runner in active:
+                    runner.skip(entry.position)
+                applied += 1
+                continue
             event = projected(entry)
             for runner in active:
                 if runner.failure is not None:
