@@ -274,6 +274,13 @@ class Projector:
             self.runners[commit.projection.name].committed()
         return applied
 
+    def try_lock(self) -> bool:
+        """Take this projector if nobody is projecting (pair with ``unlock``)."""
+        return self._lock.acquire(blocking=False)
+
+    def unlock(self) -> None:
+        self._lock.release()
+
     @contextmanager
     def paused(self) -> Iterator[None]:
         """Hold this process's projections still while another process works on the views."""

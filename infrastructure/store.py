@@ -83,9 +83,20 @@ class WorkflowStore(WorkflowRuns):
     # -- projections follow the log in-process ---------------------------------------------
 
     def _notify(self, recordings: list[Recording[UUID]]) -> None:  # noqa: ARG002
-        # Right after each commit the follower thread projects it, off the command's path
-        # and batching what several commands wrote; a query catches up itself first.
-        self._wake.set()
+        # Right after each commit: the committing thread projects it when nobody else is
+        # projecting (no thread hand-over, no contention); otherwise the follower thread
+        # picks it up with whatever else arrives, and a query catches up itself first.
+        if self.embedded_projections and not self._try_catch_up():
+            self._wake.set()
+
+    def _try_catch_up(self) -> bool:
+        if not self.projector.try_lock():
+            return False
+        try:
+            self.catch_up()
+        finally:
+            self.projector.unlock()
+        return True
 
     def _follow(self) -> None:
         while not self._closing.is_set():

@@ -415,19 +415,21 @@ class PostgresViewStore(SqlViewStore):
     def __init__(self, datastore: PostgresDatastore) -> None:
         self.datastore = datastore
         self.dialect = postgres_dialect(datastore.schema)
-        self._move_function = f"{_quote(datastore.schema)}.runledger_move_projection"
+        self._move_function = f"{_quote(datastore.schema)}.runledger_move_projections"
         super().__init__()
         with self._transaction() as cursor:
             self._before_ddl(cursor)
             cursor.execute(
                 f"CREATE OR REPLACE FUNCTION {self._move_function}"
-                "(p_name text, p_expected bigint, p_new bigint) RETURNS void "
-                "LANGUAGE plpgsql AS $$ BEGIN "
-                f"UPDATE {self._tracking_table} SET position = p_new, last_error = NULL "
-                "WHERE name = p_name AND position = p_expected; "
-                "IF NOT FOUND THEN RAISE EXCEPTION 'projection % moved', p_name "
-                f"USING ERRCODE = '{MOVED_SQLSTATE}', DETAIL = p_name; END IF; "
-                "END $$"
+                "(p_names text[], p_expected bigint[], p_new bigint[]) RETURNS void "
+                "LANGUAGE plpgsql AS $$ DECLARE i integer; BEGIN "
+                # One row at a time, in the given (name) order: committers lock alike.
+                "FOR i IN 1 .. coalesce(array_length(p_names, 1), 0) LOOP "
+                f"UPDATE {self._tracking_table} SET position = p_new[i], last_error = NULL "
+                "WHERE name = p_names[i] AND position = p_expected[i]; "
+                "IF NOT FOUND THEN RAISE EXCEPTION 'projection % moved', p_names[i] "
+                f"USING ERRCODE = '{MOVED_SQLSTATE}', DETAIL = p_names[i]; END IF; "
+                "END LOOP; END $$"
             )
 
     @contextmanager
@@ -468,6 +470,11 @@ class PostgresViewStore(SqlViewStore):
         moves = self._moves(pages)
         writes = self._writes(pages)
         move = f"SELECT {self._move_function}(%s, %s, %s)".encode()
+        names, expected_positions, new_positions = (
+            [name for _, name, _ in moves],
+            [expected for _, _, expected in moves],
+            [new for new, _, _ in moves],
+        )
         try:
             with (
                 self.datastore.get_connection() as connection,
@@ -478,8 +485,8 @@ class PostgresViewStore(SqlViewStore):
                 # Views are rebuilt from the log, and a page's tracking commits with its rows:
                 # a page lost in a crash is projected again, so no need to wait for the disk.
                 cursor.execute(b"SET LOCAL synchronous_commit = off")
-                for new, name, expected in moves:
-                    cursor.execute(move, (name, expected, new))
+                if moves:
+                    cursor.execute(move, (names, expected_positions, new_positions))
                 for statement, rows in writes:
                     cursor.executemany(statement.encode(), rows)
         except PersistenceError as error:
