@@ -67,15 +67,15 @@ def encode_row(table: Table, row: Row) -> EncodedRow:
     }
 
 
-def decode_row(table: Table, row: Mapping[str, Any]) -> Row:
-    decoded = dict(row)
+def decode_row(table: Table, row: dict[str, Any]) -> Row:
+    """Decode a row as stored, in place (callers pass a fresh dict of their own)."""
     for name in table.json_columns:
-        value = decoded[name]
-        decoded[name] = orjson.loads(value) if value is not None else None
-    for name, kind in table.columns:
-        if kind == "bool" and decoded[name] is not None:
-            decoded[name] = bool(decoded[name])
-    return decoded
+        value = row[name]
+        row[name] = orjson.loads(value) if value is not None else None
+    for name in table.bool_columns:
+        if row[name] is not None:
+            row[name] = bool(row[name])
+    return row
 
 
 class ViewStore(ABC):
@@ -124,7 +124,7 @@ class ViewReaderBase(ABC):
     """Decoding, shared by every backend's reader."""
 
     @abstractmethod
-    def _get(self, table: Table, key: Key) -> Mapping[str, Any] | None: ...
+    def _get(self, table: Table, key: Key) -> EncodedRow | None: ...
 
     @abstractmethod
     def _scan(
@@ -136,7 +136,7 @@ class ViewReaderBase(ABC):
         descending: bool,
         after: Any,
         limit: int | None,
-    ) -> Sequence[Mapping[str, Any]]: ...
+    ) -> Sequence[EncodedRow]: ...
 
     @abstractmethod
     def count(self, table: Table, *, equals: Mapping[str, Any] | None = None) -> int: ...
@@ -228,7 +228,7 @@ class _MemoryReader(ViewReaderBase):
         with self._store._lock:
             return [dict(row) for row in self._store._tables.get(table.name, {}).values()]
 
-    def _get(self, table: Table, key: Key) -> Mapping[str, Any] | None:
+    def _get(self, table: Table, key: Key) -> EncodedRow | None:
         return self._store.fetch(table, key)
 
     def _scan(
@@ -240,7 +240,7 @@ class _MemoryReader(ViewReaderBase):
         descending: bool,
         after: Any,
         limit: int | None,
-    ) -> Sequence[Mapping[str, Any]]:
+    ) -> Sequence[EncodedRow]:
         rows = [
             row
             for row in self._rows(table)

@@ -306,7 +306,7 @@ class _SqlReader(ViewReaderBase):
     def __init__(self, store: SqlViewStore) -> None:
         self._store = store
 
-    def _get(self, table: Table, key: Key) -> Mapping[str, Any] | None:
+    def _get(self, table: Table, key: Key) -> EncodedRow | None:
         return self._store.fetch(table, key)
 
     def _scan(
@@ -318,7 +318,7 @@ class _SqlReader(ViewReaderBase):
         descending: bool,
         after: Any,
         limit: int | None,
-    ) -> Sequence[Mapping[str, Any]]:
+    ) -> Sequence[EncodedRow]:
         statement, params = _scan_sql(
             table, self._store.dialect, equals, within, order_by, descending, after, limit
         )

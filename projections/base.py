@@ -56,6 +56,7 @@ class Table:
     indexes: tuple[tuple[str, ...], ...] = ()
     column_names: tuple[str, ...] = field(init=False)
     json_columns: frozenset[str] = field(init=False)
+    bool_columns: frozenset[str] = field(init=False)
     _key_getter: Callable[[Mapping[str, Any]], Any] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -63,6 +64,9 @@ class Table:
         object.__setattr__(self, "column_names", names)
         object.__setattr__(
             self, "json_columns", frozenset(name for name, kind in self.columns if kind == "json")
+        )
+        object.__setattr__(
+            self, "bool_columns", frozenset(name for name, kind in self.columns if kind == "bool")
         )
         getter = operator.itemgetter(*self.key)
         single = len(self.key) == 1
