@@ -5,17 +5,29 @@ from __future__ import annotations
 import orjson
 from eventsourcing.persistence import Notification
 
+from domain.catalogue import EVENT_CLASSES
 from domain.ports import LogEntry
 from projections.base import ProjectedEvent
 
 
 def projected(entry: LogEntry | Notification) -> ProjectedEvent:
-    """The projection view of a stored event read with ``read_log`` or ``select_log``."""
+    """The projection view of a stored event read with ``read_log`` or ``select_log``.
+
+    Stored data of an older ``class_version`` goes through the event class's upcasters, as
+    the domain's mapper does, so projections only ever see an event's current shape.
+    """
     position = entry.position if isinstance(entry, LogEntry) else entry.id
+    data = orjson.loads(entry.state)
+    stored_version = data.pop("class_version", 1)
+    event_class = EVENT_CLASSES.get(entry.topic)
+    current_version = getattr(event_class, "class_version", 1)
+    while stored_version < current_version:
+        getattr(event_class, f"upcast_v{stored_version}_v{stored_version + 1}")(data)
+        stored_version += 1
     return ProjectedEvent(
         position=position,
         wire_name=entry.topic,
         aggregate_id=entry.originator_id,
         version=entry.originator_version,
-        data=orjson.loads(entry.state),
+        data=data,
     )
