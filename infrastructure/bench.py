@@ -480,6 +480,7 @@ class Bench:
             events = generator.run_events(total)
             for start in range(0, len(events), 5000):
                 store.storage.events.insert_events(events[start : start + 5000])
+            del events  # 300k event objects alive would make garbage collection slow
             store.rebuild_projection("follow_up_queue")
             run_id = "p6-run-1"
             import random
