@@ -8,6 +8,7 @@ durability settings, measured in the same run. Ratios are what count; machines a
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import secrets
@@ -522,9 +523,20 @@ class Bench:
 
     def run(self) -> list[BenchResult]:
         try:
-            return [step() for step in self._steps().values()]
+            return [self._isolated(step) for step in self._steps().values()]
         finally:
             self.scratch.close()
+
+    @staticmethod
+    def _isolated(step: Callable[[], BenchResult]) -> BenchResult:
+        """Run a measurement with what earlier ones left behind out of the collector's way:
+        otherwise a pass over their objects lands inside the timed queries of later ones."""
+        gc.collect()
+        gc.freeze()
+        try:
+            return step()
+        finally:
+            gc.unfreeze()
 
     def planned(self) -> list[str]:
         return list(self._steps())
