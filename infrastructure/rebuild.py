@@ -31,7 +31,7 @@ def _rebuild_group(url: str, names: list[str], messages: Any) -> None:
     from infrastructure.store import open_store
 
     try:
-        with open_store(url, embedded_projections=False) as store:
+        with open_store(url, embedded_projections=False, projections=names) as store:
             read = store.projector.rebuild(names, progress=lambda n: messages.put(("page", n)))
         messages.put(("done", read))
     except BaseException as error:

@@ -58,12 +58,14 @@ class WorkflowStore(WorkflowRuns):
         url: str,
         clock: Clock = utc_now,
         embedded_projections: bool = True,
+        projections: Sequence[str] | None = None,
     ) -> None:
         self.url = url
         self.views = views
         self.embedded_projections = embedded_projections
         super().__init__(storage, clock=clock)
-        self.projector = Projector(storage, views, default_projections())
+        chosen = [p for p in default_projections() if projections is None or p.name in projections]
+        self.projector = Projector(storage, views, chosen)
         self._reader = views.reader()
         self._closed = False
         self._wake = threading.Event()
@@ -263,11 +265,14 @@ def open_store(
     clock: Clock = utc_now,
     env: Mapping[str, str] | None = None,
     embedded_projections: bool = True,
+    projections: Sequence[str] | None = None,
 ) -> WorkflowStore:
     """Open the store at ``url`` (``sqlite:///file``, ``postgresql://…`` or ``memory://``).
 
     With ``embedded_projections`` (the default) read models catch up in this process after
     every command; without, a separate ``runledger projections run`` worker keeps them.
+    ``projections`` limits the store to some read models (a rebuild process uses this so it
+    never touches the tables of projections another process is rebuilding).
     """
     resolved = resolve_url(url, env)
     storage, views = open_backend(resolved)
@@ -277,6 +282,7 @@ def open_store(
         url=resolved,
         clock=clock,
         embedded_projections=embedded_projections,
+        projections=projections,
     )
 
 

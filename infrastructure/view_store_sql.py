@@ -99,10 +99,14 @@ def _table_ddl(table: Table, dialect: Dialect) -> str:
     )
 
 
+def _index_name(table: Table, index: tuple[str, ...]) -> str:
+    return table.name + "_" + "_".join(index) + "_idx"
+
+
 def _index_ddl(table: Table, dialect: Dialect) -> list[str]:
     statements = []
     for index in table.indexes:
-        name = _quote(table.name + "_" + "_".join(index) + "_idx")
+        name = _quote(_index_name(table, index))
         columns = ", ".join(_quote(column) for column in index)
         statements.append(
             f"CREATE INDEX IF NOT EXISTS {name} ON {dialect.table(table.name)} ({columns})"
@@ -193,14 +197,30 @@ class SqlViewStore(ViewStore):
             f"WHERE name = {self.dialect.placeholder}" + (self.dialect.lock_rows if lock else "")
         )
 
+    @abstractmethod
+    def _exists(self, name: str) -> bool:
+        """Whether a table or index of this name exists (in the schema)."""
+
+    def _complete(self, projection: Projection) -> bool:
+        return all(
+            self._exists(table.name)
+            and all(self._exists(_index_name(table, index)) for index in table.indexes)
+            for table in projection.tables
+        )
+
     def ensure(self, projection: Projection) -> TrackingState:
         mark = self.dialect.placeholder
+        # Checked first, so opening a store never takes table locks (DDL, even IF NOT
+        # EXISTS, locks the table) while other processes write views, unless something is
+        # missing.
+        complete = self._complete(projection)
         with self._transaction() as cursor:
-            self._before_ddl(cursor)
-            for table in projection.tables:
-                cursor.execute(_table_ddl(table, self.dialect))
-                for statement in _index_ddl(table, self.dialect):
-                    cursor.execute(statement)
+            if not complete:
+                self._before_ddl(cursor)
+                for table in projection.tables:
+                    cursor.execute(_table_ddl(table, self.dialect))
+                    for statement in _index_ddl(table, self.dialect):
+                        cursor.execute(statement)
             cursor.execute(
                 f"INSERT INTO {self._tracking_table} (name, version, position) "
                 f"VALUES ({mark}, {mark}, 0) ON CONFLICT (name) DO NOTHING",
@@ -388,6 +408,9 @@ class SQLiteViewStore(SqlViewStore):
     def _query(self, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return self._connection().execute(statement, params).fetchall()
 
+    def _exists(self, name: str) -> bool:
+        return bool(self._query("SELECT 1 FROM sqlite_master WHERE name = ?", (name,)))
+
     def close(self) -> None:
         with self._lock:
             for connection in self._connections:
@@ -448,6 +471,10 @@ class PostgresViewStore(SqlViewStore):
         ):
             cursor.execute(statement.encode(), params)
             return cursor.fetchall()
+
+    def _exists(self, name: str) -> bool:
+        rows = self._query("SELECT to_regclass(%s) IS NOT NULL", (self.dialect.table(name),))
+        return bool(rows[0][0])
 
     def _before_ddl(self, cursor: _Cursor) -> None:
         # Concurrent CREATE TABLE IF NOT EXISTS can still collide in PostgreSQL's catalogue.

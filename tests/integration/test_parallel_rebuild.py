@@ -1,0 +1,57 @@
+"""Rebuilding on several processes gives exactly the views built incrementally."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from domain.values import Actor
+from infrastructure.store import WorkflowStore
+
+SESSION = Actor("session", "session-1")
+
+
+def dump(store: WorkflowStore) -> dict[str, list[dict[str, Any]]]:
+    store.catch_up()
+    reader = store.views.reader()
+    tables: dict[str, list[dict[str, Any]]] = {}
+    for runner in store.projector.runners.values():
+        for table in runner.projection.tables:
+            rows = reader.scan(table)
+            tables[table.name] = sorted(rows, key=lambda row: repr(table.key_of(row)))
+    return tables
+
+
+def play(store: WorkflowStore) -> None:
+    for run in range(4):
+        run_id = f"run-{run}"
+        store.create_run(run_id, workflow_name="review", input={"run": run})
+        store.bind_origin_session(run_id, "session-1")
+        for index in range(12):
+            store.queue_follow_up(
+                run_id,
+                request_id=f"request-{index}",
+                target_session_id="session-1",
+                actor=SESSION,
+                source="workflow-tool",
+                prompt=f"prompt {index}",
+            )
+        if run % 2:
+            store.finish_run(run_id, status="failed", error="boom")
+        else:
+            store.finish_run(run_id, status="completed", final_output={"ok": run})
+
+
+def test_a_two_process_rebuild_gives_the_incremental_views(
+    store: WorkflowStore, store_url: str
+) -> None:
+    if store_url == "memory://":
+        pytest.skip("a memory store cannot be shared with other processes")
+    play(store)
+    before = dump(store)
+    assert all(before.values()), "every table should hold rows before the rebuild"
+    read = store.rebuild_projections(processes=2)
+    assert read == store.storage.max_position()
+    assert dump(store) == before
+    assert {status.lag for status in store.projection_status()} == {0}
