@@ -27,6 +27,7 @@ from infrastructure.store import WorkflowStore, open_store
 from projections.base import Key, ProjectedEvent, Row, ViewWriter
 from projections.terminal_data import TerminalDataProjection
 from tests.conftest import PostgresServer
+from tests.integration.conftest import BACKENDS
 from tests.support.clock import FakeClock
 from tests.support.scenario import (
     HUMAN,
@@ -48,11 +49,6 @@ from tests.support.scenario import (
     waiting_run,
 )
 
-BACKENDS = [
-    pytest.param("memory", id="memory"),
-    pytest.param("sqlite", id="sqlite"),
-    pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgres),
-]
 PROJECTIONS = ("follow_up_queue", "terminal_data", "viewer_deltas", "session_outbox")
 
 WINDOW_RUN = "run-window"

@@ -29,6 +29,7 @@ from infrastructure.view_store import PageCommit
 from projections.base import ProjectedEvent, ViewWriter
 from projections.viewer_deltas import viewer_tail_patch, workflow_page_start
 from tests.conftest import PostgresServer
+from tests.integration.conftest import BACKENDS
 from tests.support.clock import FakeClock
 from tests.support.scenario import (
     HUMAN,
@@ -50,12 +51,6 @@ from tests.support.scenario import (
     terminal_message_id_of,
     waiting_run,
 )
-
-BACKENDS = [
-    pytest.param("memory", id="memory"),
-    pytest.param("sqlite", id="sqlite"),
-    pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgres),
-]
 
 PARENT = "run-parent"
 CHILD = "run-child"
