@@ -706,8 +706,12 @@ class WorkflowRuns(Application[UUID]):
         allowed_ids: Iterable[str],
     ) -> list[WorkflowMessageRecord]:
         """Adopt branch evidence: the only way a message becomes ``sent`` (upstream adoptBranch)."""
+        if isinstance(entries, (str, bytes, dict)) or not isinstance(entries, Iterable):
+            raise InvalidBranchEntryError()
+        if isinstance(allowed_ids, (str, bytes)) or not isinstance(allowed_ids, Iterable):
+            raise InvalidBranchEntryError()
         pairs = [_branch_pair(entry) for entry in entries]
-        allowed = set(allowed_ids)
+        allowed = {message_id for message_id in allowed_ids if isinstance(message_id, str)}
         actor = Actor("session", session_id if isinstance(session_id, str) else None)
 
         def command(unit: UnitOfWork) -> list[WorkflowMessageRecord]:
