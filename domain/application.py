@@ -447,11 +447,13 @@ class WorkflowRuns(Application[UUID]):
         )
         if status in BAD_END_STATUSES:
             self._cancel_follow_ups_after_bad_end(unit, run)
-        message = terminal_message(
-            run, list(reversed(unit.ancestors(run))), actor=HOST, now=unit.now
-        )
-        if message is not None:
-            unit.add(message)
+        if run.terminal_message_id is not None:
+            # Only a run that gets a presentation message needs its ancestors' outcomes.
+            message = terminal_message(
+                run, list(reversed(unit.ancestors(run))), actor=HOST, now=unit.now
+            )
+            if message is not None:
+                unit.add(message)
 
     def _cancel_follow_ups_after_bad_end(self, unit: UnitOfWork, ended: Run) -> None:
         """Upstream §4.6 with DESIGN decisions 1-2: this run and its continuation ancestors.

@@ -45,8 +45,6 @@ class Dialect:
 
     placeholder: str
     types: Mapping[str, str]
-    lock_rows: str
-    """Appended to a SELECT that must lock what it reads ("" where the transaction does)."""
     schema: str | None = None
 
     def table(self, name: str) -> str:
@@ -54,16 +52,13 @@ class Dialect:
         return _quote(name) if self.schema is None else f"{_quote(self.schema)}.{_quote(name)}"
 
 
-SQLITE: Final = Dialect(
-    "?", {"text": "TEXT", "int": "INTEGER", "bool": "INTEGER", "json": "TEXT"}, lock_rows=""
-)
+SQLITE: Final = Dialect("?", {"text": "TEXT", "int": "INTEGER", "bool": "INTEGER", "json": "TEXT"})
 
 
 def postgres_dialect(schema: str) -> Dialect:
     return Dialect(
         "%s",
         {"text": "TEXT", "int": "BIGINT", "bool": "BOOLEAN", "json": "TEXT"},
-        lock_rows=" FOR UPDATE",
         schema=schema,
     )
 
@@ -191,10 +186,10 @@ class SqlViewStore(ViewStore):
             sql = self._sql[table.name] = _Sql(table, self.dialect)
         return sql
 
-    def _tracking_statement(self, *, lock: bool) -> str:
+    def _tracking_statement(self) -> str:
         return (
             f"SELECT name, version, position, last_error FROM {self._tracking_table} "
-            f"WHERE name = {self.dialect.placeholder}" + (self.dialect.lock_rows if lock else "")
+            f"WHERE name = {self.dialect.placeholder}"
         )
 
     @abstractmethod
@@ -227,7 +222,7 @@ class SqlViewStore(ViewStore):
                 (projection.name, projection.version),
             )
             state = TrackingState(
-                *cursor.execute(self._tracking_statement(lock=False), (projection.name,)).fetchone()
+                *cursor.execute(self._tracking_statement(), (projection.name,)).fetchone()
             )
         if state.version != projection.version:
             self.reset(projection)
@@ -298,7 +293,7 @@ class SqlViewStore(ViewStore):
         return writes
 
     def _conflict(self, name: str, expected: int) -> TrackingConflictError:
-        rows = self._query(self._tracking_statement(lock=False), (name,))
+        rows = self._query(self._tracking_statement(), (name,))
         actual = TrackingState(*rows[0]).position if rows else 0
         return TrackingConflictError(name, expected, actual)
 
