@@ -34,7 +34,7 @@ from eventsourcing.persistence import (
 from eventsourcing.popo import POPOFactory
 from eventsourcing.utils import Environment
 
-from domain.errors import (
+from runledger.domain.errors import (
     BranchWrongSessionError,
     ConcurrencyError,
     FollowUpNotFoundError,
@@ -60,7 +60,7 @@ from domain.errors import (
     TurnNotFoundError,
     UnknownBranchMessageError,
 )
-from domain.follow_ups import (
+from runledger.domain.follow_ups import (
     FollowUp,
     check_prompt,
     check_request_id,
@@ -68,16 +68,16 @@ from domain.follow_ups import (
     follow_up_aggregate_id,
     follow_ups_of_run_key,
 )
-from domain.ids import (
+from runledger.domain.ids import (
     default_turn_id,
     follow_up_id_for,
     restart_run_id,
     terminal_message_id,
     workflow_message_id_for,
 )
-from domain.outbox import accept_follow_up, terminal_message
-from domain.ports import EventStorage
-from domain.records import (
+from runledger.domain.outbox import accept_follow_up, terminal_message
+from runledger.domain.ports import EventStorage
+from runledger.domain.records import (
     ActorRecord,
     FollowUpRecord,
     LoggedEvent,
@@ -87,10 +87,10 @@ from domain.records import (
     TurnRecord,
     WorkflowMessageRecord,
 )
-from domain.runs import Run, check_run_id, run_aggregate_id
-from domain.serialisation import LedgerMapper
-from domain.turn_reservations import TurnReservation, turn_aggregate_id
-from domain.values import (
+from runledger.domain.runs import Run, check_run_id, run_aggregate_id
+from runledger.domain.serialisation import LedgerMapper
+from runledger.domain.turn_reservations import TurnReservation, turn_aggregate_id
+from runledger.domain.values import (
     BAD_END_STATUSES,
     CHANGEABLE_STATUSES,
     HOST_MESSAGE_KINDS,
@@ -100,7 +100,7 @@ from domain.values import (
     Actor,
     JsonValue,
 )
-from domain.workflow_messages import (
+from runledger.domain.workflow_messages import (
     WorkflowMessage,
     check_content,
     message_aggregate_id,

@@ -9,15 +9,16 @@ byte, so this cannot be ``json.dumps(sort_keys=True)``: Python sorts by code poi
 from __future__ import annotations
 
 import hashlib
-import json
 import math
-import re
 from decimal import Decimal
 from typing import Any
 
-from domain.errors import JsonIntegerTooLargeError, NonFiniteJsonNumberError, NotPlainJsonError
-
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+from runledger.domain.errors import (
+    JsonIntegerTooLargeError,
+    NonFiniteJsonNumberError,
+    NotPlainJsonError,
+)
+from runledger.domain.json_strings import json_string
 
 
 def sha256hex(text: str | bytes) -> str:
@@ -51,7 +52,7 @@ def _write(value: Any, parts: list[str]) -> None:
     elif value is False:
         parts.append("false")
     elif isinstance(value, str):
-        parts.append(_string(value))
+        parts.append(json_string(value))
     elif isinstance(value, int):
         if not -(2**63) <= value < 2**64:
             # The stored form (orjson) holds 64-bit integers only.
@@ -68,7 +69,7 @@ def _write(value: Any, parts: list[str]) -> None:
         for index, key in enumerate(sorted(keys, key=_utf16_key)):
             if index:
                 parts.append(",")
-            parts.append(_string(key))
+            parts.append(json_string(key))
             parts.append(":")
             _write(value[key], parts)
         parts.append("}")
@@ -85,19 +86,6 @@ def _write(value: Any, parts: list[str]) -> None:
 
 def _utf16_key(key: str) -> bytes:
     return key.encode("utf-16-be", "surrogatepass")
-
-
-def json_string(text: str) -> str:
-    """``text`` as a JSON string literal, exactly as JSON.stringify writes it."""
-    return _string(text)
-
-
-def _string(text: str) -> str:
-    encoded = json.dumps(text, ensure_ascii=False)
-    if _LONE_SURROGATE.search(encoded):
-        # JSON.stringify escapes lone surrogates rather than emitting invalid UTF-16.
-        encoded = _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", encoded)
-    return encoded
 
 
 def js_number(number: float) -> str:

@@ -11,11 +11,11 @@ from uuid import UUID
 
 from eventsourcing.domain import BaseAggregate
 
-from domain.events import AGGREGATE_CLASSES, LedgerEvent, LedgerSnapshot
-from domain.follow_ups import FollowUp
-from domain.runs import Run
-from domain.turn_reservations import TurnReservation
-from domain.workflow_messages import WorkflowMessage
+from runledger.domain.events import AGGREGATE_CLASSES, LedgerEvent, LedgerSnapshot
+from runledger.domain.follow_ups import FollowUp
+from runledger.domain.runs import Run
+from runledger.domain.turn_reservations import TurnReservation
+from runledger.domain.workflow_messages import WorkflowMessage
 
 AGGREGATES: Final[tuple[type[BaseAggregate[UUID]], ...]] = (
     Run,

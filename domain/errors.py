@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from runledger.domain.json_strings import json_string
+
 
 class WorkflowError(Exception):
     """Root of every error runledger reports on purpose."""
@@ -71,8 +73,6 @@ class InvalidRunIdError(WorkflowError):
 
     def __init__(self, run_id: object) -> None:
         # Upstream quotes the id with JSON.stringify: non-ASCII stays as it is.
-        from domain.canonical import json_string
-
         super().__init__(json_string(run_id if isinstance(run_id, str) else str(run_id)))
 
 

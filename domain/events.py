@@ -20,7 +20,7 @@ from eventsourcing.domain import (
     DomainEvent,
 )
 
-from domain.errors import UnknownStoredEventError
+from runledger.domain.errors import UnknownStoredEventError
 
 
 class LedgerEvent(AggregateEvent):

@@ -9,7 +9,7 @@ from uuid import UUID
 
 from eventsourcing.domain import BaseAggregate
 
-from domain.errors import (
+from runledger.domain.errors import (
     CancelledFollowUpRemovalError,
     EmptyPromptError,
     FollowUpNotInRunError,
@@ -19,10 +19,10 @@ from domain.errors import (
     InvalidSourceError,
     PromptTooLargeError,
 )
-from domain.events import CopiedCheaply, LedgerCreated, LedgerEvent, LedgerSnapshot
-from domain.ids import aggregate_id
-from domain.records import ActorRecord, FollowUpRecord
-from domain.values import REMOVED_REASON, Actor
+from runledger.domain.events import CopiedCheaply, LedgerCreated, LedgerEvent, LedgerSnapshot
+from runledger.domain.ids import aggregate_id
+from runledger.domain.records import ActorRecord, FollowUpRecord
+from runledger.domain.values import REMOVED_REASON, Actor
 
 REQUEST_ID_PATTERN: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,511}")
 MAX_SOURCE_LENGTH: Final = 128

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Final, Literal
 from uuid import NAMESPACE_URL, UUID, uuid5
 
-from domain.canonical import canonical_json, sha256hex
+from runledger.domain.canonical import canonical_json, sha256hex
 
 AggregateKind = Literal["run", "follow-up", "workflow-message", "workflow-turn"]
 

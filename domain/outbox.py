@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from domain.follow_ups import FollowUp
-from domain.ids import follow_up_message_id, terminal_source_id
-from domain.runs import Run
-from domain.values import Actor
-from domain.workflow_messages import WorkflowMessage, follow_up_content, terminal_content
+from runledger.domain.follow_ups import FollowUp
+from runledger.domain.ids import follow_up_message_id, terminal_source_id
+from runledger.domain.runs import Run
+from runledger.domain.values import Actor
+from runledger.domain.workflow_messages import WorkflowMessage, follow_up_content, terminal_content
 
 
 def accept_follow_up(

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from domain.values import JsonValue
+from runledger.domain.values import JsonValue
 
 
 class Record(BaseModel):

@@ -9,8 +9,8 @@ from uuid import UUID
 
 from eventsourcing.domain import BaseAggregate
 
-from domain.canonical import check_plain_json, json_digest
-from domain.errors import (
+from runledger.domain.canonical import check_plain_json, json_digest
+from runledger.domain.errors import (
     CancelledRunRestartError,
     EmptyPresentationInstructionsError,
     InvalidExecutionModeError,
@@ -25,10 +25,10 @@ from domain.errors import (
     RunNotAcceptingChangesError,
     RunOfAnotherSessionError,
 )
-from domain.events import CopiedCheaply, LedgerCreated, LedgerEvent, LedgerSnapshot
-from domain.ids import aggregate_id
-from domain.records import RunRecord
-from domain.values import (
+from runledger.domain.events import CopiedCheaply, LedgerCreated, LedgerEvent, LedgerSnapshot
+from runledger.domain.ids import aggregate_id
+from runledger.domain.records import RunRecord
+from runledger.domain.values import (
     CHANGEABLE_STATUSES,
     DEFAULT_PRESENTATION_INSTRUCTIONS,
     FINISH_STATUSES,

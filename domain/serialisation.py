@@ -16,9 +16,9 @@ import orjson
 from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import Mapper, StoredEvent, Transcoder
 
-from domain.catalogue import EVENT_CLASSES
-from domain.errors import UnknownStoredEventError
-from domain.events import AGGREGATE_CLASSES, LedgerEvent, LedgerSnapshot
+from runledger.domain.catalogue import EVENT_CLASSES
+from runledger.domain.errors import UnknownStoredEventError
+from runledger.domain.events import AGGREGATE_CLASSES, LedgerEvent, LedgerSnapshot
 
 
 @dataclass(frozen=True)

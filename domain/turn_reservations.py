@@ -12,9 +12,9 @@ from uuid import UUID
 
 from eventsourcing.domain import BaseAggregate
 
-from domain.events import CopiedCheaply, LedgerCreated, LedgerEvent, LedgerSnapshot
-from domain.ids import aggregate_id
-from domain.values import Actor
+from runledger.domain.events import CopiedCheaply, LedgerCreated, LedgerEvent, LedgerSnapshot
+from runledger.domain.ids import aggregate_id
+from runledger.domain.values import Actor
 
 
 def turn_aggregate_id(workflow_turn_id: str) -> UUID:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeAlias, get_args
 
-from domain.errors import InvalidActorError, UnknownActorTypeError
+from runledger.domain.errors import InvalidActorError, UnknownActorTypeError
 
 JsonValue: TypeAlias = Any
 """A plain JSON value: dict with str keys, list, str, int, float, bool or None."""

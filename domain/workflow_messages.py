@@ -9,8 +9,8 @@ from uuid import UUID
 
 from eventsourcing.domain import BaseAggregate
 
-from domain.canonical import canonical_json, json_digest
-from domain.errors import (
+from runledger.domain.canonical import canonical_json, json_digest
+from runledger.domain.errors import (
     ConflictingEntryEvidenceError,
     InvalidMessageContentError,
     InvalidResponseEntryError,
@@ -23,10 +23,10 @@ from domain.errors import (
     TurnRequiresSentMessageError,
     WorkflowError,
 )
-from domain.events import CopiedCheaply, LedgerCreated, LedgerEvent, LedgerSnapshot
-from domain.ids import aggregate_id
-from domain.records import TurnRecord, WorkflowMessageRecord
-from domain.values import MESSAGE_KINDS, STOP_REASONS, Actor, JsonValue
+from runledger.domain.events import CopiedCheaply, LedgerCreated, LedgerEvent, LedgerSnapshot
+from runledger.domain.ids import aggregate_id
+from runledger.domain.records import TurnRecord, WorkflowMessageRecord
+from runledger.domain.values import MESSAGE_KINDS, STOP_REASONS, Actor, JsonValue
 
 CONTENT_SCHEMA: Final = "pi-workflows.workflow-message-content.v1"
 TURN_TRIGGERING_KINDS: Final = frozenset({"step", "terminal", "followUp"})

@@ -1,5 +1,5 @@
 """Storage, projection runners, the composition root (``open_store``), CLI and benchmarks."""
 
-from infrastructure.store import WorkflowStore, open_store
+from runledger.infrastructure.store import WorkflowStore, open_store
 
 __all__ = ["WorkflowStore", "open_store"]

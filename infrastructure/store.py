@@ -8,15 +8,15 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import Final
+from typing import Any, Final
 from uuid import UUID
 
 from eventsourcing.persistence import Recording
 
-from domain.application import Clock, WorkflowRuns, utc_now
-from domain.errors import InvalidStoreUrlError, ProjectionStalledError
-from domain.ports import EventStorage
-from domain.records import (
+from runledger.domain.application import Clock, WorkflowRuns, utc_now
+from runledger.domain.errors import InvalidStoreUrlError, ProjectionStalledError
+from runledger.domain.ports import EventStorage
+from runledger.domain.records import (
     FollowUpQueue,
     ProjectionStatus,
     SnapshotRequired,
@@ -24,11 +24,11 @@ from domain.records import (
     ViewerDeltas,
     WorkflowMessageRecord,
 )
-from infrastructure.projector import Progress, Projector
-from infrastructure.rebuild import rebuild_in_processes, split
-from infrastructure.view_store import MemoryViewStore, ViewReaderBase, ViewStore
-from projections import follow_up_queue, session_outbox, terminal_data, viewer_deltas
-from projections.base import Projection
+from runledger.infrastructure.views.projector import Progress, Projector
+from runledger.infrastructure.views.rebuild import rebuild_in_processes, split
+from runledger.infrastructure.views.store import MemoryViewStore, ViewReaderBase, ViewStore
+from runledger.projections import follow_up_queue, session_outbox, terminal_data, viewer_deltas
+from runledger.projections.base import Projection
 
 DEFAULT_URL: Final = "sqlite:///runledger.db"
 URL_VARIABLE: Final = "RUNLEDGER_URL"
@@ -199,7 +199,7 @@ class WorkflowStore(WorkflowRuns):
         if workers <= 1 or self.backend == "memory":
             return self.projector.rebuild(chosen, progress=progress)
         with self.projector.paused():
-            read = rebuild_in_processes(self.url, split(chosen, workers), progress)
+            read = rebuild_in_processes(rebuild_group, self.url, split(chosen, workers), progress)
             self.projector.reload(chosen)
         return read
 
@@ -241,19 +241,19 @@ def resolve_url(url: str | None, env: Mapping[str, str] | None = None) -> str:
 def open_backend(url: str) -> tuple[EventStorage, ViewStore]:
     """The event storage and view store a URL names; tables are created on first use."""
     if url.startswith("sqlite:///"):
-        from infrastructure.storage_sqlite import SQLiteStorage
-        from infrastructure.view_store_sql import SQLiteViewStore
+        from runledger.infrastructure.storage.sqlite import SQLiteStorage
+        from runledger.infrastructure.views.sql import SQLiteViewStore
 
         path = url.removeprefix("sqlite:///")
         return SQLiteStorage(path), SQLiteViewStore(path)
     if url.startswith(("postgresql://", "postgres://")):
-        from infrastructure.storage_postgres import PostgresStorage
-        from infrastructure.view_store_sql import PostgresViewStore
+        from runledger.infrastructure.storage.postgres import PostgresStorage
+        from runledger.infrastructure.views.sql import PostgresViewStore
 
         postgres = PostgresStorage(url)
         return postgres, PostgresViewStore(postgres.datastore)
     if url == "memory://":
-        from infrastructure.storage_memory import MemoryStorage
+        from runledger.infrastructure.storage.memory import MemoryStorage
 
         return MemoryStorage(), MemoryViewStore()
     raise InvalidStoreUrlError(url)
@@ -284,6 +284,17 @@ def open_store(
         embedded_projections=embedded_projections,
         projections=projections,
     )
+
+
+def rebuild_group(url: str, names: list[str], messages: Any) -> None:
+    """Rebuild ``names`` in this (spawned) process, reporting on ``messages``."""
+    try:
+        with open_store(url, embedded_projections=False, projections=names) as store:
+            read = store.projector.rebuild(names, progress=lambda n: messages.put(("page", n)))
+        messages.put(("done", read))
+    except BaseException as error:
+        messages.put(("error", f"{type(error).__name__}: {error}"))
+        raise
 
 
 __all__: Sequence[str] = ["WorkflowStore", "default_projections", "open_store", "resolve_url"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import orjson
 from eventsourcing.persistence import Notification
 
-from domain.catalogue import EVENT_CLASSES
-from domain.ports import LogEntry
-from projections.base import ProjectedEvent
+from runledger.domain.catalogue import EVENT_CLASSES
+from runledger.domain.ports import LogEntry
+from runledger.projections.base import ProjectedEvent
 
 
 def projected(entry: LogEntry | Notification) -> ProjectedEvent:

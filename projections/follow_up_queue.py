@@ -12,12 +12,12 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import ClassVar, Final
 
-from domain.errors import InvalidPageError
-from domain.follow_ups import FollowUp
-from domain.records import ActorRecord, FollowUpQueue, FollowUpRecord
-from domain.runs import Run
-from domain.workflow_messages import WorkflowMessage
-from projections.base import ProjectedEvent, Row, Table, ViewReader, ViewWriter
+from runledger.domain.errors import InvalidPageError
+from runledger.domain.follow_ups import FollowUp
+from runledger.domain.records import ActorRecord, FollowUpQueue, FollowUpRecord
+from runledger.domain.runs import Run
+from runledger.domain.workflow_messages import WorkflowMessage
+from runledger.projections.base import ProjectedEvent, Row, Table, ViewReader, ViewWriter
 
 FOLLOW_UP_KIND: Final = "followUp"
 

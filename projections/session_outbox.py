@@ -12,8 +12,8 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, ClassVar, Final
 
-from domain.records import WorkflowMessageRecord
-from projections.base import ProjectedEvent, Row, Table, ViewReader, ViewWriter
+from runledger.domain.records import WorkflowMessageRecord
+from runledger.projections.base import ProjectedEvent, Row, Table, ViewReader, ViewWriter
 
 RUNS: Final = Table(
     "rl_so_runs",

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import ClassVar, Final
 
-from domain.records import TerminalData
-from domain.runs import Run
-from domain.values import DEFAULT_PRESENTATION_INSTRUCTIONS, TERMINAL_STATUSES
-from projections.base import ProjectedEvent, Table, ViewReader, ViewWriter
+from runledger.domain.records import TerminalData
+from runledger.domain.runs import Run
+from runledger.domain.values import DEFAULT_PRESENTATION_INSTRUCTIONS, TERMINAL_STATUSES
+from runledger.projections.base import ProjectedEvent, Table, ViewReader, ViewWriter
 
 # ``status`` stays None until the run ends: only ended runs are answered, and nothing
 # changes a run's status after ``run.finished``, so progress events are not needed here.

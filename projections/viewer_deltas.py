@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Final
 
-from domain.errors import InvalidViewerCursorError, RunMissingError
-from domain.follow_ups import FollowUp
-from domain.records import SnapshotRequired, ViewerDelta, ViewerDeltas
-from domain.runs import Run
-from projections.base import ProjectedEvent, Row, Table, ViewReader, ViewWriter
+from runledger.domain.errors import InvalidViewerCursorError, RunMissingError
+from runledger.domain.follow_ups import FollowUp
+from runledger.domain.records import SnapshotRequired, ViewerDelta, ViewerDeltas
+from runledger.domain.runs import Run
+from runledger.projections.base import ProjectedEvent, Row, Table, ViewReader, ViewWriter
 
 VIEWER_PAGE_SIZE: Final = 256
 VIEWER_DELTA_RETENTION: Final = 256

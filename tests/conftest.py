@@ -20,7 +20,7 @@ import pytest
 from psycopg import sql
 
 if TYPE_CHECKING:
-    from domain.ports import EventStorage
+    from runledger.domain.ports import EventStorage
 
 POSTGRES_URL_VARIABLE = "RUNLEDGER_TEST_POSTGRES_URL"
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -138,15 +138,15 @@ def open_storage(
     def open_one() -> EventStorage:
         storage: EventStorage
         if storage_backend == "memory":
-            from infrastructure.storage_memory import MemoryStorage
+            from runledger.infrastructure.storage.memory import MemoryStorage
 
             storage = MemoryStorage()
         elif storage_backend == "sqlite":
-            from infrastructure.storage_sqlite import SQLiteStorage
+            from runledger.infrastructure.storage.sqlite import SQLiteStorage
 
             storage = SQLiteStorage(request.getfixturevalue("sqlite_path"))
         else:
-            from infrastructure.storage_postgres import PostgresStorage
+            from runledger.infrastructure.storage.postgres import PostgresStorage
 
             storage = PostgresStorage(request.getfixturevalue("postgres_store_url"), pool_size=2)
         opened.append(storage)
@@ -161,3 +161,18 @@ def open_storage(
 def storage(open_storage: Callable[[], EventStorage]) -> EventStorage:
     """An opened, empty event storage on each backend (closed after the test)."""
     return open_storage()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _runledger_is_imported_under_one_name_only() -> Iterator[None]:
+    """The folders install as ``runledger.*``; a bare ``import domain`` would load every module
+    a second time under another name (two classes per event, two catalogues)."""
+    yield
+    import sys
+
+    bare = sorted(
+        name
+        for name in sys.modules
+        if name.split(".")[0] in {"domain", "projections", "infrastructure"}
+    )
+    assert bare == [], f"modules imported under a bare folder name: {bare}"

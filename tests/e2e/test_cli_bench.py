@@ -20,7 +20,7 @@ def bench(url: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         [
             sys.executable,
             "-m",
-            "infrastructure.cli",
+            "runledger.infrastructure.cli",
             "bench",
             "--url",
             url,

@@ -67,7 +67,7 @@ def run_demo(url: str, cwd: Path, *, columns: int = 80) -> Outcome:
     env["COLUMNS"] = str(columns)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     completed = subprocess.run(
-        [sys.executable, "-m", "infrastructure.cli", "demo", "--url", url],
+        [sys.executable, "-m", "runledger.infrastructure.cli", "demo", "--url", url],
         cwd=cwd,
         env=env,
         capture_output=True,

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from domain.ids import follow_up_message_id
-from domain.values import Actor
-from infrastructure.store import WorkflowStore, open_store
+from runledger.domain.ids import follow_up_message_id
+from runledger.domain.values import Actor
+from runledger.infrastructure.store import WorkflowStore, open_store
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NAMES = ["follow_up_queue", "session_outbox", "terminal_data", "viewer_deltas"]
@@ -38,7 +38,7 @@ def runledger(*args: str, cwd: Path) -> Outcome:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     env["COLUMNS"] = "200"
     completed = subprocess.run(
-        [sys.executable, "-m", "infrastructure.cli", *args],
+        [sys.executable, "-m", "runledger.infrastructure.cli", *args],
         cwd=cwd,
         env=env,
         capture_output=True,

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from infrastructure.store import WorkflowStore, open_store
+from runledger.infrastructure.store import WorkflowStore, open_store
 from tests.support.clock import FakeClock
 
 BACKENDS = [

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from domain.values import Actor
-from infrastructure.store import WorkflowStore
+from runledger.domain.values import Actor
+from runledger.infrastructure.store import WorkflowStore
 
 SESSION = Actor("session", "session-1")
 

@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from domain import Actor
-from domain.follow_ups import follow_up_aggregate_id
-from domain.ids import follow_up_id_for, follow_up_message_id
-from domain.records import LoggedEvent
-from domain.workflow_messages import message_aggregate_id
-from infrastructure.store import WorkflowStore, open_store
+from runledger.domain import Actor
+from runledger.domain.follow_ups import follow_up_aggregate_id
+from runledger.domain.ids import follow_up_id_for, follow_up_message_id
+from runledger.domain.records import LoggedEvent
+from runledger.domain.workflow_messages import message_aggregate_id
+from runledger.infrastructure.store import WorkflowStore, open_store
 from tests.support.workers import Op, Outcome, RaceResult, Round, run_race
 
 SESSION = "session-origin"

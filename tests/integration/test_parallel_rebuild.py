@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from domain.values import Actor
-from infrastructure.store import WorkflowStore
+from runledger.domain.values import Actor
+from runledger.infrastructure.store import WorkflowStore
 
 SESSION = Actor("session", "session-1")
 

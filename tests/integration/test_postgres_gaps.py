@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from infrastructure.storage_postgres import PostgresStorage, writer_lock_key
+from runledger.infrastructure.storage.postgres import PostgresStorage, writer_lock_key
 
 pytestmark = pytest.mark.postgres
 

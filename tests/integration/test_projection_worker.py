@@ -34,13 +34,13 @@ import orjson
 import pytest
 from eventsourcing.persistence import StoredEvent
 
-from domain.ids import follow_up_message_id
-from domain.ports import LogEntry
-from domain.values import Actor
-from infrastructure.store import WorkflowStore, default_projections, open_store
-from infrastructure.worker import ProjectionWorker, _Listener
-from projections.base import Projection, Table
-from projections.events import projected
+from runledger.domain.ids import follow_up_message_id
+from runledger.domain.ports import LogEntry
+from runledger.domain.values import Actor
+from runledger.infrastructure.store import WorkflowStore, default_projections, open_store
+from runledger.infrastructure.views.worker import ProjectionWorker, _Listener
+from runledger.projections.base import Projection, Table
+from runledger.projections.events import projected
 from tests.conftest import PostgresServer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -331,7 +331,7 @@ def running_workers(
                     [
                         sys.executable,
                         "-m",
-                        "infrastructure.cli",
+                        "runledger.infrastructure.cli",
                         "projections",
                         "run",
                         "--url",

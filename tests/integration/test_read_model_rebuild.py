@@ -20,12 +20,12 @@ from typing import Any
 import psycopg
 import pytest
 
-from domain.ids import follow_up_message_id
-from domain.records import SnapshotRequired, ViewerDelta, ViewerDeltas
-from domain.values import Actor
-from infrastructure.store import WorkflowStore, open_store
-from projections.base import Key, ProjectedEvent, Row, ViewWriter
-from projections.terminal_data import TerminalDataProjection
+from runledger.domain.ids import follow_up_message_id
+from runledger.domain.records import SnapshotRequired, ViewerDelta, ViewerDeltas
+from runledger.domain.values import Actor
+from runledger.infrastructure.store import WorkflowStore, open_store
+from runledger.projections.base import Key, ProjectedEvent, Row, ViewWriter
+from runledger.projections.terminal_data import TerminalDataProjection
 from tests.conftest import PostgresServer
 from tests.integration.conftest import BACKENDS
 from tests.support.clock import FakeClock

@@ -14,20 +14,20 @@ from typing import Any, TypeVar
 
 import pytest
 
-from domain.errors import ProjectionStalledError
-from domain.ids import follow_up_message_id
-from domain.records import (
+from runledger.domain.errors import ProjectionStalledError
+from runledger.domain.ids import follow_up_message_id
+from runledger.domain.records import (
     FollowUpQueue,
     TerminalData,
     ViewerDelta,
     ViewerDeltas,
     WorkflowMessageRecord,
 )
-from infrastructure.history import HistoryGenerator
-from infrastructure.store import WorkflowStore, open_store
-from infrastructure.view_store import PageCommit
-from projections.base import ProjectedEvent, ViewWriter
-from projections.viewer_deltas import viewer_tail_patch, workflow_page_start
+from runledger.infrastructure.cli.generated_history import HistoryGenerator
+from runledger.infrastructure.store import WorkflowStore, open_store
+from runledger.infrastructure.views.store import PageCommit
+from runledger.projections.base import ProjectedEvent, ViewWriter
+from runledger.projections.viewer_deltas import viewer_tail_patch, workflow_page_start
 from tests.conftest import PostgresServer
 from tests.integration.conftest import BACKENDS
 from tests.support.clock import FakeClock

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from domain.errors import (
+from runledger.domain.errors import (
     CancelledFollowUpRemovalError,
     EmptyPromptError,
     FollowUpNotFoundError,
@@ -25,9 +25,9 @@ from domain.errors import (
     RunNotAcceptingChangesError,
     SentFollowUpRemovalError,
 )
-from domain.ids import follow_up_message_id, resource_id_for
-from domain.values import Actor
-from infrastructure.store import WorkflowStore
+from runledger.domain.ids import follow_up_message_id, resource_id_for
+from runledger.domain.values import Actor
+from runledger.infrastructure.store import WorkflowStore
 from tests.support.assertions import assert_rejected, payload_fields, recording, writes_nothing
 from tests.support.scenario import (
     CONTENT_SCHEMA,

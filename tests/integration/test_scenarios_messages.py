@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from domain.errors import (
+from runledger.domain.errors import (
     BranchWrongSessionError,
     ConflictingEntryEvidenceError,
     InvalidMessageContentError,
@@ -25,9 +25,9 @@ from domain.errors import (
     TurnRequiresSentMessageError,
     UnknownBranchMessageError,
 )
-from domain.ids import follow_up_message_id, workflow_message_id_for
-from domain.records import TurnRecord
-from infrastructure.store import WorkflowStore
+from runledger.domain.ids import follow_up_message_id, workflow_message_id_for
+from runledger.domain.records import TurnRecord
+from runledger.infrastructure.store import WorkflowStore
 from tests.support.assertions import assert_rejected, payload_fields, recording, writes_nothing
 from tests.support.scenario import (
     OTHER_SESSION,

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from domain.errors import (
+from runledger.domain.errors import (
     CancelledRunRestartError,
     EmptyPresentationInstructionsError,
     InvalidExecutionModeError,
@@ -32,9 +32,9 @@ from domain.errors import (
     StaleTerminalResultError,
     StaleTerminalTurnError,
 )
-from domain.ids import follow_up_message_id, restart_run_id, terminal_message_id
-from domain.records import RestartReceipt, RunRecord
-from infrastructure.store import WorkflowStore
+from runledger.domain.ids import follow_up_message_id, restart_run_id, terminal_message_id
+from runledger.domain.records import RestartReceipt, RunRecord
+from runledger.infrastructure.store import WorkflowStore
 from tests.support.assertions import assert_rejected, payload_fields, recording, writes_nothing
 from tests.support.clock import FakeClock
 from tests.support.scenario import (

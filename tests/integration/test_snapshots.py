@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from domain.runs import Run, run_aggregate_id
-from domain.values import Actor
-from infrastructure.store import WorkflowStore
+from runledger.domain.runs import Run, run_aggregate_id
+from runledger.domain.values import Actor
+from runledger.infrastructure.store import WorkflowStore
 
 SESSION = Actor("session", "session-1")
 
@@ -49,7 +49,7 @@ def test_a_new_store_on_the_same_database_continues_from_the_snapshot(
 ) -> None:
     if store_url == "memory://":
         return  # a memory store is not shared between stores
-    from infrastructure.store import open_store
+    from runledger.infrastructure.store import open_store
 
     _queue_many(store, 105)
     with open_store(store_url) as second:

@@ -12,8 +12,8 @@ from uuid import UUID, uuid4
 import pytest
 from eventsourcing.persistence import IntegrityError, Notification, StoredEvent
 
-from domain.ports import EventStorage
-from domain.serialisation import LedgerStoredEvent
+from runledger.domain.ports import EventStorage
+from runledger.domain.serialisation import LedgerStoredEvent
 
 if TYPE_CHECKING:
     from multiprocessing.synchronize import Event as ProcessEvent
@@ -338,7 +338,7 @@ def test_concurrent_inserts_of_one_version_let_exactly_one_succeed(
 
 
 def _insert_from_a_process(path: str, count: int, start: ProcessEvent) -> None:
-    from infrastructure.storage_sqlite import SQLiteStorage
+    from runledger.infrastructure.storage.sqlite import SQLiteStorage
 
     storage = SQLiteStorage(path)
     try:
@@ -350,7 +350,7 @@ def _insert_from_a_process(path: str, count: int, start: ProcessEvent) -> None:
 
 
 def test_several_processes_can_write_one_sqlite_file(sqlite_path: str) -> None:
-    from infrastructure.storage_sqlite import SQLiteStorage
+    from runledger.infrastructure.storage.sqlite import SQLiteStorage
 
     context = multiprocessing.get_context("spawn")
     start = context.Event()
@@ -376,7 +376,7 @@ def test_several_processes_can_write_one_sqlite_file(sqlite_path: str) -> None:
 
 @pytest.mark.postgres
 def test_a_postgres_storage_keeps_to_its_own_schema(postgres_store_url: str) -> None:
-    from infrastructure.storage_postgres import PostgresStorage
+    from runledger.infrastructure.storage.postgres import PostgresStorage
 
     in_public = PostgresStorage(postgres_store_url, pool_size=1)
     in_tenant = PostgresStorage(postgres_store_url, schema="tenant_a", pool_size=1)

@@ -13,9 +13,9 @@ from typing import Any, ClassVar
 import jsonpatch
 from jsonpointer import JsonPointerException
 
-from domain.records import ViewerDeltas
-from domain.values import Actor
-from infrastructure.store import WorkflowStore
+from runledger.domain.records import ViewerDeltas
+from runledger.domain.values import Actor
+from runledger.infrastructure.store import WorkflowStore
 
 SESSION = Actor("session", "session-1")
 FOLLOW_UPS = 40

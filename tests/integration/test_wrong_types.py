@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from domain.errors import WorkflowError
-from domain.values import Actor
-from infrastructure.store import WorkflowStore
+from runledger.domain.errors import WorkflowError
+from runledger.domain.values import Actor
+from runledger.infrastructure.store import WorkflowStore
 
 WRONG = [None, 42, 4.5, b"bytes", ["list"], {"a": 1}, object()]
 SESSION = Actor("session", "session-1")

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from domain.application import WorkflowRuns
-from domain.errors import WorkflowError
-from domain.records import LoggedEvent
+from runledger.domain.application import WorkflowRuns
+from runledger.domain.errors import WorkflowError
+from runledger.domain.records import LoggedEvent
 
 PAGE = 1000
 

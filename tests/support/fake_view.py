@@ -6,9 +6,9 @@ import copy
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from domain.ports import EventStorage
-from projections.base import Key, Projection, Row, Table
-from projections.events import projected
+from runledger.domain.ports import EventStorage
+from runledger.projections.base import Key, Projection, Row, Table
+from runledger.projections.events import projected
 
 
 class FakeView:

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from domain.application import WorkflowRuns
-from domain.ids import follow_up_message_id, workflow_message_id_for
-from domain.records import (
+from runledger.domain.application import WorkflowRuns
+from runledger.domain.ids import follow_up_message_id, workflow_message_id_for
+from runledger.domain.records import (
     LoggedEvent,
     QueuedFollowUp,
     RestartReceipt,
     RunRecord,
     WorkflowMessageRecord,
 )
-from domain.values import Actor, JsonValue
+from runledger.domain.values import Actor, JsonValue
 
 RUN: Final = "run-1"
 SESSION: Final = "session-1"

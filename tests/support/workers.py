@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, cast
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from infrastructure.store import WorkflowStore
+    from runledger.infrastructure.store import WorkflowStore
 
 Op = dict[str, Any]
 Round = list[list[Op]]
@@ -101,7 +101,7 @@ class RaceFailedError(RuntimeError):
 
 
 def _perform(store: WorkflowStore, op: Op) -> dict[str, Any]:
-    from domain import Actor
+    from runledger.domain import Actor
 
     kind = op["op"]
     record: BaseModel
@@ -146,7 +146,7 @@ def worker_main(
 ) -> None:
     """Open the store, then run this worker's operations of each round right after the barrier."""
     try:
-        from infrastructure.store import open_store
+        from runledger.infrastructure.store import open_store
 
         with open_store(url) as store:
             for number, ops in enumerate(plan):

@@ -7,9 +7,19 @@ from uuid import NAMESPACE_URL, uuid5
 
 import pytest
 
-from domain.canonical import canonical_json, check_plain_json, js_number, json_digest, sha256hex
-from domain.errors import JsonIntegerTooLargeError, NonFiniteJsonNumberError, NotPlainJsonError
-from domain.ids import (
+from runledger.domain.canonical import (
+    canonical_json,
+    check_plain_json,
+    js_number,
+    json_digest,
+    sha256hex,
+)
+from runledger.domain.errors import (
+    JsonIntegerTooLargeError,
+    NonFiniteJsonNumberError,
+    NotPlainJsonError,
+)
+from runledger.domain.ids import (
     aggregate_id,
     follow_up_id_for,
     follow_up_message_id,

@@ -16,16 +16,21 @@ import pytest
 from eventsourcing.domain import Snapshot
 from eventsourcing.persistence import StoredEvent
 
-from domain import catalogue
-from domain.errors import JsonIntegerTooLargeError, UnknownStoredEventError
-from domain.events import LedgerEvent, LedgerSnapshot
-from domain.follow_ups import FollowUp
-from domain.ids import follow_up_id_for, follow_up_message_id, restart_run_id, terminal_message_id
-from domain.runs import Run
-from domain.serialisation import LedgerMapper, LedgerStoredEvent
-from domain.turn_reservations import TurnReservation
-from domain.values import SYSTEM, Actor
-from domain.workflow_messages import WorkflowMessage, follow_up_content
+from runledger.domain import catalogue
+from runledger.domain.errors import JsonIntegerTooLargeError, UnknownStoredEventError
+from runledger.domain.events import LedgerEvent, LedgerSnapshot
+from runledger.domain.follow_ups import FollowUp
+from runledger.domain.ids import (
+    follow_up_id_for,
+    follow_up_message_id,
+    restart_run_id,
+    terminal_message_id,
+)
+from runledger.domain.runs import Run
+from runledger.domain.serialisation import LedgerMapper, LedgerStoredEvent
+from runledger.domain.turn_reservations import TurnReservation
+from runledger.domain.values import SYSTEM, Actor
+from runledger.domain.workflow_messages import WorkflowMessage, follow_up_content
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 HOST = Actor("host")

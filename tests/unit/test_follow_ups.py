@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from domain.errors import (
+from runledger.domain.errors import (
     CancelledFollowUpRemovalError,
     EmptyPromptError,
     FollowUpNotInRunError,
@@ -20,14 +20,14 @@ from domain.errors import (
     PromptTooLargeError,
     UnknownActorTypeError,
 )
-from domain.follow_ups import (
+from runledger.domain.follow_ups import (
     FollowUp,
     check_prompt,
     check_request_id,
     check_source,
     follow_up_aggregate_id,
 )
-from domain.values import SYSTEM, Actor
+from runledger.domain.values import SYSTEM, Actor
 from tests.support.specification import Event, events_of, given
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

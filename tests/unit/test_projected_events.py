@@ -8,10 +8,10 @@ from uuid import uuid4
 import orjson
 import pytest
 
-from domain.catalogue import EVENT_CLASSES
-from domain.ports import LogEntry
-from domain.runs import Run
-from projections.events import projected
+from runledger.domain.catalogue import EVENT_CLASSES
+from runledger.domain.ports import LogEntry
+from runledger.domain.runs import Run
+from runledger.projections.events import projected
 
 
 def entry(topic: str, state: dict[str, Any]) -> LogEntry:

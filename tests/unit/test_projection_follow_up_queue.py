@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from domain.errors import InvalidPageError
-from domain.records import FollowUpQueue
-from domain.values import Actor
-from infrastructure.store import WorkflowStore, open_store
-from projections.base import Projection, Table
-from projections.events import projected
-from projections.follow_up_queue import (
+from runledger.domain.errors import InvalidPageError
+from runledger.domain.records import FollowUpQueue
+from runledger.domain.values import Actor
+from runledger.infrastructure.store import WorkflowStore, open_store
+from runledger.projections.base import Projection, Table
+from runledger.projections.events import projected
+from runledger.projections.follow_up_queue import (
     FollowUpQueueProjection,
     follow_up_queue,
     follow_up_queue_range,

@@ -12,12 +12,16 @@ from uuid import uuid4
 
 import pytest
 
-from domain.ids import follow_up_message_id
-from domain.records import WorkflowMessageRecord
-from infrastructure.store import WorkflowStore, open_store
-from projections.base import ProjectedEvent
-from projections.events import projected
-from projections.session_outbox import SessionOutboxProjection, next_deliverable, session_outbox
+from runledger.domain.ids import follow_up_message_id
+from runledger.domain.records import WorkflowMessageRecord
+from runledger.infrastructure.store import WorkflowStore, open_store
+from runledger.projections.base import ProjectedEvent
+from runledger.projections.events import projected
+from runledger.projections.session_outbox import (
+    SessionOutboxProjection,
+    next_deliverable,
+    session_outbox,
+)
 from tests.support import scenario
 from tests.support.clock import FakeClock
 from tests.support.fake_view import FakeView, project_log
@@ -540,6 +544,6 @@ def test_replaying_the_log_in_two_halves_equals_one_pass(store: WorkflowStore) -
 
 
 def test_consumes_only_catalogue_events() -> None:
-    from domain.catalogue import WIRE_NAMES
+    from runledger.domain.catalogue import WIRE_NAMES
 
     assert SessionOutboxProjection.topics <= set(WIRE_NAMES)

@@ -7,11 +7,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from domain.records import TerminalData
-from infrastructure.store import WorkflowStore, open_store
-from projections.base import Projection
-from projections.events import projected
-from projections.terminal_data import TerminalDataProjection, terminal_data
+from runledger.domain.records import TerminalData
+from runledger.infrastructure.store import WorkflowStore, open_store
+from runledger.projections.base import Projection
+from runledger.projections.events import projected
+from runledger.projections.terminal_data import TerminalDataProjection, terminal_data
 from tests.support.clock import FakeClock
 from tests.support.fake_view import FakeView, project_log
 from tests.support.scenario import (

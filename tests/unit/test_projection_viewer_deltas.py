@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from domain.errors import InvalidViewerCursorError, RunMissingError
-from domain.records import SnapshotRequired, ViewerDelta, ViewerDeltas
-from domain.values import Actor
-from infrastructure.store import WorkflowStore, open_store
-from projections.events import projected
-from projections.viewer_deltas import (
+from runledger.domain.errors import InvalidViewerCursorError, RunMissingError
+from runledger.domain.records import SnapshotRequired, ViewerDelta, ViewerDeltas
+from runledger.domain.values import Actor
+from runledger.infrastructure.store import WorkflowStore, open_store
+from runledger.projections.events import projected
+from runledger.projections.viewer_deltas import (
     REVISIONS,
     ViewerDeltasProjection,
     ViewerPageTotalError,

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from domain.errors import (
+from runledger.domain.errors import (
     CancelledRunRestartError,
     EmptyPresentationInstructionsError,
     InvalidExecutionModeError,
@@ -25,8 +25,8 @@ from domain.errors import (
     RunNotAcceptingChangesError,
     RunOfAnotherSessionError,
 )
-from domain.runs import Run, check_run_id, run_aggregate_id
-from domain.values import Actor
+from runledger.domain.runs import Run, check_run_id, run_aggregate_id
+from runledger.domain.values import Actor
 from tests.support.specification import Event, events_of, given
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from domain.turn_reservations import TurnReservation, turn_aggregate_id
-from domain.values import Actor
+from runledger.domain.turn_reservations import TurnReservation, turn_aggregate_id
+from runledger.domain.values import Actor
 from tests.support.specification import events_of, given
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

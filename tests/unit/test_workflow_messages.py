@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from domain.canonical import json_digest
-from domain.errors import (
+from runledger.domain.canonical import json_digest
+from runledger.domain.errors import (
     ConflictingEntryEvidenceError,
     InvalidMessageContentError,
     InvalidResponseEntryError,
@@ -21,8 +21,8 @@ from domain.errors import (
     TurnMessageMismatchError,
     TurnRequiresSentMessageError,
 )
-from domain.values import Actor
-from domain.workflow_messages import (
+from runledger.domain.values import Actor
+from runledger.domain.workflow_messages import (
     WorkflowMessage,
     check_content,
     follow_up_content,

@@ -22,10 +22,10 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from domain.canonical import canonical_json
-from domain.errors import WorkflowError
-from domain.ids import follow_up_message_id
-from domain.records import (
+from runledger.domain.canonical import canonical_json
+from runledger.domain.errors import WorkflowError
+from runledger.domain.ids import follow_up_message_id
+from runledger.domain.records import (
     FollowUpQueue,
     FollowUpRecord,
     LoggedEvent,
@@ -36,8 +36,8 @@ from domain.records import (
     ViewerDelta,
     WorkflowMessageRecord,
 )
-from domain.values import TERMINAL_STATUSES, Actor
-from infrastructure.store import WorkflowStore
+from runledger.domain.values import TERMINAL_STATUSES, Actor
+from runledger.infrastructure.store import WorkflowStore
 
 WORKFLOW_NAME: Final = "code-review"
 WORKFLOW_REF: Final = "code-review@1.4.0"

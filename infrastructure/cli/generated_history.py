@@ -16,13 +16,13 @@ from uuid import UUID
 from eventsourcing.domain import BaseAggregate
 from eventsourcing.persistence import StoredEvent
 
-from domain.follow_ups import FollowUp
-from domain.ids import follow_up_id_for, terminal_message_id
-from domain.outbox import accept_follow_up, terminal_message
-from domain.runs import Run
-from domain.serialisation import LedgerMapper
-from domain.values import SYSTEM, Actor
-from domain.workflow_messages import WorkflowMessage
+from runledger.domain.follow_ups import FollowUp
+from runledger.domain.ids import follow_up_id_for, terminal_message_id
+from runledger.domain.outbox import accept_follow_up, terminal_message
+from runledger.domain.runs import Run
+from runledger.domain.serialisation import LedgerMapper
+from runledger.domain.values import SYSTEM, Actor
+from runledger.domain.workflow_messages import WorkflowMessage
 
 HOST: Final = Actor("host")
 

@@ -15,8 +15,8 @@ from eventsourcing.sqlite import (
     SQLiteDatastore,
 )
 
-from domain.ports import LogEntry
-from infrastructure.storage import (
+from runledger.domain.ports import LogEntry
+from runledger.infrastructure.storage.base import (
     EVENTS_TABLE,
     SNAPSHOTS_TABLE,
     RecorderBackedStorage,

@@ -21,8 +21,8 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from infrastructure.store import WorkflowStore
-from infrastructure.worker import ProjectionWorker
+from runledger.infrastructure.store import WorkflowStore
+from runledger.infrastructure.views.worker import ProjectionWorker
 
 
 def print_status(store: WorkflowStore, out: Console, *, as_json: bool) -> None:

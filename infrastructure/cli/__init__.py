@@ -14,11 +14,11 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from domain.errors import WorkflowError
-from infrastructure.bench_report import print_bench, run_bench
-from infrastructure.demo import run_demo
-from infrastructure.operations import print_status, rebuild, run_worker
-from infrastructure.store import open_store, resolve_url
+from runledger.domain.errors import WorkflowError
+from runledger.infrastructure.cli.bench_report import print_bench, run_bench
+from runledger.infrastructure.cli.demo import run_demo
+from runledger.infrastructure.cli.operations import print_status, rebuild, run_worker
+from runledger.infrastructure.store import open_store, resolve_url
 
 app = typer.Typer(
     name="runledger",
@@ -155,7 +155,3 @@ def bench(
 def main() -> None:
     """The console script ``runledger``."""
     app()
-
-
-if __name__ == "__main__":
-    main()

@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Final
 
-from domain.errors import UnknownProjectionError
-from domain.ports import EventStorage, LogEntry
-from infrastructure.view_store import (
+from runledger.domain.errors import UnknownProjectionError
+from runledger.domain.ports import EventStorage, LogEntry
+from runledger.infrastructure.views.store import (
     PageCommit,
     TableChanges,
     TrackingConflictError,
@@ -26,8 +26,8 @@ from infrastructure.view_store import (
     decode_row,
     encode_row,
 )
-from projections.base import Key, ProjectedEvent, Projection, Row, Table
-from projections.events import projected
+from runledger.projections.base import Key, ProjectedEvent, Projection, Row, Table
+from runledger.projections.events import projected
 
 DEFAULT_PAGE_SIZE: Final = 1000
 DEFAULT_PAGE_SECONDS: Final = 0.05

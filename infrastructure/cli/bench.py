@@ -26,10 +26,10 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 from psycopg.sql import SQL, Identifier
 
-from domain.errors import InvalidStoreUrlError
-from domain.values import Actor
-from infrastructure.history import HistoryGenerator
-from infrastructure.store import WorkflowStore, open_store
+from runledger.domain.errors import InvalidStoreUrlError
+from runledger.domain.values import Actor
+from runledger.infrastructure.cli.generated_history import HistoryGenerator
+from runledger.infrastructure.store import WorkflowStore, open_store
 
 PAYLOAD: Final = os.urandom(600)
 """A raw row about the size of one queued follow-up's three events."""
@@ -420,7 +420,7 @@ class Bench:
                 [
                     sys.executable,
                     "-m",
-                    "infrastructure.cli",
+                    "runledger.infrastructure.cli",
                     "projections",
                     "run",
                     "--url",

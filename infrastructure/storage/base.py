@@ -8,7 +8,7 @@ from uuid import UUID
 
 from eventsourcing.persistence import DataError, Notification, StoredEvent
 
-from domain.serialisation import LedgerStoredEvent
+from runledger.domain.serialisation import LedgerStoredEvent
 
 EVENTS_TABLE = "runledger_events"
 SNAPSHOTS_TABLE = "runledger_snapshots"

@@ -29,9 +29,9 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import DictRow, tuple_row
 from psycopg.sql import SQL, Composed, Identifier
 
-from domain.errors import InvalidStoreUrlError
-from domain.ports import LogEntry
-from infrastructure.storage import (
+from runledger.domain.errors import InvalidStoreUrlError
+from runledger.domain.ports import LogEntry
+from runledger.infrastructure.storage.base import (
     EVENTS_TABLE,
     SNAPSHOTS_TABLE,
     RecorderBackedStorage,

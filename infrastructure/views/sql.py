@@ -22,7 +22,7 @@ from eventsourcing.persistence import PersistenceError
 from eventsourcing.postgres import PostgresDatastore
 from psycopg.rows import tuple_row
 
-from infrastructure.view_store import (
+from runledger.infrastructure.views.store import (
     EncodedRow,
     PageCommit,
     TrackingConflictError,
@@ -30,7 +30,7 @@ from infrastructure.view_store import (
     ViewReaderBase,
     ViewStore,
 )
-from projections.base import Key, Projection, Table
+from runledger.projections.base import Key, Projection, Table
 
 TRACKING_TABLE: Final = "runledger_projections"
 

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 from eventsourcing.persistence import IntegrityError
 
-from projections.base import Key, Projection, Row, Table
+from runledger.projections.base import Key, Projection, Row, Table
 
 EncodedRow = dict[str, Any]
 """A row as stored: JSON columns are text, so cached rows can never be mutated by accident."""

@@ -18,8 +18,8 @@ from eventsourcing.persistence import (
     Subscription,
 )
 
-from domain.ports import LogEntry
-from infrastructure.storage import RecorderBackedStorage, as_uuid, index_columns
+from runledger.domain.ports import LogEntry
+from runledger.infrastructure.storage.base import RecorderBackedStorage, as_uuid, index_columns
 
 
 class MemoryAggregateRecorder(AggregateRecorder):

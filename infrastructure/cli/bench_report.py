@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from infrastructure.bench import Bench, BenchResult
+from runledger.infrastructure.cli.bench import Bench, BenchResult
 
 
 def run_bench(

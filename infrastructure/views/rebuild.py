@@ -27,26 +27,23 @@ def split(names: Sequence[str], groups: int) -> list[list[str]]:
     return [bucket for bucket in buckets if bucket]
 
 
-def _rebuild_group(url: str, names: list[str], messages: Any) -> None:
-    from infrastructure.store import open_store
-
-    try:
-        with open_store(url, embedded_projections=False, projections=names) as store:
-            read = store.projector.rebuild(names, progress=lambda n: messages.put(("page", n)))
-        messages.put(("done", read))
-    except BaseException as error:
-        messages.put(("error", f"{type(error).__name__}: {error}"))
-        raise
+GroupRebuild = Callable[[str, list[str], Any], None]
+"""Rebuilds one group in a spawned process: ``(url, names, messages)``; it reports on
+``messages`` (``("page", n)``, ``("done", read)`` or ``("error", text)``). A module-level
+function, so the spawned process can import it by name."""
 
 
 def rebuild_in_processes(
-    url: str, groups: list[list[str]], progress: Callable[[int], None] | None
+    rebuild_group: GroupRebuild,
+    url: str,
+    groups: list[list[str]],
+    progress: Callable[[int], None] | None,
 ) -> int:
     """Rebuild each group in its own process; returns the events each of them read."""
     context = multiprocessing.get_context("spawn")
     messages = context.Queue()
     processes = [
-        context.Process(target=_rebuild_group, args=(url, group, messages), daemon=True)
+        context.Process(target=rebuild_group, args=(url, group, messages), daemon=True)
         for group in groups
     ]
     for process in processes:

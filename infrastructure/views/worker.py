@@ -18,7 +18,7 @@ from typing import Any, Final
 import psycopg
 from psycopg.sql import SQL, Identifier
 
-from infrastructure.store import WorkflowStore
+from runledger.infrastructure.store import WorkflowStore
 
 DEFAULT_POLL_SECONDS: Final = 0.5
 SLICE_SECONDS: Final = 0.1

@@ -1,0 +1,1 @@
+"""Event storage: the log and snapshots on memory, SQLite and PostgreSQL."""
