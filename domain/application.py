@@ -208,9 +208,13 @@ class WorkflowRuns(Application[UUID]):
         *,
         clock: Clock = utc_now,
         env: dict[str, str] | None = None,
+        on_commit: Callable[[], None] | None = None,
     ) -> None:
+        """``on_commit`` runs after each command that saved something (the embedded read
+        models catch up there), in place of the library's private notification hook."""
         self.storage = storage
         self.clock = clock
+        self._on_commit = on_commit
         settings = {"AGGREGATE_CACHE_MAXSIZE": "10000"}
         settings.update(env or {})
         super().__init__(env=settings)
@@ -259,6 +263,8 @@ class WorkflowRuns(Application[UUID]):
                 # little (jittered, so two losers do not collide again) and start over.
                 time.sleep(random.uniform(0, 0.002 * (attempt + 1)))  # noqa: S311
                 continue
+            if self._on_commit is not None:
+                self._on_commit()
             return result
         raise ConcurrencyError()
 

@@ -1,262 +1,180 @@
-"""The composition root: ``open_store(url)`` builds a ``WorkflowStore`` on one backend."""
+"""The composition root: ``open_store(url)`` gives a ``WorkflowStore`` on one backend."""
 
 from __future__ import annotations
 
-import logging
-import os
-import threading
-import time
-from collections.abc import Mapping, Sequence
-from types import TracebackType
-from typing import Any, Final
-from uuid import UUID
-
-from eventsourcing.persistence import Recording
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from typing import Concatenate, ParamSpec, TypeVar
 
 from runledger.domain.application import Clock, WorkflowRuns, utc_now
-from runledger.domain.errors import InvalidStoreUrlError, ProjectionStalledError
-from runledger.domain.ports import EventStorage
-from runledger.domain.records import (
-    FollowUpQueue,
-    ProjectionStatus,
-    SnapshotRequired,
-    TerminalData,
-    ViewerDeltas,
-    WorkflowMessageRecord,
-)
-from runledger.infrastructure.views.projector import Progress, Projector
-from runledger.infrastructure.views.rebuild import rebuild_in_processes, split
-from runledger.infrastructure.views.store import MemoryViewStore, ViewReaderBase, ViewStore
-from runledger.projections import follow_up_queue, session_outbox, terminal_data, viewer_deltas
-from runledger.projections.base import Projection
+from runledger.domain.records import ProjectionStatus
+from runledger.infrastructure.runtime import ClosedOnExit, StoreRuntime, open_runtime
+from runledger.infrastructure.views.projector import Progress
+from runledger.projections import follow_up_queue as queue
+from runledger.projections import session_outbox as outbox
+from runledger.projections import terminal_data as terminal
+from runledger.projections import viewer_deltas as viewer
+from runledger.projections.base import ViewReader
 
-DEFAULT_URL: Final = "sqlite:///runledger.db"
-URL_VARIABLE: Final = "RUNLEDGER_URL"
-CATCH_UP_ATTEMPTS: Final = 3
-
-logger = logging.getLogger(__name__)
+P = ParamSpec("P")
+R = TypeVar("R")
+S = TypeVar("S")
 
 
-def default_projections() -> list[Projection]:
-    """Every read model of runledger, by its stable name."""
-    return [
-        follow_up_queue.FollowUpQueueProjection(),
-        terminal_data.TerminalDataProjection(),
-        viewer_deltas.ViewerDeltasProjection(),
-        session_outbox.SessionOutboxProjection(),
-    ]
+def _forward(
+    target: Callable[Concatenate[S, P], R], subject: Callable[[WorkflowStore], S], doc: str
+) -> Callable[Concatenate[WorkflowStore, P], R]:
+    """A store method calling ``target`` on the store's ``subject``, with its exact signature."""
+
+    @functools.wraps(target)
+    def forward(store: WorkflowStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return target(subject(store), *args, **kwargs)
+
+    forward.__qualname__ = f"WorkflowStore.{target.__name__}"
+    forward.__module__ = __name__
+    forward.__doc__ = doc
+    return forward
 
 
-class WorkflowStore(WorkflowRuns):
-    """The public entry point: every command, consistent read and read-model query."""
+def _command(
+    method: Callable[Concatenate[WorkflowRuns, P], R], doc: str
+) -> Callable[Concatenate[WorkflowStore, P], R]:
+    """A store method running a command or consistent read of the application."""
+    return _forward(method, lambda store: store._runtime.app, doc)
 
-    def __init__(
-        self,
-        storage: EventStorage,
-        views: ViewStore,
-        *,
-        url: str,
-        clock: Clock = utc_now,
-        embedded_projections: bool = True,
-        projections: Sequence[str] | None = None,
-    ) -> None:
-        self.url = url
-        self.views = views
-        self.embedded_projections = embedded_projections
-        super().__init__(storage, clock=clock)
-        chosen = [p for p in default_projections() if projections is None or p.name in projections]
-        self.projector = Projector(storage, views, chosen)
-        self._reader = views.reader()
-        self._closed = False
-        self._wake = threading.Event()
-        self._closing = threading.Event()
-        self._follower: threading.Thread | None = None
-        if embedded_projections:
-            self.catch_up()
-            self._follower = threading.Thread(
-                target=self._follow, name="runledger-projections", daemon=True
-            )
-            self._follower.start()
 
-    @property
-    def backend(self) -> str:
-        return self.url.split(":", 1)[0]
+def _query(
+    projection: str, query: Callable[Concatenate[ViewReader, P], R], doc: str
+) -> Callable[Concatenate[WorkflowStore, P], R]:
+    """A store method asking ``projection``'s read model, once it has this process's writes."""
+    return _forward(query, lambda store: store._runtime.reader(projection), doc)
 
-    # -- projections follow the log in-process ---------------------------------------------
 
-    def _notify(self, recordings: list[Recording[UUID]]) -> None:  # noqa: ARG002
-        # Right after each commit: the committing thread projects it when nobody else is
-        # projecting (no thread hand-over, no contention); otherwise the follower thread
-        # picks it up with whatever else arrives, and a query catches up itself first.
-        if self.embedded_projections and not self._try_catch_up():
-            self._wake.set()
+class WorkflowStore(ClosedOnExit):
+    """The public entry point: every command, consistent read and read-model query, no more.
 
-    def _try_catch_up(self) -> bool:
-        if not self.projector.try_lock():
-            return False
-        try:
-            self.catch_up()
-        finally:
-            self.projector.unlock()
-        return True
+    It holds the application rather than being one, so a host cannot reach the library's
+    ``save``, ``repository`` or ``take_snapshot`` and bypass the rules. Each method keeps the
+    exact signature of the command or query it forwards to. A query made after a command in
+    the same process sees its effects.
+    """
 
-    def _follow(self) -> None:
-        while not self._closing.is_set():
-            self._wake.wait(timeout=1.0)
-            self._wake.clear()
-            if not self._closing.is_set():
-                self.catch_up()
+    __slots__ = ("_runtime",)
 
-    def catch_up(self, *, progress: Progress | None = None) -> int:
-        """Bring every projection up to the end of the log; returns events read.
+    def __init__(self, runtime: StoreRuntime) -> None:
+        self._runtime = runtime
 
-        A command has already committed when this runs, so a storage failure here must not
-        look like a failed command: it is logged, and the next catch-up tries again.
-        """
-        for attempt in range(CATCH_UP_ATTEMPTS):
-            try:
-                return self.projector.catch_up(progress=progress)
-            except Exception:
-                # A failed page is forgotten by the projector; a busy or briefly unreachable
-                # database usually lets the next attempt through.
-                logger.exception("projection catch-up failed (attempt %d)", attempt + 1)
-                time.sleep(0.01 * (attempt + 1))
-        return 0
+    # -- commands ---------------------------------------------------------------------------
 
-    def _read(self, name: str) -> ViewReaderBase:
-        if self.embedded_projections:
-            self.catch_up()
-        else:
-            self.projector.recheck_failures([name])
-        runner = self.projector.runner(name)
-        if runner.failure is not None:
-            raise ProjectionStalledError(name, runner.failure)
-        return self._reader
+    create_run = _command(
+        WorkflowRuns.create_run,
+        'Create a run; a parent makes a continuation child, status="queued" reserves it.',
+    )
+    bind_origin_session = _command(
+        WorkflowRuns.bind_origin_session, "Bind the run to its origin Pi session."
+    )
+    record_progress = _command(
+        WorkflowRuns.record_progress, "Record that the run is running or waiting, and where."
+    )
+    pause_run = _command(WorkflowRuns.pause_run, "Pause the run.")
+    resume_run = _command(WorkflowRuns.resume_run, "Resume a paused run.")
+    set_presentation_instructions = _command(
+        WorkflowRuns.set_presentation_instructions,
+        "Set how the run's terminal result is presented to its origin session.",
+    )
+    finish_run = _command(
+        WorkflowRuns.finish_run, "End the run; a bad end cancels its queued follow-ups."
+    )
+    interrupt_run = _command(
+        WorkflowRuns.interrupt_run, "Fail a running run because its host stopped."
+    )
+    restart_run = _command(
+        WorkflowRuns.restart_run, "Queue a restart child of an ended run from its terminal turn."
+    )
+    queue_follow_up = _command(
+        WorkflowRuns.queue_follow_up, "Queue a follow-up prompt for the run's origin session."
+    )
+    remove_follow_up = _command(
+        WorkflowRuns.remove_follow_up, "Remove a follow-up whose message was not delivered."
+    )
+    report_branch = _command(
+        WorkflowRuns.report_branch,
+        "Adopt branch evidence: the only way a workflow message becomes sent.",
+    )
+    start_turn = _command(
+        WorkflowRuns.start_turn, "Start the model turn a sent workflow message triggered."
+    )
+    end_turn = _command(WorkflowRuns.end_turn, "End a workflow turn with its stop reason.")
+    create_workflow_message = _command(
+        WorkflowRuns.create_workflow_message,
+        "Create the host's notification, step or decision message for the run's origin session.",
+    )
 
-    def follow_up_queue(self, run_id: str) -> FollowUpQueue | None:
-        return follow_up_queue.follow_up_queue(self._read("follow_up_queue"), run_id)
+    # -- consistent reads from aggregates ---------------------------------------------------
 
-    def follow_up_queue_range(self, run_id: str, *, start: int, limit: int) -> FollowUpQueue | None:
-        return follow_up_queue.follow_up_queue_range(
-            self._read("follow_up_queue"), run_id, start=start, limit=limit
-        )
+    get_run = _command(WorkflowRuns.get_run, "The run, or None for an unknown id.")
+    get_follow_up = _command(
+        WorkflowRuns.get_follow_up, "The follow-up, or None for an unknown id."
+    )
+    get_workflow_message = _command(
+        WorkflowRuns.get_workflow_message, "The workflow message, or None for an unknown id."
+    )
+    get_turn = _command(WorkflowRuns.get_turn, "The workflow turn, or None for an unknown id.")
+    event_log = _command(
+        WorkflowRuns.event_log,
+        "The stored events in log order; with run_id, only that run's and its children's.",
+    )
 
-    def terminal_data(self, run_id: str) -> TerminalData | None:
-        return terminal_data.terminal_data(self._read("terminal_data"), run_id)
+    # -- read models ------------------------------------------------------------------------
 
-    def viewer_deltas(self, run_id: str, *, after_revision: int) -> ViewerDeltas | SnapshotRequired:
-        return viewer_deltas.viewer_deltas(
-            self._read("viewer_deltas"), run_id, after_revision=after_revision
-        )
-
-    def session_outbox(self, session_id: str) -> list[WorkflowMessageRecord]:
-        return session_outbox.session_outbox(self._read("session_outbox"), session_id)
-
-    def next_deliverable(self, session_id: str) -> WorkflowMessageRecord | None:
-        return session_outbox.next_deliverable(self._read("session_outbox"), session_id)
+    follow_up_queue = _query(
+        "follow_up_queue",
+        queue.follow_up_queue,
+        "The run's follow-up queue with each delivery; None without an origin session.",
+    )
+    follow_up_queue_range = _query(
+        "follow_up_queue",
+        queue.follow_up_queue_range,
+        "The run's follow-up queue cut to at most limit follow-ups from offset start.",
+    )
+    terminal_data = _query(
+        "terminal_data",
+        terminal.terminal_data,
+        "The ended run's eight terminal fields; None for an unknown or not yet ended run.",
+    )
+    viewer_deltas = _query(
+        "viewer_deltas",
+        viewer.viewer_deltas,
+        "The viewer deltas after a revision, or snapshot_required when they are gone.",
+    )
+    session_outbox = _query(
+        "session_outbox",
+        outbox.session_outbox,
+        "Every workflow message of the session, in session-wide order.",
+    )
+    next_deliverable = _query(
+        "session_outbox",
+        outbox.next_deliverable,
+        "The session's first message eligible for delivery, or None.",
+    )
 
     # -- operations -------------------------------------------------------------------------
 
+    def projection_names(self) -> list[str]:
+        """The names of the projections this store keeps."""
+        return self._runtime.projection_names()
+
     def projection_status(self) -> list[ProjectionStatus]:
         """Each projection's name, version, position, lag behind the log and last error."""
-        if self.embedded_projections:
-            self.catch_up()
-        head = self.storage.max_position()
-        known = {runner.name for runner in self.projector.runners.values()}
-        return [
-            ProjectionStatus(
-                name=state.name,
-                version=state.version,
-                position=state.position,
-                lag=max(0, head - state.position),
-                last_error=state.last_error,
-            )
-            for state in self.views.tracking()
-            if state.name in known
-        ]
+        return self._runtime.projection_status()
 
     def rebuild_projection(self, name: str, *, progress: Progress | None = None) -> int:
         """Drop the projection's view and replay the whole log into it; returns events read."""
-        return self.projector.rebuild([name], progress=progress)
-
-    def rebuild_projections(
-        self,
-        names: Sequence[str] | None = None,
-        *,
-        progress: Progress | None = None,
-        processes: int = 1,
-    ) -> int:
-        """Rebuild several projections (default: all); returns the events replayed.
-
-        With ``processes`` > 1 (SQLite and PostgreSQL) the projections are split over that
-        many processes, each replaying the log into its group's tables. The processes are
-        spawned, so a script calling this needs the usual ``if __name__ == "__main__":``.
-        """
-        chosen = list(names) if names else list(self.projector.runners)
-        for name in chosen:
-            self.projector.runner(name)
-        workers = min(len(chosen), processes)
-        if workers <= 1 or self.backend == "memory":
-            return self.projector.rebuild(chosen, progress=progress)
-        with self.projector.paused():
-            read = rebuild_in_processes(rebuild_group, self.url, split(chosen, workers), progress)
-            self.projector.reload(chosen)
-        return read
+        return self._runtime.rebuild_projection(name, progress=progress)
 
     def close(self) -> None:
-        # The library's Application.__del__ closes again; the second time there is nothing left.
-        if self._closed:
-            return
-        self._closed = True
-        self._closing.set()
-        self._wake.set()
-        if self._follower is not None:
-            self._follower.join(timeout=30)
-            # What the last commands wrote may not have reached the follower before it stopped.
-            self.catch_up()
-        super().close()
-        self.views.close()
-        self.storage.close()
-
-    def __enter__(self) -> WorkflowStore:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_val: BaseException | None,
-        exc_tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-
-def resolve_url(url: str | None, env: Mapping[str, str] | None = None) -> str:
-    """The store URL: the given one, else ``RUNLEDGER_URL``, else the embedded default."""
-    if url:
-        return url
-    environment = os.environ if env is None else env
-    return environment.get(URL_VARIABLE) or DEFAULT_URL
-
-
-def open_backend(url: str) -> tuple[EventStorage, ViewStore]:
-    """The event storage and view store a URL names; tables are created on first use."""
-    if url.startswith("sqlite:///"):
-        from runledger.infrastructure.storage.sqlite import SQLiteStorage
-        from runledger.infrastructure.views.sql import SQLiteViewStore
-
-        path = url.removeprefix("sqlite:///")
-        return SQLiteStorage(path), SQLiteViewStore(path)
-    if url.startswith(("postgresql://", "postgres://")):
-        from runledger.infrastructure.storage.postgres import PostgresStorage
-        from runledger.infrastructure.views.sql import PostgresViewStore
-
-        postgres = PostgresStorage(url)
-        return postgres, PostgresViewStore(postgres.datastore)
-    if url == "memory://":
-        from runledger.infrastructure.storage.memory import MemoryStorage
-
-        return MemoryStorage(), MemoryViewStore()
-    raise InvalidStoreUrlError(url)
+        """Stop projecting and close every connection; closing again does nothing."""
+        self._runtime.close()
 
 
 def open_store(
@@ -269,32 +187,21 @@ def open_store(
 ) -> WorkflowStore:
     """Open the store at ``url`` (``sqlite:///file``, ``postgresql://…`` or ``memory://``).
 
-    With ``embedded_projections`` (the default) read models catch up in this process after
-    every command; without, a separate ``runledger projections run`` worker keeps them.
-    ``projections`` limits the store to some read models (a rebuild process uses this so it
-    never touches the tables of projections another process is rebuilding).
+    Without ``url``: ``RUNLEDGER_URL`` from ``env`` (default: the process environment), else
+    ``sqlite:///runledger.db``. With ``embedded_projections`` (the default) read models catch up
+    in this process after every command; without, a separate ``runledger projections run``
+    worker keeps them. ``projections`` limits the store to some read models.
     """
-    resolved = resolve_url(url, env)
-    storage, views = open_backend(resolved)
+    # The public signature is spelled out here, once for hosts; open_runtime mirrors it.
     return WorkflowStore(
-        storage,
-        views,
-        url=resolved,
-        clock=clock,
-        embedded_projections=embedded_projections,
-        projections=projections,
+        open_runtime(
+            url,
+            clock=clock,
+            env=env,
+            embedded_projections=embedded_projections,
+            projections=projections,
+        )
     )
 
 
-def rebuild_group(url: str, names: list[str], messages: Any) -> None:
-    """Rebuild ``names`` in this (spawned) process, reporting on ``messages``."""
-    try:
-        with open_store(url, embedded_projections=False, projections=names) as store:
-            read = store.projector.rebuild(names, progress=lambda n: messages.put(("page", n)))
-        messages.put(("done", read))
-    except BaseException as error:
-        messages.put(("error", f"{type(error).__name__}: {error}"))
-        raise
-
-
-__all__: Sequence[str] = ["WorkflowStore", "default_projections", "open_store", "resolve_url"]
+__all__: Sequence[str] = ["WorkflowStore", "open_store"]

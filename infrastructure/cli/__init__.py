@@ -18,7 +18,8 @@ from runledger.domain.errors import WorkflowError
 from runledger.infrastructure.cli.bench_report import print_bench, run_bench
 from runledger.infrastructure.cli.demo import run_demo
 from runledger.infrastructure.cli.operations import print_status, rebuild, run_worker
-from runledger.infrastructure.store import open_store, resolve_url
+from runledger.infrastructure.runtime import open_runtime, resolve_url
+from runledger.infrastructure.store import open_store
 
 app = typer.Typer(
     name="runledger",
@@ -61,9 +62,10 @@ def fail(error: WorkflowError) -> typer.Exit:
 def demo(url: UrlOption = None) -> None:
     """Play a realistic scenario through every command and print one run's event log."""
     out = console()
+    resolved = resolve_url(url)
     try:
-        with open_store(resolve_url(url)) as store:
-            run_demo(store, out)
+        with open_store(resolved) as store:
+            run_demo(store, out, url=resolved)
     except WorkflowError as error:
         raise fail(error) from error
 
@@ -81,8 +83,8 @@ def projections_status(
 ) -> None:
     """Each projection's name, version, position, lag behind the log and last error."""
     try:
-        with open_store(resolve_url(url), embedded_projections=False) as store:
-            print_status(store, console(), as_json=as_json)
+        with open_runtime(resolve_url(url), embedded_projections=False) as runtime:
+            print_status(runtime, console(), as_json=as_json)
     except WorkflowError as error:
         raise fail(error) from error
 
@@ -97,11 +99,11 @@ def projections_rebuild(
     if (name is None) == (not all_):
         raise typer.BadParameter("name one projection, or pass --all")
     try:
-        with open_store(resolve_url(url), embedded_projections=False) as store:
-            names = list(store.projector.runners) if all_ else [name or ""]
+        with open_runtime(resolve_url(url), embedded_projections=False) as runtime:
+            names = runtime.projection_names() if all_ else [name or ""]
             for chosen in names:
-                store.projector.runner(chosen)
-            read, seconds = rebuild(store, names, Console(stderr=True))
+                runtime.projector.runner(chosen)
+            read, seconds = rebuild(runtime, names, Console(stderr=True))
             rate = read / seconds if seconds > 0 else 0.0
             summary = f"{read} events in {seconds:.2f}s ({rate:,.0f} events/s)"
             console().print(f"rebuilt {', '.join(names)}: {summary}")
@@ -118,8 +120,8 @@ def projections_run(
 ) -> None:
     """Follow the log and keep every projection current until SIGINT or SIGTERM."""
     try:
-        with open_store(resolve_url(url), embedded_projections=False) as store:
-            run_worker(store, console(), poll_seconds=poll)
+        with open_runtime(resolve_url(url), embedded_projections=False) as runtime:
+            run_worker(runtime, console(), poll_seconds=poll)
     except WorkflowError as error:
         raise fail(error) from error
 

@@ -29,6 +29,7 @@ from psycopg.sql import SQL, Identifier
 from runledger.domain.errors import InvalidStoreUrlError
 from runledger.domain.values import Actor
 from runledger.infrastructure.cli.generated_history import HistoryGenerator
+from runledger.infrastructure.runtime import open_runtime
 from runledger.infrastructure.store import WorkflowStore, open_store
 
 PAYLOAD: Final = os.urandom(600)
@@ -330,12 +331,12 @@ class Bench:
 
     def p3_rebuild(self) -> BenchResult:
         url = self.scratch.new_url()
-        with open_store(url, embedded_projections=False) as store:
+        with open_runtime(url, embedded_projections=False) as runtime:
             for batch in HistoryGenerator().batches(self.events):
-                store.storage.events.insert_events(batch)
+                runtime.storage.events.insert_events(batch)
             baseline = Raw(url).read_rate()
             started = time.perf_counter()
-            read = store.rebuild_projections(processes=os.cpu_count() or 1)
+            read = runtime.rebuild_projections(processes=os.cpu_count() or 1)
             rate = read / (time.perf_counter() - started)
         goal = 50_000 if self.backend == "sqlite" else 30_000
         self.advance("P3")
@@ -477,10 +478,11 @@ class Bench:
         url = self.scratch.new_url()
         total = self.range_follow_ups
         generator = HistoryGenerator(prefix="p6")
-        with open_store(url, embedded_projections=False) as store:
+        with open_runtime(url, embedded_projections=False) as runtime:
+            store = WorkflowStore(runtime)
             events = generator.run_events(total)
             for start in range(0, len(events), 5000):
-                store.storage.events.insert_events(events[start : start + 5000])
+                runtime.storage.events.insert_events(events[start : start + 5000])
             del events  # 300k event objects alive would make garbage collection slow
             store.rebuild_projection("follow_up_queue")
             run_id = "p6-run-1"

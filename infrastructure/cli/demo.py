@@ -505,10 +505,12 @@ def why_none_eligible(store: WorkflowStore, session_id: str) -> str:
     return f"{len(pending)} pending, none passes the delivery rules yet"
 
 
-def run_demo(store: WorkflowStore, console: Console, *, token: str | None = None) -> DemoResult:
-    """Play the scenario on ``store``, print one run's log, then what each read model answers."""
+def run_demo(
+    store: WorkflowStore, console: Console, *, url: str, token: str | None = None
+) -> DemoResult:
+    """Play the scenario on ``store`` (at ``url``), print one run's log, then the read models."""
     ids = DemoIds.fresh(token)
-    console.print(Text(f"runledger demo on {store.url} (token {ids.token})", style="bold"))
+    console.print(Text(f"runledger demo on {url} (token {ids.token})", style="bold"))
     narrator = Narrator(console)
     result = DemoScenario(store, narrator, ids).run()
     narrator.section(f"Event log of {result.logged_run}")

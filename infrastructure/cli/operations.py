@@ -21,17 +21,17 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from runledger.infrastructure.store import WorkflowStore
+from runledger.infrastructure.runtime import StoreRuntime
 from runledger.infrastructure.views.worker import ProjectionWorker
 
 
-def print_status(store: WorkflowStore, out: Console, *, as_json: bool) -> None:
+def print_status(runtime: StoreRuntime, out: Console, *, as_json: bool) -> None:
     """Each projection's name, version, position, lag and last error."""
-    statuses = store.projection_status()
+    statuses = runtime.projection_status()
     if as_json:
         out.print_json(json.dumps([status.model_dump() for status in statuses]))
         return
-    table = Table(title=f"Projections of {store.url}")
+    table = Table(title=f"Projections of {runtime.url}")
     for column in ("name", "version", "position", "lag", "last error"):
         table.add_column(
             column, justify="right" if column in ("version", "position", "lag") else "left"
@@ -56,9 +56,9 @@ class _RateColumn(ProgressColumn):
         return Text(f"{rate:,.0f} events/s")
 
 
-def rebuild(store: WorkflowStore, names: Sequence[str], err: Console) -> tuple[int, float]:
+def rebuild(runtime: StoreRuntime, names: Sequence[str], err: Console) -> tuple[int, float]:
     """Replay the log into the named projections with a progress bar; (events, seconds)."""
-    total = store.storage.max_position()
+    total = runtime.storage.max_position()
     started = time.perf_counter()
     with Progress(
         TextColumn("rebuilding {task.description}"),
@@ -70,18 +70,18 @@ def rebuild(store: WorkflowStore, names: Sequence[str], err: Console) -> tuple[i
         transient=False,
     ) as progress:
         task = progress.add_task(", ".join(names), total=total)
-        read = store.rebuild_projections(
+        read = runtime.rebuild_projections(
             names, progress=lambda n: progress.advance(task, n), processes=os.cpu_count() or 1
         )
         progress.update(task, completed=read, total=max(read, 1))
     return read, time.perf_counter() - started
 
 
-def run_worker(store: WorkflowStore, out: Console, *, poll_seconds: float) -> None:
+def run_worker(runtime: StoreRuntime, out: Console, *, poll_seconds: float) -> None:
     """Follow the log until SIGINT or SIGTERM; the page in flight is committed or rolled back."""
-    worker = ProjectionWorker(store, poll_seconds=poll_seconds)
+    worker = ProjectionWorker(runtime, poll_seconds=poll_seconds)
     previous = {sig: signal.signal(sig, worker.stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-    out.print(f"projection worker following {store.url} (poll every {poll_seconds}s)")
+    out.print(f"projection worker following {runtime.url} (poll every {poll_seconds}s)")
     try:
         worker.run()
     finally:

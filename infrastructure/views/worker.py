@@ -18,7 +18,7 @@ from typing import Any, Final
 import psycopg
 from psycopg.sql import SQL, Identifier
 
-from runledger.infrastructure.store import WorkflowStore
+from runledger.infrastructure.runtime import StoreRuntime
 
 DEFAULT_POLL_SECONDS: Final = 0.5
 SLICE_SECONDS: Final = 0.1
@@ -82,27 +82,27 @@ class ProjectionWorker:
 
     def __init__(
         self,
-        store: WorkflowStore,
+        runtime: StoreRuntime,
         *,
         poll_seconds: float = DEFAULT_POLL_SECONDS,
         on_pass: Callable[[int], None] | None = None,
     ) -> None:
-        self.store = store
+        self.runtime = runtime
         self.poll_seconds = poll_seconds
         self.on_pass = on_pass
         self.stopping = threading.Event()
         self._listener = self._make_listener()
 
     def _make_listener(self) -> _Listener | None:
-        datastore = getattr(self.store.storage, "datastore", None)
-        channel = getattr(self.store.storage.events, "channel_name", None)
+        datastore = getattr(self.runtime.storage, "datastore", None)
+        channel = getattr(self.runtime.storage.events, "channel_name", None)
         if (
-            self.store.backend not in ("postgresql", "postgres")
+            self.runtime.backend not in ("postgresql", "postgres")
             or datastore is None
             or channel is None
         ):
             return None
-        return _Listener(self.store.url, channel)
+        return _Listener(self.runtime.url, channel)
 
     def stop(self, *_: object) -> None:
         """Ask the loop to stop after the page it is committing (safe from signal handlers)."""
@@ -111,7 +111,7 @@ class ProjectionWorker:
     def run(self) -> None:
         try:
             while not self.stopping.is_set():
-                read = self.store.projector.catch_up(should_stop=self.stopping.is_set)
+                read = self.runtime.projector.catch_up(should_stop=self.stopping.is_set)
                 if self.on_pass is not None:
                     self.on_pass(read)
                 if read:

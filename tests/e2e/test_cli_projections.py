@@ -16,6 +16,7 @@ import pytest
 
 from runledger.domain.ids import follow_up_message_id
 from runledger.domain.values import Actor
+from runledger.infrastructure.runtime import open_runtime
 from runledger.infrastructure.store import WorkflowStore, open_store
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -74,16 +75,16 @@ def play(store: WorkflowStore) -> None:
 def sqlite_url(tmp_path: Path) -> str:
     """A SQLite store with a short history, every projection caught up with it."""
     url = f"sqlite:///{tmp_path / 'store.db'}"
-    with open_store(url, embedded_projections=False) as store:
-        play(store)
-        store.catch_up()
+    with open_runtime(url, embedded_projections=False) as runtime:
+        play(WorkflowStore(runtime))
+        runtime.catch_up()
     return url
 
 
 @pytest.fixture
 def head(sqlite_url: str) -> int:
-    with open_store(sqlite_url, embedded_projections=False) as store:
-        position = store.storage.max_position()
+    with open_runtime(sqlite_url, embedded_projections=False) as runtime:
+        position = runtime.storage.max_position()
     assert position > 10
     return position
 
@@ -121,9 +122,9 @@ def test_status_json_is_exactly_a_list_of_status_objects(
 
 def test_status_json_shows_the_lag_of_projections_nobody_ran(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'unprojected.db'}"
-    with open_store(url, embedded_projections=False) as store:
-        play(store)
-        head = store.storage.max_position()
+    with open_runtime(url, embedded_projections=False) as runtime:
+        play(WorkflowStore(runtime))
+        head = runtime.storage.max_position()
     outcome = runledger("projections", "status", "--json", "--url", url, cwd=tmp_path)
     assert outcome.returncode == 0, outcome
     assert {(status["position"], status["lag"]) for status in json.loads(outcome.stdout)} == {

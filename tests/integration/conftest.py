@@ -6,7 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from runledger.infrastructure.store import WorkflowStore, open_store
+from runledger.infrastructure.runtime import StoreRuntime, open_runtime
+from runledger.infrastructure.store import WorkflowStore
 from tests.support.clock import FakeClock
 
 BACKENDS = [
@@ -34,6 +35,13 @@ def store_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
 
 
 @pytest.fixture
-def store(store_url: str, clock: FakeClock) -> Iterator[WorkflowStore]:
-    with open_store(store_url, clock=clock) as opened:
+def runtime(store_url: str, clock: FakeClock) -> Iterator[StoreRuntime]:
+    """The internals behind ``store`` (storage, views, projector), for tests that need them."""
+    with open_runtime(store_url, clock=clock) as opened:
         yield opened
+
+
+@pytest.fixture
+def store(runtime: StoreRuntime) -> WorkflowStore:
+    """The public store over ``runtime``: what a host gets from ``open_store``."""
+    return WorkflowStore(runtime)

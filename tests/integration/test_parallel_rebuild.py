@@ -7,16 +7,17 @@ from typing import Any
 import pytest
 
 from runledger.domain.values import Actor
+from runledger.infrastructure.runtime import StoreRuntime
 from runledger.infrastructure.store import WorkflowStore
 
 SESSION = Actor("session", "session-1")
 
 
-def dump(store: WorkflowStore) -> dict[str, list[dict[str, Any]]]:
-    store.catch_up()
-    reader = store.views.reader()
+def dump(runtime: StoreRuntime) -> dict[str, list[dict[str, Any]]]:
+    runtime.catch_up()
+    reader = runtime.views.reader()
     tables: dict[str, list[dict[str, Any]]] = {}
-    for runner in store.projector.runners.values():
+    for runner in runtime.projector.runners.values():
         for table in runner.projection.tables:
             rows = reader.scan(table)
             tables[table.name] = sorted(rows, key=lambda row: repr(table.key_of(row)))
@@ -44,14 +45,14 @@ def play(store: WorkflowStore) -> None:
 
 
 def test_a_two_process_rebuild_gives_the_incremental_views(
-    store: WorkflowStore, store_url: str
+    store: WorkflowStore, runtime: StoreRuntime, store_url: str
 ) -> None:
     if store_url == "memory://":
         pytest.skip("a memory store cannot be shared with other processes")
     play(store)
-    before = dump(store)
+    before = dump(runtime)
     assert all(before.values()), "every table should hold rows before the rebuild"
-    read = store.rebuild_projections(processes=2)
-    assert read == store.storage.max_position()
-    assert dump(store) == before
+    read = runtime.rebuild_projections(processes=2)
+    assert read == runtime.storage.max_position()
+    assert dump(runtime) == before
     assert {status.lag for status in store.projection_status()} == {0}

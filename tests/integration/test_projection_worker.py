@@ -2,9 +2,9 @@
 
 Workers run as real subprocesses (``python -m infrastructure.cli projections run``) on a SQLite
 file or a fresh PostgreSQL database, while this test process appends through
-``open_store(url, embedded_projections=False)``, so the only projector at work is the worker.
-Read models are read through a store opened the same way: queries return exactly what the
-worker committed.
+``open_runtime(url, embedded_projections=False)``, so the only projector at work is the
+worker. Read models are read through a store opened the same way: queries return exactly what
+the worker committed.
 
 The big log (twelve runs, about 19,000 events) is played once per module through the domain
 API on a memory store, then copied event by event (same topics, states and order) into each
@@ -37,7 +37,8 @@ from eventsourcing.persistence import StoredEvent
 from runledger.domain.ids import follow_up_message_id
 from runledger.domain.ports import LogEntry
 from runledger.domain.values import Actor
-from runledger.infrastructure.store import WorkflowStore, default_projections, open_store
+from runledger.infrastructure.runtime import StoreRuntime, default_projections, open_runtime
+from runledger.infrastructure.store import WorkflowStore
 from runledger.infrastructure.views.worker import ProjectionWorker, _Listener
 from runledger.projections.base import Projection, Table
 from runledger.projections.events import projected
@@ -127,11 +128,12 @@ class BigLog:
 def big_log() -> BigLog:
     events: list[StoredEvent] = []
     run_ends: list[int] = []
-    with open_store("memory://", embedded_projections=False) as store:
+    with open_runtime("memory://", embedded_projections=False) as runtime:
+        store = WorkflowStore(runtime)
         for index in range(BIG_LOG_RUNS):
             play_run(store, index, follow_ups=BIG_LOG_FOLLOW_UPS)
-            run_ends.append(store.storage.max_position())
-        for entry in store.storage.read_log(after=0, limit=10**9):
+            run_ends.append(runtime.storage.max_position())
+        for entry in runtime.storage.read_log(after=0, limit=10**9):
             events.append(
                 StoredEvent(entry.originator_id, entry.originator_version, entry.topic, entry.state)
             )
@@ -140,11 +142,11 @@ def big_log() -> BigLog:
 
 
 def append_events(
-    store: WorkflowStore, events: Sequence[StoredEvent], *, batch: int = 1000
+    runtime: StoreRuntime, events: Sequence[StoredEvent], *, batch: int = 1000
 ) -> None:
     """Append already-recorded events in order, ``batch`` per transaction."""
     for start in range(0, len(events), batch):
-        store.storage.events.insert_events(list(events[start : start + batch]))
+        runtime.storage.events.insert_events(list(events[start : start + batch]))
 
 
 # -- stores, views and comparisons ----------------------------------------------------------
@@ -160,19 +162,19 @@ def worker_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 @contextmanager
-def observer(url: str) -> Iterator[WorkflowStore]:
-    """A store that never projects: it reads what workers committed (and may append)."""
-    with open_store(url, embedded_projections=False) as store:
-        yield store
+def observer(url: str) -> Iterator[StoreRuntime]:
+    """A runtime that never projects: it reads what workers committed (and may append)."""
+    with open_runtime(url, embedded_projections=False) as runtime:
+        yield runtime
 
 
 def canonical(row: dict[str, Any]) -> bytes:
     return orjson.dumps(row, option=orjson.OPT_SORT_KEYS)
 
 
-def dump_views(store: WorkflowStore) -> dict[str, list[bytes]]:
+def dump_views(runtime: StoreRuntime) -> dict[str, list[bytes]]:
     """Every row of every projection table, decoded and in a canonical order."""
-    reader = store.views.reader()
+    reader = runtime.views.reader()
     return {
         table.name: sorted(canonical(row) for row in reader.scan(table))
         for projection in default_projections()
@@ -229,16 +231,16 @@ def first_difference(actual: list[bytes], expected: list[bytes]) -> str:
     )
 
 
-def assert_views_match_log(store: WorkflowStore) -> dict[str, int]:
+def assert_views_match_log(runtime: StoreRuntime) -> dict[str, int]:
     """Each projection's rows equal a fresh projection of the log up to its tracked position.
 
     Returns the tracked positions.
     """
-    positions = {state.name: state.position for state in store.views.tracking()}
+    positions = {state.name: state.position for state in runtime.views.tracking()}
     assert set(positions) >= PROJECTION_NAMES, positions
-    entries = store.storage.read_log(after=0, limit=10**9)
+    entries = runtime.storage.read_log(after=0, limit=10**9)
     known_positions = {entry.position for entry in entries}
-    views = dump_views(store)
+    views = dump_views(runtime)
     for projection in default_projections():
         name = projection.name
         position = positions[name]
@@ -254,9 +256,9 @@ def assert_views_match_log(store: WorkflowStore) -> dict[str, int]:
     return positions
 
 
-def is_caught_up(store: WorkflowStore) -> bool:
-    head = store.storage.max_position()
-    statuses = store.projection_status()
+def is_caught_up(runtime: StoreRuntime) -> bool:
+    head = runtime.storage.max_position()
+    statuses = runtime.projection_status()
     return (
         {status.name for status in statuses} == PROJECTION_NAMES
         and all(status.lag == 0 and status.position == head for status in statuses)
@@ -264,18 +266,18 @@ def is_caught_up(store: WorkflowStore) -> bool:
     )
 
 
-def describe_status(store: WorkflowStore) -> str:
-    head = store.storage.max_position()
+def describe_status(runtime: StoreRuntime) -> str:
+    head = runtime.storage.max_position()
     statuses = ", ".join(
         f"{status.name}@{status.position} lag {status.lag}"
         + (f" error {status.last_error!r}" if status.last_error else "")
-        for status in store.projection_status()
+        for status in runtime.projection_status()
     )
     return f"head {head}: {statuses}"
 
 
-def min_position(store: WorkflowStore) -> int:
-    states = [state for state in store.views.tracking() if state.name in PROJECTION_NAMES]
+def min_position(runtime: StoreRuntime) -> int:
+    states = [state for state in runtime.views.tracking() if state.name in PROJECTION_NAMES]
     return min((state.position for state in states), default=0) if len(states) == 4 else 0
 
 
@@ -386,15 +388,15 @@ def wait_for(
 
 
 def wait_caught_up(
-    store: WorkflowStore, *, timeout: float, workers: Sequence[WorkerProcess] = ()
+    runtime: StoreRuntime, *, timeout: float, workers: Sequence[WorkerProcess] = ()
 ) -> float:
     """Wait until every projection is at the head of the log; returns seconds waited."""
     started = time.monotonic()
     wait_for(
-        lambda: is_caught_up(store),
+        lambda: is_caught_up(runtime),
         timeout=timeout,
         what="every projection to reach the head of the log",
-        describe=lambda: describe_status(store),
+        describe=lambda: describe_status(runtime),
         workers=workers,
     )
     return time.monotonic() - started
@@ -422,14 +424,15 @@ def listening_backends(server: PostgresServer, url: str) -> list[int]:
 def test_a_worker_keeps_the_read_models_current_while_another_process_appends(
     worker_url: str, tmp_path: Path
 ) -> None:
-    with observer(worker_url) as store, running_workers(worker_url, tmp_path) as workers:
-        wait_caught_up(store, timeout=STARTUP_SECONDS, workers=workers)
+    with observer(worker_url) as runtime, running_workers(worker_url, tmp_path) as workers:
+        store = WorkflowStore(runtime)
+        wait_caught_up(runtime, timeout=STARTUP_SECONDS, workers=workers)
         for index in range(2):
             # The worker has already caught up with an earlier run: it follows, it does not
             # just catch up once.
             run_id = play_run(store, index, follow_ups=6)
-            assert store.storage.max_position() > 0
-            wait_caught_up(store, timeout=10.0, workers=workers)
+            assert runtime.storage.max_position() > 0
+            wait_caught_up(runtime, timeout=10.0, workers=workers)
 
             queue = store.follow_up_queue(run_id)
             assert queue is not None
@@ -479,8 +482,9 @@ class _DeafListener:
 @pytest.mark.parametrize("deafness", ["stub-listener", "wrong-channel"])
 def test_polling_recovers_a_dropped_notification(postgres_store_url: str, deafness: str) -> None:
     poll = 1.0
-    with observer(postgres_store_url) as writer, observer(postgres_store_url) as worker_store:
-        worker = ProjectionWorker(worker_store, poll_seconds=poll)
+    with observer(postgres_store_url) as writer, observer(postgres_store_url) as worker_runtime:
+        store = WorkflowStore(writer)
+        worker = ProjectionWorker(worker_runtime, poll_seconds=poll)
         assert isinstance(worker._listener, _Listener), "a PostgreSQL worker LISTENs"
         worker._listener.close()
         deaf: _DeafListener | None = None
@@ -514,7 +518,7 @@ def test_polling_recovers_a_dropped_notification(postgres_store_url: str, deafne
             time.sleep(0.3)  # let the worker go to sleep on its (deaf) listener
             latencies = []
             for index in range(2):
-                play_run(writer, index, follow_ups=2)
+                play_run(store, index, follow_ups=2)
                 latencies.append(caught_up(poll + 5.0))
                 time.sleep(0.2)
             assert all(latency < poll + 1.0 for latency in latencies), (
@@ -522,7 +526,7 @@ def test_polling_recovers_a_dropped_notification(postgres_store_url: str, deafne
             )
             if deaf is not None:
                 assert deaf.waits >= 2, "the worker never slept on its listener"
-            assert writer.terminal_data("run-1") is not None
+            assert store.terminal_data("run-1") is not None
         finally:
             worker.stop()
             thread.join(timeout=poll + 5.0)
@@ -536,21 +540,22 @@ def test_notifications_wake_the_worker_long_before_its_poll_interval(
 ) -> None:
     poll = 10.0
     with (
-        observer(postgres_store_url) as store,
+        observer(postgres_store_url) as runtime,
         running_workers(postgres_store_url, tmp_path, poll=poll) as workers,
     ):
-        wait_caught_up(store, timeout=STARTUP_SECONDS, workers=workers)
+        wait_caught_up(runtime, timeout=STARTUP_SECONDS, workers=workers)
         wait_for(
             lambda: listening_backends(postgres_server, postgres_store_url),
             timeout=10.0,
             what="the worker's LISTEN connection",
             workers=workers,
         )
+        store = WorkflowStore(runtime)
         latencies = []
         for index in range(3):
             play_run(store, index, follow_ups=2)
             appended = time.monotonic()
-            wait_caught_up(store, timeout=poll + 5.0, workers=workers)
+            wait_caught_up(runtime, timeout=poll + 5.0, workers=workers)
             latencies.append(time.monotonic() - appended)
             time.sleep(0.3)
         assert max(latencies) < 2.0, f"latencies {latencies}s with a {poll}s poll interval"
@@ -585,20 +590,20 @@ def test_a_signal_while_catching_up_leaves_consistent_views(
         if backend == "sqlite"
         else str(request.getfixturevalue("postgres_store_url"))
     )
-    with observer(url) as store:
-        append_events(store, big_log.runs(SIGNAL_RUNS[backend]))
-        head = store.storage.max_position()
+    with observer(url) as runtime:
+        append_events(runtime, big_log.runs(SIGNAL_RUNS[backend]))
+        head = runtime.storage.max_position()
         with running_workers(url, tmp_path) as workers:
             before = wait_for(
-                lambda: min_position(store) >= SIGNAL_AFTER and min_position(store),
+                lambda: min_position(runtime) >= SIGNAL_AFTER and min_position(runtime),
                 timeout=STARTUP_SECONDS,
                 what=f"the worker to pass position {SIGNAL_AFTER}",
-                describe=lambda: describe_status(store),
+                describe=lambda: describe_status(runtime),
                 workers=workers,
             )
             assert before < head, f"the worker caught up ({head} events) before the signal"
             took = workers[0].stop(sig)
-        positions = assert_views_match_log(store)
+        positions = assert_views_match_log(runtime)
         assert all(0 < position < head for position in positions.values()), (
             f"the worker should have stopped mid-log (head {head}): {positions}"
         )
@@ -608,9 +613,9 @@ def test_a_signal_while_catching_up_leaves_consistent_views(
             # A new worker resumes from the tracked positions and ends at the full log,
             # without applying any page twice (on one case only, to keep the file fast).
             with running_workers(url, tmp_path) as workers:
-                wait_caught_up(store, timeout=CATCH_UP_SECONDS, workers=workers)
+                wait_caught_up(runtime, timeout=CATCH_UP_SECONDS, workers=workers)
                 workers[0].stop()
-            assert assert_views_match_log(store) == dict.fromkeys(PROJECTION_NAMES, head)
+            assert assert_views_match_log(runtime) == dict.fromkeys(PROJECTION_NAMES, head)
 
 
 # -- 4. two workers on one database never double-apply ---------------------------------------
@@ -620,30 +625,30 @@ def test_two_workers_on_one_database_never_double_apply(
     worker_url: str, big_log: BigLog, tmp_path: Path
 ) -> None:
     events = big_log.runs(RACE_RUNS[worker_url.split(":", 1)[0]])
-    with observer(worker_url) as store:
+    with observer(worker_url) as runtime:
         backlog, batch = len(events) // 3, max(200, len(events) // 8)
-        append_events(store, events[:backlog])
+        append_events(runtime, events[:backlog])
         with running_workers(worker_url, tmp_path, count=2, poll=0.05) as workers:
             # Both start on a backlog, then race on every batch appended while they run.
             wait_for(
-                lambda: min_position(store),
+                lambda: min_position(runtime),
                 timeout=STARTUP_SECONDS,
                 what="a first page",
                 workers=workers,
             )
             for start in range(backlog, len(events), batch):
-                append_events(store, events[start : start + batch])
+                append_events(runtime, events[start : start + batch])
                 time.sleep(0.05)
-            wait_caught_up(store, timeout=CATCH_UP_SECONDS, workers=workers)
+            wait_caught_up(runtime, timeout=CATCH_UP_SECONDS, workers=workers)
             for worker in workers:
                 worker.stop()
-        head = store.storage.max_position()
+        head = runtime.storage.max_position()
         assert head == len(events)
-        assert is_caught_up(store), describe_status(store)
-        assert_views_match_log(store)
-        worked = dump_views(store)
-        store.rebuild_projections()
-        rebuilt = dump_views(store)
+        assert is_caught_up(runtime), describe_status(runtime)
+        assert_views_match_log(runtime)
+        worked = dump_views(runtime)
+        runtime.rebuild_projections()
+        rebuilt = dump_views(runtime)
         for table_name, rows in rebuilt.items():
             assert worked[table_name] == rows, (
                 f"{table_name} after two workers vs a rebuild: "
@@ -661,10 +666,11 @@ def test_the_worker_survives_losing_its_listen_connection(
 ) -> None:
     poll = 10.0  # long: recovering by polling alone would be too slow for the asserts below
     with (
-        observer(postgres_store_url) as store,
+        observer(postgres_store_url) as runtime,
         running_workers(postgres_store_url, tmp_path, poll=poll) as workers,
     ):
-        wait_caught_up(store, timeout=STARTUP_SECONDS, workers=workers)
+        store = WorkflowStore(runtime)
+        wait_caught_up(runtime, timeout=STARTUP_SECONDS, workers=workers)
         [listener] = wait_for(
             lambda: listening_backends(postgres_server, postgres_store_url),
             timeout=10.0,
@@ -672,7 +678,7 @@ def test_the_worker_survives_losing_its_listen_connection(
             workers=workers,
         )
         play_run(store, 0, follow_ups=2)
-        wait_caught_up(store, timeout=2.0, workers=workers)
+        wait_caught_up(runtime, timeout=2.0, workers=workers)
 
         postgres_server.connection.execute("SELECT pg_terminate_backend(%s)", (listener,))
         wait_for(
@@ -686,7 +692,7 @@ def test_the_worker_survives_losing_its_listen_connection(
         )
         for index in (1, 2):
             play_run(store, index, follow_ups=2)
-            assert wait_caught_up(store, timeout=5.0, workers=workers) < 2.0
+            assert wait_caught_up(runtime, timeout=5.0, workers=workers) < 2.0
         assert workers[0].process.poll() is None
         assert store.terminal_data("run-2") is not None
         assert "Traceback" not in workers[0].stderr.read_text(), workers[0].output()
@@ -705,8 +711,8 @@ def test_an_idle_worker_stops_promptly_on_a_signal_even_with_a_long_poll(
         if backend == "sqlite"
         else str(request.getfixturevalue("postgres_store_url"))
     )
-    with observer(url) as store, running_workers(url, tmp_path, poll=10.0) as workers:
-        wait_caught_up(store, timeout=STARTUP_SECONDS, workers=workers)
+    with observer(url) as runtime, running_workers(url, tmp_path, poll=10.0) as workers:
+        wait_caught_up(runtime, timeout=STARTUP_SECONDS, workers=workers)
         if backend == "postgresql":
             server: PostgresServer = request.getfixturevalue("postgres_server")
             wait_for(

@@ -24,7 +24,8 @@ from runledger.domain.records import (
     WorkflowMessageRecord,
 )
 from runledger.infrastructure.cli.generated_history import HistoryGenerator
-from runledger.infrastructure.store import WorkflowStore, open_store
+from runledger.infrastructure.runtime import StoreRuntime, open_runtime
+from runledger.infrastructure.store import WorkflowStore
 from runledger.infrastructure.views.store import PageCommit
 from runledger.projections.base import ProjectedEvent, ViewWriter
 from runledger.projections.viewer_deltas import viewer_tail_patch, workflow_page_start
@@ -568,12 +569,12 @@ def test_create_workflow_message_is_read_at_once_in_the_session_outbox(
 
 
 def test_cancel_pending_for_source_is_read_at_once_in_the_session_outbox(
-    store: WorkflowStore,
+    store: WorkflowStore, runtime: StoreRuntime
 ) -> None:
     running_run(store)
     message = notify(store, "notification-1")
 
-    store.cancel_pending_for_source("notification-1", kind="notification")
+    runtime.app.cancel_pending_for_source("notification-1", kind="notification")
 
     assert outbox_entry(store, SESSION, message.workflow_message_id).status == "cancelled"
 
@@ -621,9 +622,11 @@ FAILURE = "projection bug under test"
 
 
 @pytest.fixture
-def broken_on_queue(store: WorkflowStore, monkeypatch: pytest.MonkeyPatch) -> WorkflowStore:
+def broken_on_queue(
+    store: WorkflowStore, runtime: StoreRuntime, monkeypatch: pytest.MonkeyPatch
+) -> WorkflowStore:
     """The store, with the follow-up queue projection raising on every ``follow-up.queued``."""
-    projection = store.projector.runners[BROKEN].projection
+    projection = runtime.projector.runner(BROKEN).projection
     original = projection.apply
 
     def apply(event: ProjectedEvent, view: ViewWriter) -> None:
@@ -717,11 +720,13 @@ def test_rebuilding_a_fixed_projection_clears_its_error_and_shows_the_right_view
 
 
 @pytest.fixture
-def commit_fails_once(store: WorkflowStore, monkeypatch: pytest.MonkeyPatch) -> WorkflowStore:
+def commit_fails_once(
+    store: WorkflowStore, runtime: StoreRuntime, monkeypatch: pytest.MonkeyPatch
+) -> WorkflowStore:
     """The store, caught up, whose next view commit fails as a locked SQLite file would."""
     running_run(store)
     store.projection_status()
-    commit = store.views.commit
+    commit = runtime.views.commit
     failures = [sqlite3.OperationalError("database is locked")]
 
     def commit_failing_once(pages: Sequence[PageCommit]) -> None:
@@ -729,7 +734,7 @@ def commit_fails_once(store: WorkflowStore, monkeypatch: pytest.MonkeyPatch) -> 
             raise failures.pop()
         commit(pages)
 
-    monkeypatch.setattr(store.views, "commit", commit_failing_once)
+    monkeypatch.setattr(runtime.views, "commit", commit_failing_once)
     return store
 
 
@@ -788,12 +793,12 @@ def long_queue_store(
         url = server.create_database(name)
         drop = lambda: server.drop_database(name)  # noqa: E731
     try:
-        with open_store(url, clock=FakeClock()) as store:
+        with open_runtime(url, clock=FakeClock()) as runtime:
             events = HistoryGenerator(prefix="long").run_events(LONG_QUEUE)
             for start in range(0, len(events), 1000):
-                store.storage.events.insert_events(events[start : start + 1000])
-            store.catch_up()
-            yield store
+                runtime.storage.events.insert_events(events[start : start + 1000])
+            runtime.catch_up()
+            yield WorkflowStore(runtime)
     finally:
         drop()
 

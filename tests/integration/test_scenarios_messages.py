@@ -27,6 +27,7 @@ from runledger.domain.errors import (
 )
 from runledger.domain.ids import follow_up_message_id, workflow_message_id_for
 from runledger.domain.records import TurnRecord
+from runledger.infrastructure.runtime import StoreRuntime
 from runledger.infrastructure.store import WorkflowStore
 from tests.support.assertions import assert_rejected, payload_fields, recording, writes_nothing
 from tests.support.scenario import (
@@ -545,6 +546,8 @@ def test_d4_consistent_reads_leave_the_order_to_the_outbox(store: WorkflowStore)
 
 
 # -- D5: cancelling pending messages of a source --------------------------------------------
+# DESIGN's public API does not list ``cancel_pending_for_source``, so the host's store does not
+# offer it: these scenarios call it on the application behind the store (``runtime.app``).
 
 
 def sent_and_pending_steps(store: WorkflowStore) -> tuple[str, str]:
@@ -557,12 +560,12 @@ def sent_and_pending_steps(store: WorkflowStore) -> tuple[str, str]:
 
 
 def test_d5_cancel_pending_for_source_cancels_only_the_pending_message(
-    store: WorkflowStore,
+    store: WorkflowStore, runtime: StoreRuntime
 ) -> None:
     sent, pending = sent_and_pending_steps(store)
 
     with recording(store) as recorded:
-        count = store.cancel_pending_for_source("interaction-1", kind="step")
+        count = runtime.app.cancel_pending_for_source("interaction-1", kind="step")
 
     assert count == 1
     assert (message(store, sent).status, message(store, pending).status) == ("sent", "cancelled")
@@ -572,41 +575,47 @@ def test_d5_cancel_pending_for_source_cancels_only_the_pending_message(
 
 
 def test_d5_cancel_without_a_kind_cancels_every_pending_message_of_the_source(
-    store: WorkflowStore,
+    store: WorkflowStore, runtime: StoreRuntime
 ) -> None:
     _, pending = sent_and_pending_steps(store)
     notify(store, "notification-1")
 
-    count = store.cancel_pending_for_source("interaction-1")
+    count = runtime.app.cancel_pending_for_source("interaction-1")
 
     assert count == 1
     assert message(store, pending).status == "cancelled"
     assert message(store, NOTIFICATION_ID).status == "pending"
 
 
-def test_d5_cancel_for_another_kind_cancels_nothing(store: WorkflowStore) -> None:
+def test_d5_cancel_for_another_kind_cancels_nothing(
+    store: WorkflowStore, runtime: StoreRuntime
+) -> None:
     _, pending = sent_and_pending_steps(store)
 
     with writes_nothing(store):
-        count = store.cancel_pending_for_source("interaction-1", kind="followUp")
+        count = runtime.app.cancel_pending_for_source("interaction-1", kind="followUp")
 
     assert count == 0
     assert message(store, pending).status == "pending"
 
 
-def test_d5_cancelling_again_finds_nothing_pending(store: WorkflowStore) -> None:
+def test_d5_cancelling_again_finds_nothing_pending(
+    store: WorkflowStore, runtime: StoreRuntime
+) -> None:
     sent_and_pending_steps(store)
-    store.cancel_pending_for_source("interaction-1", kind="step")
+    runtime.app.cancel_pending_for_source("interaction-1", kind="step")
 
     with writes_nothing(store):
-        count = store.cancel_pending_for_source("interaction-1", kind="step")
+        count = runtime.app.cancel_pending_for_source("interaction-1", kind="step")
 
     assert count == 0
 
 
-def test_d5_branch_evidence_turns_a_cancelled_message_sent(store: WorkflowStore) -> None:
+def test_d5_branch_evidence_turns_a_cancelled_message_sent(
+    store: WorkflowStore, runtime: StoreRuntime
+) -> None:
     _, pending = sent_and_pending_steps(store)
-    store.cancel_pending_for_source("interaction-1", kind="step")
+    runtime.app.cancel_pending_for_source("interaction-1", kind="step")
 
     sent = deliver(store, pending, "entry-2")
 

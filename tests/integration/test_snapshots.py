@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from runledger.domain.runs import Run, run_aggregate_id
 from runledger.domain.values import Actor
+from runledger.infrastructure.runtime import StoreRuntime
 from runledger.infrastructure.store import WorkflowStore
 
 SESSION = Actor("session", "session-1")
@@ -23,20 +24,22 @@ def _queue_many(store: WorkflowStore, count: int) -> None:
         )
 
 
-def test_a_run_with_many_events_is_snapshotted(store: WorkflowStore) -> None:
+def test_a_run_with_many_events_is_snapshotted(store: WorkflowStore, runtime: StoreRuntime) -> None:
     _queue_many(store, 120)
-    assert store.snapshots is not None
-    snapshots = list(store.snapshots.get(run_aggregate_id("run-1")))
+    assert runtime.app.snapshots is not None
+    snapshots = list(runtime.app.snapshots.get(run_aggregate_id("run-1")))
     assert [snapshot.originator_version for snapshot in snapshots] == [100]
 
 
-def test_a_run_loaded_from_its_snapshot_equals_a_full_replay(store: WorkflowStore) -> None:
+def test_a_run_loaded_from_its_snapshot_equals_a_full_replay(
+    store: WorkflowStore, runtime: StoreRuntime
+) -> None:
     _queue_many(store, 120)
     store.pause_run("run-1", status_detail="paused")
     # An explicit version bypasses the cache: the latest snapshot (100) plus events 101-123.
-    from_snapshot = store.repository.get(run_aggregate_id("run-1"), version=123)
+    from_snapshot = runtime.app.repository.get(run_aggregate_id("run-1"), version=123)
     replayed = None
-    for event in store.events.get(run_aggregate_id("run-1")):
+    for event in runtime.app.events.get(run_aggregate_id("run-1")):
         replayed = event.mutate(replayed)  # type: ignore[attr-defined]
     assert isinstance(from_snapshot, Run)
     assert isinstance(replayed, Run)

@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from runledger.domain.application import WorkflowRuns
 from runledger.domain.errors import WorkflowError
 from runledger.domain.records import LoggedEvent
+from runledger.infrastructure.store import WorkflowStore
 
 PAGE = 1000
 
 
-def whole_log(store: WorkflowRuns) -> list[LoggedEvent]:
+def whole_log(store: WorkflowStore) -> list[LoggedEvent]:
     """Every stored event, in log order (paged, so no log is too long to compare)."""
     events: list[LoggedEvent] = []
     after = 0
@@ -28,14 +28,14 @@ def whole_log(store: WorkflowRuns) -> list[LoggedEvent]:
         after = page[-1].position
 
 
-def log_position(store: WorkflowRuns) -> int:
+def log_position(store: WorkflowStore) -> int:
     """The position of the newest stored event (0 for an empty log)."""
     log = whole_log(store)
     return log[-1].position if log else 0
 
 
 @contextmanager
-def writes_nothing(store: WorkflowRuns) -> Iterator[None]:
+def writes_nothing(store: WorkflowStore) -> Iterator[None]:
     """The block leaves the whole event log exactly as it found it."""
     before = whole_log(store)
     yield
@@ -45,7 +45,7 @@ def writes_nothing(store: WorkflowRuns) -> Iterator[None]:
 
 
 def assert_rejected(
-    store: WorkflowRuns,
+    store: WorkflowStore,
     error_class: type[WorkflowError],
     message: str,
     command: Callable[..., object],
@@ -76,7 +76,7 @@ class Recorded:
 
 
 @contextmanager
-def recording(store: WorkflowRuns) -> Iterator[Recorded]:
+def recording(store: WorkflowStore) -> Iterator[Recorded]:
     """Collect the events appended while the block runs."""
     recorded = Recorded()
     start = log_position(store)

@@ -7,8 +7,11 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from runledger.domain.ports import EventStorage
+from runledger.infrastructure.runtime import StoreRuntime, open_runtime
+from runledger.infrastructure.store import WorkflowStore
 from runledger.projections.base import Key, Projection, Row, Table
 from runledger.projections.events import projected
+from tests.support.clock import FakeClock
 
 
 class FakeView:
@@ -72,3 +75,18 @@ def project_log(
         if event.wire_name in projection.topics:
             projection.apply(event, view)
     return view
+
+
+class StoreWithLog(WorkflowStore):
+    """The public store plus the event storage under it, whose log a test projects itself."""
+
+    __slots__ = ("storage",)
+
+    def __init__(self, runtime: StoreRuntime) -> None:
+        super().__init__(runtime)
+        self.storage = runtime.storage
+
+
+def open_memory_store_with_log() -> StoreWithLog:
+    """A new memory store on a fake clock (close it, or use it as a context manager)."""
+    return StoreWithLog(open_runtime("memory://", clock=FakeClock()))

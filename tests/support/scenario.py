@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from runledger.domain.application import WorkflowRuns
 from runledger.domain.ids import follow_up_message_id, workflow_message_id_for
 from runledger.domain.records import (
     LoggedEvent,
@@ -19,6 +18,7 @@ from runledger.domain.records import (
     WorkflowMessageRecord,
 )
 from runledger.domain.values import Actor, JsonValue
+from runledger.infrastructure.store import WorkflowStore
 
 RUN: Final = "run-1"
 SESSION: Final = "session-1"
@@ -34,7 +34,7 @@ CONTENT_SCHEMA: Final = "pi-workflows.workflow-message-content.v1"
 
 
 def create(
-    store: WorkflowRuns,
+    store: WorkflowStore,
     run_id: str = RUN,
     *,
     parent_run_id: str | None = None,
@@ -53,7 +53,7 @@ def create(
 
 
 def running_run(
-    store: WorkflowRuns,
+    store: WorkflowStore,
     run_id: str = RUN,
     *,
     session_id: str = SESSION,
@@ -68,14 +68,14 @@ def running_run(
     return store.record_progress(run_id, status="running", current_node=node)
 
 
-def waiting_run(store: WorkflowRuns, run_id: str = RUN, *, node: str = "wait") -> RunRecord:
+def waiting_run(store: WorkflowStore, run_id: str = RUN, *, node: str = "wait") -> RunRecord:
     """A run parked at checkpoint ``node``, bound to "session-1"."""
     running_run(store, run_id, node=node)
     return store.record_progress(run_id, status="waiting", waiting_on=node)
 
 
 def queue(
-    store: WorkflowRuns,
+    store: WorkflowStore,
     request_id: str = "follow-1",
     *,
     run_id: str = RUN,
@@ -95,24 +95,24 @@ def queue(
     )
 
 
-def queued_id(store: WorkflowRuns, request_id: str = "follow-1", **kwargs: Any) -> str:
+def queued_id(store: WorkflowStore, request_id: str = "follow-1", **kwargs: Any) -> str:
     """Queue a follow-up and return its id."""
     return queue(store, request_id, **kwargs).follow_up.follow_up_id
 
 
-def message(store: WorkflowRuns, workflow_message_id: str) -> WorkflowMessageRecord:
+def message(store: WorkflowStore, workflow_message_id: str) -> WorkflowMessageRecord:
     found = store.get_workflow_message(workflow_message_id)
     assert found is not None, workflow_message_id
     return found
 
 
-def follow_up_message(store: WorkflowRuns, follow_up_id: str) -> WorkflowMessageRecord:
+def follow_up_message(store: WorkflowStore, follow_up_id: str) -> WorkflowMessageRecord:
     """The follow-up's own workflow message."""
     return message(store, follow_up_message_id(follow_up_id))
 
 
 def deliver(
-    store: WorkflowRuns,
+    store: WorkflowStore,
     workflow_message_id: str,
     entry_id: str = "entry-1",
     *,
@@ -126,14 +126,14 @@ def deliver(
 
 
 def events(
-    store: WorkflowRuns, wire_name: str | None = None, *, run_id: str | None = None
+    store: WorkflowStore, wire_name: str | None = None, *, run_id: str | None = None
 ) -> list[LoggedEvent]:
     """Logged events (of one run, with its follow-ups and messages), optionally of one name."""
     logged = store.event_log(run_id=run_id, limit=10_000)
     return [event for event in logged if wire_name is None or event.wire_name == wire_name]
 
 
-def finished_event(store: WorkflowRuns, run_id: str = RUN) -> LoggedEvent:
+def finished_event(store: WorkflowStore, run_id: str = RUN) -> LoggedEvent:
     [finished] = [
         event
         for event in events(store, "run.finished", run_id=run_id)
@@ -142,7 +142,7 @@ def finished_event(store: WorkflowRuns, run_id: str = RUN) -> LoggedEvent:
     return finished
 
 
-def terminal_message_id_of(store: WorkflowRuns, run_id: str = RUN) -> str:
+def terminal_message_id_of(store: WorkflowStore, run_id: str = RUN) -> str:
     """The ended run's terminal message id, as its ``run.finished`` event recorded it."""
     message_id = finished_event(store, run_id).payload["terminal_message_id"]
     assert isinstance(message_id, str), f"{run_id} has no terminal message"
@@ -150,7 +150,7 @@ def terminal_message_id_of(store: WorkflowRuns, run_id: str = RUN) -> str:
 
 
 def present_terminal(
-    store: WorkflowRuns,
+    store: WorkflowStore,
     run_id: str = RUN,
     *,
     turn_id: str | None = None,
@@ -177,13 +177,13 @@ def present_terminal(
     return message_id, turn.workflow_turn_id
 
 
-def restart(store: WorkflowRuns, run_id: str = RUN) -> RestartReceipt:
+def restart(store: WorkflowStore, run_id: str = RUN) -> RestartReceipt:
     """Present the ended run's terminal result and restart it from that message."""
     message_id, _ = present_terminal(store, run_id)
     return store.restart_run(run_id, session_id=SESSION, workflow_message_id=message_id)
 
 
-def fail_restart_chain(store: WorkflowRuns, restarts: int) -> str:
+def fail_restart_chain(store: WorkflowStore, restarts: int) -> str:
     """R fails, then ``restarts`` restart children each start and fail differently.
 
     Returns the id of the last run of the chain (already failed).
@@ -250,7 +250,7 @@ def notification_content(
 
 
 def notify(
-    store: WorkflowRuns, source_id: str = "notification-1", key: str = "1", *, run_id: str = RUN
+    store: WorkflowStore, source_id: str = "notification-1", key: str = "1", *, run_id: str = RUN
 ) -> WorkflowMessageRecord:
     """Create a notification message of the run for its origin session."""
     return store.create_workflow_message(
@@ -263,7 +263,7 @@ def notify(
 
 
 def step(
-    store: WorkflowRuns,
+    store: WorkflowStore,
     source_id: str = "interaction-1",
     key: str = "initial",
     *,

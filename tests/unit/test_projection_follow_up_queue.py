@@ -11,7 +11,6 @@ import pytest
 from runledger.domain.errors import InvalidPageError
 from runledger.domain.records import FollowUpQueue
 from runledger.domain.values import Actor
-from runledger.infrastructure.store import WorkflowStore, open_store
 from runledger.projections.base import Projection, Table
 from runledger.projections.events import projected
 from runledger.projections.follow_up_queue import (
@@ -19,8 +18,7 @@ from runledger.projections.follow_up_queue import (
     follow_up_queue,
     follow_up_queue_range,
 )
-from tests.support.clock import FakeClock
-from tests.support.fake_view import FakeView, project_log
+from tests.support.fake_view import FakeView, StoreWithLog, open_memory_store_with_log, project_log
 from tests.support.scenario import (
     CONTROLLER,
     CR,
@@ -41,50 +39,50 @@ PROJECTION: Projection = FollowUpQueueProjection()
 
 
 @pytest.fixture
-def store() -> Iterator[WorkflowStore]:
-    with open_store("memory://", clock=FakeClock()) as opened:
+def store() -> Iterator[StoreWithLog]:
+    with open_memory_store_with_log() as opened:
         yield opened
 
 
-def view_of(store: WorkflowStore) -> FakeView:
+def view_of(store: StoreWithLog) -> FakeView:
     return project_log(PROJECTION, store.storage)
 
 
-def queue_of(store: WorkflowStore, run_id: str = RUN) -> FollowUpQueue | None:
+def queue_of(store: StoreWithLog, run_id: str = RUN) -> FollowUpQueue | None:
     return follow_up_queue(view_of(store), run_id)
 
 
-def whole_queue(store: WorkflowStore, run_id: str = RUN) -> FollowUpQueue:
+def whole_queue(store: StoreWithLog, run_id: str = RUN) -> FollowUpQueue:
     found = queue_of(store, run_id)
     assert found is not None
     return found
 
 
-def summary(store: WorkflowStore, run_id: str = RUN) -> list[tuple[int, str, str | None]]:
+def summary(store: StoreWithLog, run_id: str = RUN) -> list[tuple[int, str, str | None]]:
     """(order, state, delivery) of each follow-up in the run's queue."""
     return [(f.order, f.state, f.delivery) for f in whole_queue(store, run_id).follow_ups]
 
 
-def queue_several(store: WorkflowStore, count: int) -> list[str]:
+def queue_several(store: StoreWithLog, count: int) -> list[str]:
     return [queued_id(store, f"follow-{n}", prompt=f"Task {n}") for n in range(1, count + 1)]
 
 
 # -- which runs have a queue ----------------------------------------------------------------
 
 
-def test_an_unknown_run_has_no_queue(store: WorkflowStore) -> None:
+def test_an_unknown_run_has_no_queue(store: StoreWithLog) -> None:
     running_run(store)
 
     assert queue_of(store, "ghost") is None
 
 
-def test_a_run_without_an_origin_session_has_no_queue(store: WorkflowStore) -> None:
+def test_a_run_without_an_origin_session_has_no_queue(store: StoreWithLog) -> None:
     create(store)
 
     assert queue_of(store) is None
 
 
-def test_a_bound_run_without_follow_ups_has_an_empty_queue(store: WorkflowStore) -> None:
+def test_a_bound_run_without_follow_ups_has_an_empty_queue(store: StoreWithLog) -> None:
     running_run(store)
 
     assert queue_of(store) == FollowUpQueue(run_id=RUN, origin_session_id=SESSION, follow_ups=[])
@@ -93,7 +91,7 @@ def test_a_bound_run_without_follow_ups_has_an_empty_queue(store: WorkflowStore)
 # -- A2, A5: the queue and its delivery ----------------------------------------------------
 
 
-def test_lists_the_run_follow_ups_in_order_with_its_origin_session(store: WorkflowStore) -> None:
+def test_lists_the_run_follow_ups_in_order_with_its_origin_session(store: StoreWithLog) -> None:
     running_run(store)
     queue(store, "follow-1", prompt="First task")
     queue(store, "follow-2", prompt="Second task")
@@ -107,7 +105,7 @@ def test_lists_the_run_follow_ups_in_order_with_its_origin_session(store: Workfl
     ]
 
 
-def test_each_item_equals_the_aggregate_record_apart_from_delivery(store: WorkflowStore) -> None:
+def test_each_item_equals_the_aggregate_record_apart_from_delivery(store: StoreWithLog) -> None:
     running_run(store)
     removed, sent, cancelled = queue_several(store, 3)
     queue(store, "follow-4", actor=HUMAN, source=IC)
@@ -122,7 +120,7 @@ def test_each_item_equals_the_aggregate_record_apart_from_delivery(store: Workfl
         assert item.model_copy(update={"delivery": None}) == store.get_follow_up(item.follow_up_id)
 
 
-def test_a_new_follow_up_is_pending_delivery(store: WorkflowStore) -> None:
+def test_a_new_follow_up_is_pending_delivery(store: StoreWithLog) -> None:
     running_run(store)
     queue_several(store, 2)
 
@@ -130,7 +128,7 @@ def test_a_new_follow_up_is_pending_delivery(store: WorkflowStore) -> None:
 
 
 def test_delivery_becomes_sent_when_the_branch_reports_the_message(
-    store: WorkflowStore,
+    store: StoreWithLog,
 ) -> None:
     running_run(store)
     first, _ = queue_several(store, 2)
@@ -140,7 +138,7 @@ def test_delivery_becomes_sent_when_the_branch_reports_the_message(
     assert summary(store) == [(1, "queued", "sent"), (2, "queued", "pending")]
 
 
-def test_a_cancelled_message_reported_in_the_branch_turns_sent(store: WorkflowStore) -> None:
+def test_a_cancelled_message_reported_in_the_branch_turns_sent(store: StoreWithLog) -> None:
     running_run(store)
     follow_up_id = queued_id(store)
     store.remove_follow_up(RUN, follow_up_id, actor=HUMAN, source=IC)
@@ -154,7 +152,7 @@ def test_a_cancelled_message_reported_in_the_branch_turns_sent(store: WorkflowSt
 
 
 def test_a_removed_follow_up_keeps_its_place_with_the_removal_reason(
-    store: WorkflowStore,
+    store: StoreWithLog,
 ) -> None:
     running_run(store)
     first, _ = queue_several(store, 2)
@@ -170,7 +168,7 @@ def test_a_removed_follow_up_keeps_its_place_with_the_removal_reason(
     assert (kept.state, kept.delivery) == ("queued", "pending")
 
 
-def test_a_failed_run_cancels_its_queued_follow_ups_with_its_error(store: WorkflowStore) -> None:
+def test_a_failed_run_cancels_its_queued_follow_ups_with_its_error(store: StoreWithLog) -> None:
     running_run(store)
     queue_several(store, 2)
 
@@ -182,7 +180,7 @@ def test_a_failed_run_cancels_its_queued_follow_ups_with_its_error(store: Workfl
     ]
 
 
-def test_a_run_timing_out_without_error_cancels_with_its_status(store: WorkflowStore) -> None:
+def test_a_run_timing_out_without_error_cancels_with_its_status(store: StoreWithLog) -> None:
     running_run(store)
     queue_several(store, 1)
 
@@ -192,7 +190,7 @@ def test_a_run_timing_out_without_error_cancels_with_its_status(store: WorkflowS
     assert (item.state, item.reason) == ("cancelled", "Workflow ended with status timed_out")
 
 
-def test_a_completed_run_leaves_its_follow_ups_queued_and_pending(store: WorkflowStore) -> None:
+def test_a_completed_run_leaves_its_follow_ups_queued_and_pending(store: StoreWithLog) -> None:
     running_run(store)
     queue_several(store, 2)
 
@@ -201,7 +199,7 @@ def test_a_completed_run_leaves_its_follow_ups_queued_and_pending(store: Workflo
     assert summary(store) == [(1, "queued", "pending"), (2, "queued", "pending")]
 
 
-def test_a_sent_follow_up_stays_queued_and_sent_when_its_run_fails(store: WorkflowStore) -> None:
+def test_a_sent_follow_up_stays_queued_and_sent_when_its_run_fails(store: StoreWithLog) -> None:
     running_run(store)
     follow_up_id = queued_id(store)
     deliver(store, follow_up_message(store, follow_up_id).workflow_message_id)
@@ -212,7 +210,7 @@ def test_a_sent_follow_up_stays_queued_and_sent_when_its_run_fails(store: Workfl
 
 
 def test_a_removed_follow_up_stays_removed_when_its_run_is_cancelled(
-    store: WorkflowStore,
+    store: StoreWithLog,
 ) -> None:
     running_run(store)
     follow_up_id = queued_id(store, actor=CONTROLLER, source=CR)
@@ -231,7 +229,7 @@ def test_a_removed_follow_up_stays_removed_when_its_run_is_cancelled(
 # -- A13 and lineage -----------------------------------------------------------------------
 
 
-def continue_into_child(store: WorkflowStore, *, status: str, error: str | None = None) -> None:
+def continue_into_child(store: StoreWithLog, *, status: str, error: str | None = None) -> None:
     """P waits with a human follow-up; the engine continues it into child C, which ends."""
     waiting_run(store, "parent")
     queue(
@@ -247,7 +245,7 @@ def continue_into_child(store: WorkflowStore, *, status: str, error: str | None 
     store.finish_run("child", status=status, error=error)
 
 
-def test_a_continuation_leaves_the_follow_ups_on_the_parent(store: WorkflowStore) -> None:
+def test_a_continuation_leaves_the_follow_ups_on_the_parent(store: StoreWithLog) -> None:
     continue_into_child(store, status="completed")
 
     assert [(f.prompt, f.order, f.state) for f in whole_queue(store, "parent").follow_ups] == [
@@ -256,7 +254,7 @@ def test_a_continuation_leaves_the_follow_ups_on_the_parent(store: WorkflowStore
 
 
 def test_a_continuation_child_without_origin_binding_has_no_queue(
-    store: WorkflowStore,
+    store: StoreWithLog,
 ) -> None:
     continue_into_child(store, status="completed")
 
@@ -264,7 +262,7 @@ def test_a_continuation_child_without_origin_binding_has_no_queue(
 
 
 def test_a_failing_continuation_cancels_the_parent_follow_up_in_its_queue(
-    store: WorkflowStore,
+    store: StoreWithLog,
 ) -> None:
     continue_into_child(store, status="failed", error="child failed")
 
@@ -280,7 +278,7 @@ def test_a_failing_continuation_cancels_the_parent_follow_up_in_its_queue(
 # -- adoption ------------------------------------------------------------------------------
 
 
-def test_adopting_a_repeated_request_leaves_the_view_unchanged(store: WorkflowStore) -> None:
+def test_adopting_a_repeated_request_leaves_the_view_unchanged(store: StoreWithLog) -> None:
     running_run(store)
     queue(store, "follow-1")
     before = view_of(store).tables
@@ -295,7 +293,7 @@ def test_adopting_a_repeated_request_leaves_the_view_unchanged(store: WorkflowSt
 
 
 def test_a_range_holds_the_follow_ups_at_offsets_start_to_start_plus_limit(
-    store: WorkflowStore,
+    store: StoreWithLog,
 ) -> None:
     running_run(store)
     queue_several(store, 5)
@@ -307,7 +305,7 @@ def test_a_range_holds_the_follow_ups_at_offsets_start_to_start_plus_limit(
     assert [f.order for f in found.follow_ups] == [2, 3]
 
 
-def test_a_range_from_the_start_equals_the_whole_queue(store: WorkflowStore) -> None:
+def test_a_range_from_the_start_equals_the_whole_queue(store: StoreWithLog) -> None:
     running_run(store)
     queue_several(store, 3)
     view = view_of(store)
@@ -315,7 +313,7 @@ def test_a_range_from_the_start_equals_the_whole_queue(store: WorkflowStore) -> 
     assert follow_up_queue_range(view, RUN, start=0, limit=3) == follow_up_queue(view, RUN)
 
 
-def test_a_range_past_the_end_is_empty(store: WorkflowStore) -> None:
+def test_a_range_past_the_end_is_empty(store: StoreWithLog) -> None:
     running_run(store)
     queue_several(store, 3)
 
@@ -324,7 +322,7 @@ def test_a_range_past_the_end_is_empty(store: WorkflowStore) -> None:
     assert found == FollowUpQueue(run_id=RUN, origin_session_id=SESSION, follow_ups=[])
 
 
-def test_a_range_with_limit_zero_is_empty(store: WorkflowStore) -> None:
+def test_a_range_with_limit_zero_is_empty(store: StoreWithLog) -> None:
     running_run(store)
     queue_several(store, 3)
 
@@ -334,7 +332,7 @@ def test_a_range_with_limit_zero_is_empty(store: WorkflowStore) -> None:
     assert found.follow_ups == []
 
 
-def test_a_range_of_a_run_without_an_origin_session_is_none(store: WorkflowStore) -> None:
+def test_a_range_of_a_run_without_an_origin_session_is_none(store: StoreWithLog) -> None:
     create(store)
 
     assert follow_up_queue_range(view_of(store), RUN, start=0, limit=10) is None
@@ -352,7 +350,7 @@ def test_a_range_of_a_run_without_an_origin_session_is_none(store: WorkflowStore
     ],
 )
 def test_a_range_rejects_a_start_or_limit_that_is_not_a_non_negative_integer(
-    store: WorkflowStore, start: Any, limit: Any, message: str
+    store: StoreWithLog, start: Any, limit: Any, message: str
 ) -> None:
     running_run(store)
 
@@ -376,7 +374,7 @@ class ScanRecorder(FakeView):
 
 
 def test_a_range_reads_by_order_number_rather_than_skipping_an_offset(
-    store: WorkflowStore,
+    store: StoreWithLog,
 ) -> None:
     running_run(store)
     queue_several(store, 4)
@@ -415,7 +413,7 @@ def test_every_table_has_the_projection_prefix() -> None:
     assert [table.name for table in PROJECTION.tables] == ["rl_fuq_runs", "rl_fuq_follow_ups"]
 
 
-def project_in_two_parts(store: WorkflowStore, split: int) -> FakeView:
+def project_in_two_parts(store: StoreWithLog, split: int) -> FakeView:
     """Apply the log's first ``split`` events, then the rest, to one view."""
     view = FakeView()
     first = store.storage.select_log(after=0, limit=split)
@@ -429,7 +427,7 @@ def project_in_two_parts(store: WorkflowStore, split: int) -> FakeView:
 
 
 def test_applying_the_log_in_two_parts_gives_the_same_view_as_one_pass(
-    store: WorkflowStore,
+    store: StoreWithLog,
 ) -> None:
     running_run(store)
     removed, sent, _ = queue_several(store, 3)

@@ -14,7 +14,6 @@ import pytest
 
 from runledger.domain.ids import follow_up_message_id
 from runledger.domain.records import WorkflowMessageRecord
-from runledger.infrastructure.store import WorkflowStore, open_store
 from runledger.projections.base import ProjectedEvent
 from runledger.projections.events import projected
 from runledger.projections.session_outbox import (
@@ -23,8 +22,7 @@ from runledger.projections.session_outbox import (
     session_outbox,
 )
 from tests.support import scenario
-from tests.support.clock import FakeClock
-from tests.support.fake_view import FakeView, project_log
+from tests.support.fake_view import FakeView, StoreWithLog, open_memory_store_with_log, project_log
 from tests.support.scenario import (
     CONTENT_SCHEMA,
     HUMAN,
@@ -42,41 +40,41 @@ from tests.support.scenario import (
 
 
 @pytest.fixture
-def store() -> Iterator[WorkflowStore]:
-    with open_store("memory://", clock=FakeClock()) as opened:
+def store() -> Iterator[StoreWithLog]:
+    with open_memory_store_with_log() as opened:
         yield opened
 
 
-def outbox(store: WorkflowStore, session_id: str = SESSION) -> list[WorkflowMessageRecord]:
+def outbox(store: StoreWithLog, session_id: str = SESSION) -> list[WorkflowMessageRecord]:
     return session_outbox(project_log(SessionOutboxProjection(), store.storage), session_id)
 
 
-def deliverable(store: WorkflowStore, session_id: str = SESSION) -> str | None:
+def deliverable(store: StoreWithLog, session_id: str = SESSION) -> str | None:
     """The id of the session's next deliverable message, from a freshly projected view."""
     view = project_log(SessionOutboxProjection(), store.storage)
     found = next_deliverable(view, session_id)
     return None if found is None else found.workflow_message_id
 
 
-def queue_message(store: WorkflowStore, request_id: str, *, run_id: str = RUN) -> str:
+def queue_message(store: StoreWithLog, request_id: str, *, run_id: str = RUN) -> str:
     """Queue a follow-up on the run and return the id of its message."""
     queued = scenario.queue(store, request_id, run_id=run_id, prompt=f"Do {request_id}")
     return follow_up_message_id(queued.follow_up.follow_up_id)
 
 
-def follow_up_id_of(store: WorkflowStore, workflow_message_id: str) -> str:
+def follow_up_id_of(store: StoreWithLog, workflow_message_id: str) -> str:
     """The follow-up a follow-up message was queued for (its source)."""
     return scenario.message(store, workflow_message_id).source_id
 
 
-def complete_and_present(store: WorkflowStore, run_id: str = RUN) -> str:
+def complete_and_present(store: StoreWithLog, run_id: str = RUN) -> str:
     """Complete the run and run its terminal message's turn to its end; returns the message."""
     store.finish_run(run_id, status="completed", final_output={"done": True})
     message_id, _ = present_terminal(store, run_id)
     return message_id
 
 
-def decision(store: WorkflowStore, source_id: str = "decision-1") -> WorkflowMessageRecord:
+def decision(store: StoreWithLog, source_id: str = "decision-1") -> WorkflowMessageRecord:
     return store.create_workflow_message(
         RUN,
         kind="decision",
@@ -97,7 +95,7 @@ def decision(store: WorkflowStore, source_id: str = "decision-1") -> WorkflowMes
 # -- D4: session-wide order ---------------------------------------------------------------
 
 
-def test_orders_messages_session_wide_across_runs_and_kinds(store: WorkflowStore) -> None:
+def test_orders_messages_session_wide_across_runs_and_kinds(store: StoreWithLog) -> None:
     running_run(store, "run-1")
     running_run(store, "run-2")
     first = notify(store, "notification-1", run_id="run-1").workflow_message_id
@@ -110,7 +108,7 @@ def test_orders_messages_session_wide_across_runs_and_kinds(store: WorkflowStore
     assert orders == [(first, 1), (second, 2), (third, 3), (fourth, 4)]
 
 
-def test_orders_another_session_from_one(store: WorkflowStore) -> None:
+def test_orders_another_session_from_one(store: StoreWithLog) -> None:
     running_run(store, "run-1")
     running_run(store, "run-2", session_id=OTHER_SESSION)
     notify(store, "notification-1", run_id="run-1")
@@ -120,7 +118,7 @@ def test_orders_another_session_from_one(store: WorkflowStore) -> None:
     assert [(r.workflow_message_id, r.order) for r in outbox(store, OTHER_SESSION)] == [(other, 1)]
 
 
-def test_gives_a_terminal_message_the_next_order_of_its_session(store: WorkflowStore) -> None:
+def test_gives_a_terminal_message_the_next_order_of_its_session(store: StoreWithLog) -> None:
     running_run(store)
     notify(store)
     store.finish_run(RUN, status="failed", error="boom")
@@ -128,7 +126,7 @@ def test_gives_a_terminal_message_the_next_order_of_its_session(store: WorkflowS
     assert [(r.kind, r.order) for r in outbox(store)] == [("notification", 1), ("terminal", 2)]
 
 
-def test_an_unknown_session_has_an_empty_outbox(store: WorkflowStore) -> None:
+def test_an_unknown_session_has_an_empty_outbox(store: StoreWithLog) -> None:
     running_run(store)
     notify(store)
 
@@ -139,7 +137,7 @@ def test_an_unknown_session_has_an_empty_outbox(store: WorkflowStore) -> None:
 # -- records ------------------------------------------------------------------------------
 
 
-def test_records_equal_the_aggregates_apart_from_order(store: WorkflowStore) -> None:
+def test_records_equal_the_aggregates_apart_from_order(store: StoreWithLog) -> None:
     running_run(store)
     notified = notify(store).workflow_message_id
     removed = queue_message(store, "follow-1")
@@ -158,7 +156,7 @@ def test_records_equal_the_aggregates_apart_from_order(store: WorkflowStore) -> 
         )
 
 
-def test_shows_branch_evidence_as_sent_with_its_entry_id(store: WorkflowStore) -> None:
+def test_shows_branch_evidence_as_sent_with_its_entry_id(store: StoreWithLog) -> None:
     running_run(store)
     message_id = notify(store).workflow_message_id
     store.report_branch(SESSION, [(message_id, "entry-7")], allowed_ids=[message_id])
@@ -168,7 +166,7 @@ def test_shows_branch_evidence_as_sent_with_its_entry_id(store: WorkflowStore) -
     assert (record.status, record.pi_session_entry_id) == ("sent", "entry-7")
 
 
-def test_shows_a_removed_follow_ups_message_as_cancelled(store: WorkflowStore) -> None:
+def test_shows_a_removed_follow_ups_message_as_cancelled(store: StoreWithLog) -> None:
     running_run(store)
     message_id = queue_message(store, "follow-1")
     store.remove_follow_up(RUN, follow_up_id_of(store, message_id), actor=HUMAN, source=WT)
@@ -178,7 +176,7 @@ def test_shows_a_removed_follow_ups_message_as_cancelled(store: WorkflowStore) -
     assert (record.status, record.pi_session_entry_id) == ("cancelled", None)
 
 
-def test_shows_messages_cancelled_by_a_bad_end_and_later_evidence(store: WorkflowStore) -> None:
+def test_shows_messages_cancelled_by_a_bad_end_and_later_evidence(store: StoreWithLog) -> None:
     running_run(store)
     cancelled = queue_message(store, "follow-1")
     revived = queue_message(store, "follow-2")
@@ -191,7 +189,7 @@ def test_shows_messages_cancelled_by_a_bad_end_and_later_evidence(store: Workflo
     assert statuses[revived] == ("sent", "entry-late")
 
 
-def test_counts_turns_as_changes_of_the_message(store: WorkflowStore) -> None:
+def test_counts_turns_as_changes_of_the_message(store: StoreWithLog) -> None:
     running_run(store)
     message_id = complete_and_present(store)
 
@@ -204,7 +202,7 @@ def test_counts_turns_as_changes_of_the_message(store: WorkflowStore) -> None:
 # -- eligibility of host and terminal messages --------------------------------------------
 
 
-def test_a_notification_is_deliverable_while_its_run_is_paused(store: WorkflowStore) -> None:
+def test_a_notification_is_deliverable_while_its_run_is_paused(store: StoreWithLog) -> None:
     running_run(store)
     store.pause_run(RUN, status_detail="held")
     message_id = notify(store).workflow_message_id
@@ -212,7 +210,7 @@ def test_a_notification_is_deliverable_while_its_run_is_paused(store: WorkflowSt
     assert deliverable(store) == message_id
 
 
-def test_a_decision_is_deliverable_while_its_run_is_paused(store: WorkflowStore) -> None:
+def test_a_decision_is_deliverable_while_its_run_is_paused(store: StoreWithLog) -> None:
     running_run(store)
     store.pause_run(RUN)
     message_id = decision(store).workflow_message_id
@@ -220,14 +218,14 @@ def test_a_decision_is_deliverable_while_its_run_is_paused(store: WorkflowStore)
     assert deliverable(store) == message_id
 
 
-def test_a_step_is_deliverable_while_its_run_is_not_paused(store: WorkflowStore) -> None:
+def test_a_step_is_deliverable_while_its_run_is_not_paused(store: StoreWithLog) -> None:
     running_run(store)
     message_id = step(store).workflow_message_id
 
     assert deliverable(store) == message_id
 
 
-def test_a_step_is_not_deliverable_while_its_run_is_paused(store: WorkflowStore) -> None:
+def test_a_step_is_not_deliverable_while_its_run_is_paused(store: StoreWithLog) -> None:
     running_run(store)
     step(store)
     store.pause_run(RUN, status_detail="held")
@@ -235,7 +233,7 @@ def test_a_step_is_not_deliverable_while_its_run_is_paused(store: WorkflowStore)
     assert deliverable(store) is None
 
 
-def test_a_step_is_deliverable_again_once_its_run_resumes(store: WorkflowStore) -> None:
+def test_a_step_is_deliverable_again_once_its_run_resumes(store: StoreWithLog) -> None:
     running_run(store)
     message_id = step(store).workflow_message_id
     store.pause_run(RUN)
@@ -244,7 +242,7 @@ def test_a_step_is_deliverable_again_once_its_run_resumes(store: WorkflowStore) 
     assert deliverable(store) == message_id
 
 
-def test_a_paused_step_does_not_hide_a_later_notification(store: WorkflowStore) -> None:
+def test_a_paused_step_does_not_hide_a_later_notification(store: StoreWithLog) -> None:
     running_run(store)
     step(store)
     store.pause_run(RUN)
@@ -253,14 +251,14 @@ def test_a_paused_step_does_not_hide_a_later_notification(store: WorkflowStore) 
     assert deliverable(store) == message_id
 
 
-def test_a_terminal_message_is_deliverable_once_its_run_ended(store: WorkflowStore) -> None:
+def test_a_terminal_message_is_deliverable_once_its_run_ended(store: StoreWithLog) -> None:
     running_run(store)
     store.finish_run(RUN, status="timed_out")
 
     assert deliverable(store) == terminal_message_id_of(store)
 
 
-def test_skips_sent_and_cancelled_messages(store: WorkflowStore) -> None:
+def test_skips_sent_and_cancelled_messages(store: StoreWithLog) -> None:
     running_run(store)
     sent = notify(store, "notification-1").workflow_message_id
     deliver(store, sent)
@@ -271,7 +269,7 @@ def test_skips_sent_and_cancelled_messages(store: WorkflowStore) -> None:
     assert deliverable(store) == later
 
 
-def test_pages_past_many_ineligible_messages(store: WorkflowStore) -> None:
+def test_pages_past_many_ineligible_messages(store: StoreWithLog) -> None:
     running_run(store)
     for number in range(150):
         step(store, f"interaction-{number}")
@@ -284,14 +282,14 @@ def test_pages_past_many_ineligible_messages(store: WorkflowStore) -> None:
 # -- D7: follow-up eligibility, step by step ----------------------------------------------
 
 
-def test_a_follow_up_is_not_deliverable_while_its_run_runs(store: WorkflowStore) -> None:
+def test_a_follow_up_is_not_deliverable_while_its_run_runs(store: StoreWithLog) -> None:
     running_run(store)
     queue_message(store, "follow-1")
 
     assert deliverable(store) is None
 
 
-def test_a_follow_up_waits_behind_its_runs_unsent_terminal_message(store: WorkflowStore) -> None:
+def test_a_follow_up_waits_behind_its_runs_unsent_terminal_message(store: StoreWithLog) -> None:
     running_run(store)
     queue_message(store, "follow-1")
     store.finish_run(RUN, status="completed")
@@ -299,7 +297,7 @@ def test_a_follow_up_waits_behind_its_runs_unsent_terminal_message(store: Workfl
     assert deliverable(store) == terminal_message_id_of(store)
 
 
-def test_a_follow_up_waits_while_the_terminal_turn_runs(store: WorkflowStore) -> None:
+def test_a_follow_up_waits_while_the_terminal_turn_runs(store: StoreWithLog) -> None:
     running_run(store)
     queue_message(store, "follow-1")
     store.finish_run(RUN, status="completed")
@@ -308,7 +306,7 @@ def test_a_follow_up_waits_while_the_terminal_turn_runs(store: WorkflowStore) ->
     assert deliverable(store) is None
 
 
-def test_a_follow_up_waits_for_a_turn_of_its_sent_terminal_message(store: WorkflowStore) -> None:
+def test_a_follow_up_waits_for_a_turn_of_its_sent_terminal_message(store: StoreWithLog) -> None:
     running_run(store)
     queue_message(store, "follow-1")
     store.finish_run(RUN, status="completed")
@@ -317,7 +315,7 @@ def test_a_follow_up_waits_for_a_turn_of_its_sent_terminal_message(store: Workfl
     assert deliverable(store) is None
 
 
-def test_a_follow_up_is_deliverable_once_the_terminal_turn_ended(store: WorkflowStore) -> None:
+def test_a_follow_up_is_deliverable_once_the_terminal_turn_ended(store: StoreWithLog) -> None:
     running_run(store)
     message_id = queue_message(store, "follow-1")
     complete_and_present(store)
@@ -325,7 +323,7 @@ def test_a_follow_up_is_deliverable_once_the_terminal_turn_ended(store: Workflow
     assert deliverable(store) == message_id
 
 
-def test_a_follow_up_of_a_failed_run_is_never_deliverable(store: WorkflowStore) -> None:
+def test_a_follow_up_of_a_failed_run_is_never_deliverable(store: StoreWithLog) -> None:
     running_run(store)
     message_id = queue_message(store, "follow-1")
     store.finish_run(RUN, status="failed", error="boom")
@@ -335,7 +333,7 @@ def test_a_follow_up_of_a_failed_run_is_never_deliverable(store: WorkflowStore) 
     assert scenario.message(store, message_id).status == "cancelled"
 
 
-def test_a_follow_up_waits_while_its_leaf_did_not_complete(store: WorkflowStore) -> None:
+def test_a_follow_up_waits_while_its_leaf_did_not_complete(store: StoreWithLog) -> None:
     # A failed restart child leaves its parent's follow-ups queued (DESIGN decision 1), and
     # its presented terminal message satisfies rule 3: only "the leaf completed" blocks.
     running_run(store)
@@ -351,7 +349,7 @@ def test_a_follow_up_waits_while_its_leaf_did_not_complete(store: WorkflowStore)
     assert deliverable(store) is None
 
 
-def test_a_lower_order_follow_up_blocks_a_later_one(store: WorkflowStore) -> None:
+def test_a_lower_order_follow_up_blocks_a_later_one(store: StoreWithLog) -> None:
     running_run(store)
     first = queue_message(store, "follow-1")
     queue_message(store, "follow-2")
@@ -361,7 +359,7 @@ def test_a_lower_order_follow_up_blocks_a_later_one(store: WorkflowStore) -> Non
     assert deliverable(store) is None
 
 
-def test_a_removed_lower_order_follow_up_no_longer_blocks(store: WorkflowStore) -> None:
+def test_a_removed_lower_order_follow_up_no_longer_blocks(store: StoreWithLog) -> None:
     running_run(store)
     first = queue_message(store, "follow-1")
     second = queue_message(store, "follow-2")
@@ -371,7 +369,7 @@ def test_a_removed_lower_order_follow_up_no_longer_blocks(store: WorkflowStore) 
     assert deliverable(store) == second
 
 
-def test_a_lower_order_follow_up_blocks_until_its_turn_ended(store: WorkflowStore) -> None:
+def test_a_lower_order_follow_up_blocks_until_its_turn_ended(store: StoreWithLog) -> None:
     running_run(store)
     first = queue_message(store, "follow-1")
     second = queue_message(store, "follow-2")
@@ -384,7 +382,7 @@ def test_a_lower_order_follow_up_blocks_until_its_turn_ended(store: WorkflowStor
     assert deliverable(store) == second
 
 
-def test_a_cancelled_lower_order_follow_up_no_longer_blocks(store: WorkflowStore) -> None:
+def test_a_cancelled_lower_order_follow_up_no_longer_blocks(store: StoreWithLog) -> None:
     # The domain cancels every queued follow-up of a run together, so a cancelled one below a
     # queued one is reachable only through the log; feed the event to the view directly.
     running_run(store)
@@ -420,7 +418,7 @@ def synthetic_event(wire_name: str, **fields: Any) -> ProjectedEvent:
     )
 
 
-def test_another_active_run_of_the_session_blocks_a_follow_up(store: WorkflowStore) -> None:
+def test_another_active_run_of_the_session_blocks_a_follow_up(store: StoreWithLog) -> None:
     running_run(store)
     message_id = queue_message(store, "follow-1")
     complete_and_present(store)
@@ -432,7 +430,7 @@ def test_another_active_run_of_the_session_blocks_a_follow_up(store: WorkflowSto
 
 
 @pytest.mark.parametrize("status", ["running", "waiting"])
-def test_an_active_run_of_another_session_does_not_block(store: WorkflowStore, status: str) -> None:
+def test_an_active_run_of_another_session_does_not_block(store: StoreWithLog, status: str) -> None:
     running_run(store)
     message_id = queue_message(store, "follow-1")
     complete_and_present(store)
@@ -442,7 +440,7 @@ def test_an_active_run_of_another_session_does_not_block(store: WorkflowStore, s
     assert deliverable(store) == message_id
 
 
-def test_a_queued_restart_child_of_the_session_blocks_a_follow_up(store: WorkflowStore) -> None:
+def test_a_queued_restart_child_of_the_session_blocks_a_follow_up(store: StoreWithLog) -> None:
     running_run(store)
     queue_message(store, "follow-1")
     running_run(store, "run-2")
@@ -458,7 +456,7 @@ def test_a_queued_restart_child_of_the_session_blocks_a_follow_up(store: Workflo
     assert deliverable(store) is None
 
 
-def test_follows_the_terminal_chain_leaf_of_a_continuation(store: WorkflowStore) -> None:
+def test_follows_the_terminal_chain_leaf_of_a_continuation(store: StoreWithLog) -> None:
     running_run(store)
     message_id = queue_message(store, "follow-1")
     complete_and_present(store)
@@ -471,7 +469,7 @@ def test_follows_the_terminal_chain_leaf_of_a_continuation(store: WorkflowStore)
     assert deliverable(store) == message_id
 
 
-def test_a_completed_leaf_without_a_terminal_message_blocks(store: WorkflowStore) -> None:
+def test_a_completed_leaf_without_a_terminal_message_blocks(store: StoreWithLog) -> None:
     running_run(store)
     queue_message(store, "follow-1")
     complete_and_present(store)
@@ -481,7 +479,7 @@ def test_a_completed_leaf_without_a_terminal_message_blocks(store: WorkflowStore
     assert deliverable(store) is None
 
 
-def test_the_newest_deepest_descendant_is_the_leaf(store: WorkflowStore) -> None:
+def test_the_newest_deepest_descendant_is_the_leaf(store: StoreWithLog) -> None:
     running_run(store)
     message_id = queue_message(store, "follow-1")
     complete_and_present(store)
@@ -492,7 +490,7 @@ def test_the_newest_deepest_descendant_is_the_leaf(store: WorkflowStore) -> None
     assert deliverable(store) == message_id
 
 
-def test_an_older_sibling_is_not_the_leaf(store: WorkflowStore) -> None:
+def test_an_older_sibling_is_not_the_leaf(store: StoreWithLog) -> None:
     running_run(store)
     queue_message(store, "follow-1")
     complete_and_present(store)
@@ -503,7 +501,7 @@ def test_an_older_sibling_is_not_the_leaf(store: WorkflowStore) -> None:
     assert deliverable(store) is None
 
 
-def test_a_deeper_descendant_wins_over_a_newer_shallow_one(store: WorkflowStore) -> None:
+def test_a_deeper_descendant_wins_over_a_newer_shallow_one(store: StoreWithLog) -> None:
     running_run(store)
     queue_message(store, "follow-1")
     complete_and_present(store)
@@ -519,7 +517,7 @@ def test_a_deeper_descendant_wins_over_a_newer_shallow_one(store: WorkflowStore)
 # -- rebuild ------------------------------------------------------------------------------
 
 
-def test_replaying_the_log_in_two_halves_equals_one_pass(store: WorkflowStore) -> None:
+def test_replaying_the_log_in_two_halves_equals_one_pass(store: StoreWithLog) -> None:
     running_run(store, "run-1")
     running_run(store, "run-2")
     notify(store, run_id="run-1")

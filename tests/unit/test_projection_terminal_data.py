@@ -8,12 +8,10 @@ from collections.abc import Iterator
 import pytest
 
 from runledger.domain.records import TerminalData
-from runledger.infrastructure.store import WorkflowStore, open_store
 from runledger.projections.base import Projection
 from runledger.projections.events import projected
 from runledger.projections.terminal_data import TerminalDataProjection, terminal_data
-from tests.support.clock import FakeClock
-from tests.support.fake_view import FakeView, project_log
+from tests.support.fake_view import FakeView, StoreWithLog, open_memory_store_with_log, project_log
 from tests.support.scenario import (
     INPUT,
     RUN,
@@ -29,20 +27,20 @@ DEFAULT_INSTRUCTIONS = "Explain the final workflow result to the user in a norma
 
 
 @pytest.fixture
-def store() -> Iterator[WorkflowStore]:
-    with open_store("memory://", clock=FakeClock()) as opened:
+def store() -> Iterator[StoreWithLog]:
+    with open_memory_store_with_log() as opened:
         yield opened
 
 
-def view_of(store: WorkflowStore) -> FakeView:
+def view_of(store: StoreWithLog) -> FakeView:
     return project_log(PROJECTION, store.storage)
 
 
-def data_of(store: WorkflowStore, run_id: str = RUN) -> TerminalData | None:
+def data_of(store: StoreWithLog, run_id: str = RUN) -> TerminalData | None:
     return terminal_data(view_of(store), run_id)
 
 
-def ended_data(store: WorkflowStore, run_id: str = RUN) -> TerminalData:
+def ended_data(store: StoreWithLog, run_id: str = RUN) -> TerminalData:
     found = data_of(store, run_id)
     assert found is not None
     return found
@@ -51,25 +49,25 @@ def ended_data(store: WorkflowStore, run_id: str = RUN) -> TerminalData:
 # -- F1: runs that have not ended ----------------------------------------------------------
 
 
-def test_an_unknown_run_has_no_terminal_data(store: WorkflowStore) -> None:
+def test_an_unknown_run_has_no_terminal_data(store: StoreWithLog) -> None:
     running_run(store)
 
     assert data_of(store, "ghost") is None
 
 
-def test_a_running_run_has_no_terminal_data(store: WorkflowStore) -> None:
+def test_a_running_run_has_no_terminal_data(store: StoreWithLog) -> None:
     running_run(store)
 
     assert data_of(store) is None
 
 
-def test_a_waiting_run_has_no_terminal_data(store: WorkflowStore) -> None:
+def test_a_waiting_run_has_no_terminal_data(store: StoreWithLog) -> None:
     waiting_run(store)
 
     assert data_of(store) is None
 
 
-def test_a_queued_restart_child_has_no_terminal_data(store: WorkflowStore) -> None:
+def test_a_queued_restart_child_has_no_terminal_data(store: StoreWithLog) -> None:
     running_run(store)
     store.finish_run(RUN, status="failed", error="boom")
 
@@ -81,7 +79,7 @@ def test_a_queued_restart_child_has_no_terminal_data(store: WorkflowStore) -> No
 # -- F2, F3: ended runs --------------------------------------------------------------------
 
 
-def test_a_completed_run_has_its_eight_terminal_fields(store: WorkflowStore) -> None:
+def test_a_completed_run_has_its_eight_terminal_fields(store: StoreWithLog) -> None:
     running_run(store, input={"task": "reply"})
 
     store.finish_run(RUN, status="completed", final_output={"reply": "done"})
@@ -98,7 +96,7 @@ def test_a_completed_run_has_its_eight_terminal_fields(store: WorkflowStore) -> 
     )
 
 
-def test_a_failed_run_has_its_error_text_and_stored_instructions(store: WorkflowStore) -> None:
+def test_a_failed_run_has_its_error_text_and_stored_instructions(store: StoreWithLog) -> None:
     running_run(store)
     store.set_presentation_instructions(RUN, "Summarise briefly.")
 
@@ -113,7 +111,7 @@ def test_a_failed_run_has_its_error_text_and_stored_instructions(store: Workflow
     )
 
 
-def test_an_error_that_looks_like_json_stays_text(store: WorkflowStore) -> None:
+def test_an_error_that_looks_like_json_stays_text(store: StoreWithLog) -> None:
     running_run(store)
 
     store.finish_run(RUN, status="failed", error='{"code": 1}')
@@ -123,7 +121,7 @@ def test_an_error_that_looks_like_json_stays_text(store: WorkflowStore) -> None:
 
 @pytest.mark.parametrize("status", ["timed_out", "cancelled"])
 def test_a_run_ending_timed_out_or_cancelled_has_terminal_data(
-    store: WorkflowStore, status: str
+    store: StoreWithLog, status: str
 ) -> None:
     running_run(store)
 
@@ -132,7 +130,7 @@ def test_a_run_ending_timed_out_or_cancelled_has_terminal_data(
     assert ended_data(store).status == status
 
 
-def test_the_status_detail_comes_from_the_end_of_the_run(store: WorkflowStore) -> None:
+def test_the_status_detail_comes_from_the_end_of_the_run(store: StoreWithLog) -> None:
     running_run(store)
 
     store.finish_run(RUN, status="cancelled", status_detail="Cancelled by the user")
@@ -140,7 +138,7 @@ def test_the_status_detail_comes_from_the_end_of_the_run(store: WorkflowStore) -
     assert ended_data(store).status_detail == "Cancelled by the user"
 
 
-def test_a_pause_detail_does_not_outlive_the_end_of_the_run(store: WorkflowStore) -> None:
+def test_a_pause_detail_does_not_outlive_the_end_of_the_run(store: StoreWithLog) -> None:
     running_run(store)
     store.pause_run(RUN, status_detail="Paused for review")
 
@@ -150,7 +148,7 @@ def test_a_pause_detail_does_not_outlive_the_end_of_the_run(store: WorkflowStore
 
 
 def test_an_interrupted_run_has_failed_with_the_interruption_as_error(
-    store: WorkflowStore,
+    store: StoreWithLog,
 ) -> None:
     running_run(store)
 
@@ -163,7 +161,7 @@ def test_an_interrupted_run_has_failed_with_the_interruption_as_error(
     )
 
 
-def test_instructions_stored_after_the_end_are_answered(store: WorkflowStore) -> None:
+def test_instructions_stored_after_the_end_are_answered(store: StoreWithLog) -> None:
     running_run(store)
     store.finish_run(RUN, status="completed")
 
@@ -172,7 +170,7 @@ def test_instructions_stored_after_the_end_are_answered(store: WorkflowStore) ->
     assert ended_data(store).presentation_instructions == "Summarise briefly."
 
 
-def test_terminal_data_agrees_with_the_run_aggregate(store: WorkflowStore) -> None:
+def test_terminal_data_agrees_with_the_run_aggregate(store: StoreWithLog) -> None:
     running_run(store)
     store.set_presentation_instructions(RUN, "Summarise briefly.")
     store.finish_run(RUN, status="failed", final_output=[1, 2], error="boom", status_detail="x")
@@ -195,7 +193,7 @@ def test_terminal_data_agrees_with_the_run_aggregate(store: WorkflowStore) -> No
 # -- lineage -------------------------------------------------------------------------------
 
 
-def test_a_restarted_run_has_its_restart_number(store: WorkflowStore) -> None:
+def test_a_restarted_run_has_its_restart_number(store: StoreWithLog) -> None:
     last = fail_restart_chain(store, 2)
 
     found = ended_data(store, last)
@@ -203,7 +201,7 @@ def test_a_restarted_run_has_its_restart_number(store: WorkflowStore) -> None:
     assert (found.restart_number, found.error, found.input) == (2, "boom 2", INPUT)
 
 
-def test_a_continuation_of_a_restart_inherits_its_restart_number(store: WorkflowStore) -> None:
+def test_a_continuation_of_a_restart_inherits_its_restart_number(store: StoreWithLog) -> None:
     restarted = fail_restart_chain(store, 1)
     create(store, "continuation", parent_run_id=restarted)
 
@@ -227,7 +225,7 @@ def test_every_table_has_the_projection_prefix() -> None:
     assert [table.name for table in PROJECTION.tables] == ["rl_td_runs"]
 
 
-def project_in_two_parts(store: WorkflowStore, split: int) -> FakeView:
+def project_in_two_parts(store: StoreWithLog, split: int) -> FakeView:
     """Apply the log's first ``split`` events, then the rest, to one view."""
     view = FakeView()
     first = store.storage.select_log(after=0, limit=split)
@@ -241,7 +239,7 @@ def project_in_two_parts(store: WorkflowStore, split: int) -> FakeView:
 
 
 def test_applying_the_log_in_two_parts_gives_the_same_view_as_one_pass(
-    store: WorkflowStore,
+    store: StoreWithLog,
 ) -> None:
     last_restart = fail_restart_chain(store, 1)
     store.set_presentation_instructions(last_restart, "Summarise briefly.")

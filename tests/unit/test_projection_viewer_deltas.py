@@ -15,7 +15,6 @@ import pytest
 from runledger.domain.errors import InvalidViewerCursorError, RunMissingError
 from runledger.domain.records import SnapshotRequired, ViewerDelta, ViewerDeltas
 from runledger.domain.values import Actor
-from runledger.infrastructure.store import WorkflowStore, open_store
 from runledger.projections.events import projected
 from runledger.projections.viewer_deltas import (
     REVISIONS,
@@ -25,8 +24,7 @@ from runledger.projections.viewer_deltas import (
     viewer_tail_patch,
     workflow_page_start,
 )
-from tests.support.clock import FakeClock
-from tests.support.fake_view import FakeView, project_log
+from tests.support.fake_view import FakeView, StoreWithLog, open_memory_store_with_log, project_log
 
 RUN = "run-1"
 SESSION = "session-1"
@@ -37,20 +35,16 @@ CHANGES = 300
 """I4: run writes after initialisation."""
 
 
-def open_memory_store() -> WorkflowStore:
-    return open_store("memory://", clock=FakeClock())
-
-
 @pytest.fixture
-def store() -> Iterator[WorkflowStore]:
-    with open_memory_store() as opened:
+def store() -> Iterator[StoreWithLog]:
+    with open_memory_store_with_log() as opened:
         yield opened
 
 
 @pytest.fixture(scope="module")
 def busy_view() -> Iterator[FakeView]:
     """A run created (revision 1) and then changed 300 times: one per revision."""
-    with open_memory_store() as opened:
+    with open_memory_store_with_log() as opened:
         create(opened)
         for number in range(CHANGES):
             opened.record_progress(RUN, status="running", current_node=f"node-{number}")
@@ -58,9 +52,9 @@ def busy_view() -> Iterator[FakeView]:
 
 
 @pytest.fixture(scope="module")
-def many_follow_ups() -> Iterator[WorkflowStore]:
+def many_follow_ups() -> Iterator[StoreWithLog]:
     """A running run with 300 queued follow-ups (I2)."""
-    with open_memory_store() as opened:
+    with open_memory_store_with_log() as opened:
         running_run(opened)
         for number in range(1, 301):
             queue(opened, f"follow-{number}")
@@ -71,22 +65,22 @@ def many_follow_ups() -> Iterator[WorkflowStore]:
 # shared because tests/support/scenario.py was not yet committed when this module was written.
 
 
-def create(store: WorkflowStore) -> None:
+def create(store: StoreWithLog) -> None:
     store.create_run(RUN, workflow_name="echo", input={"task": "reply"})
 
 
-def running_run(store: WorkflowStore, *, node: str = "hold") -> None:
+def running_run(store: StoreWithLog, *, node: str = "hold") -> None:
     create(store)
     store.bind_origin_session(RUN, SESSION)
     store.record_progress(RUN, status="running", current_node=node)
 
 
-def waiting_run(store: WorkflowStore, *, node: str) -> None:
+def waiting_run(store: StoreWithLog, *, node: str) -> None:
     running_run(store, node=node)
     store.record_progress(RUN, status="waiting", waiting_on=node)
 
 
-def queued_id(store: WorkflowStore, request_id: str = "follow-1") -> str:
+def queued_id(store: StoreWithLog, request_id: str = "follow-1") -> str:
     queued = store.queue_follow_up(
         RUN,
         request_id=request_id,
@@ -98,11 +92,11 @@ def queued_id(store: WorkflowStore, request_id: str = "follow-1") -> str:
     return queued.follow_up.follow_up_id
 
 
-def queue(store: WorkflowStore, request_id: str = "follow-1") -> None:
+def queue(store: StoreWithLog, request_id: str = "follow-1") -> None:
     queued_id(store, request_id)
 
 
-def project(store: WorkflowStore) -> FakeView:
+def project(store: StoreWithLog) -> FakeView:
     return project_log(ViewerDeltasProjection(), store.storage)
 
 
@@ -112,14 +106,14 @@ def deltas_after(view: FakeView, after: int, run_id: str = RUN) -> ViewerDeltas:
     return result
 
 
-def latest(store: WorkflowStore, run_id: str = RUN) -> list[ViewerDelta]:
+def latest(store: StoreWithLog, run_id: str = RUN) -> list[ViewerDelta]:
     """The deltas of the run's newest revision."""
     view = project(store)
     current = viewer_deltas(view, run_id, after_revision=1).current_revision
     return deltas_after(view, current - 1, run_id).deltas
 
 
-def latest_target(store: WorkflowStore, target_type: str) -> ViewerDelta:
+def latest_target(store: StoreWithLog, target_type: str) -> ViewerDelta:
     [delta] = [delta for delta in latest(store) if delta.target_type == target_type]
     return delta
 
@@ -140,20 +134,20 @@ def append(path: str, value: Any) -> dict[str, Any]:
 REMOVE_FIRST = {"op": "remove", "path": "/items/0"}
 
 
-def event_time(store: WorkflowStore, wire_name: str) -> str:
+def event_time(store: StoreWithLog, wire_name: str) -> str:
     """The stored ISO time of the run's last event with this wire name."""
     [*_, event] = [e for e in store.event_log(run_id=RUN) if e.wire_name == wire_name]
     return event.recorded_at.isoformat()
 
 
-def last_event_time(store: WorkflowStore) -> str:
+def last_event_time(store: StoreWithLog) -> str:
     return store.event_log(run_id=RUN)[-1].recorded_at.isoformat()
 
 
 # -- revisions --------------------------------------------------------------------------------
 
 
-def test_a_new_run_is_at_revision_one_with_no_deltas(store: WorkflowStore) -> None:
+def test_a_new_run_is_at_revision_one_with_no_deltas(store: StoreWithLog) -> None:
     create(store)
 
     assert deltas_after(project(store), 1) == ViewerDeltas(
@@ -162,7 +156,7 @@ def test_a_new_run_is_at_revision_one_with_no_deltas(store: WorkflowStore) -> No
 
 
 def test_each_run_write_adds_one_revision_with_a_graph_and_a_timeline_delta(
-    store: WorkflowStore,
+    store: StoreWithLog,
 ) -> None:
     create(store)
     store.bind_origin_session(RUN, "session-1")
@@ -175,7 +169,7 @@ def test_each_run_write_adds_one_revision_with_a_graph_and_a_timeline_delta(
     assert (timeline.target_type, timeline.target_key) == ("timeline", "trace:tail")
 
 
-def test_queueing_a_follow_up_adds_one_revision_only(store: WorkflowStore) -> None:
+def test_queueing_a_follow_up_adds_one_revision_only(store: StoreWithLog) -> None:
     running_run(store)
     before = viewer_deltas(project(store), RUN, after_revision=1).current_revision
 
@@ -186,7 +180,7 @@ def test_queueing_a_follow_up_adds_one_revision_only(store: WorkflowStore) -> No
     assert [(d.target_type, d.target_key) for d in result.deltas] == [("inspector", "follow-ups")]
 
 
-def test_deltas_are_recorded_at_their_event_time(store: WorkflowStore) -> None:
+def test_deltas_are_recorded_at_their_event_time(store: StoreWithLog) -> None:
     running_run(store)
     queue(store)
 
@@ -245,7 +239,7 @@ def test_an_unknown_run_is_missing(busy_view: FakeView) -> None:
 
 
 def test_the_graph_delta_carries_the_full_run_state_in_upstream_order(
-    store: WorkflowStore,
+    store: StoreWithLog,
 ) -> None:
     running_run(store, node="hold")
 
@@ -270,7 +264,7 @@ def test_the_graph_delta_carries_the_full_run_state_in_upstream_order(
     ]
 
 
-def test_a_waiting_run_shows_what_it_waits_on_and_stays_live(store: WorkflowStore) -> None:
+def test_a_waiting_run_shows_what_it_waits_on_and_stays_live(store: StoreWithLog) -> None:
     waiting_run(store, node="wait")
 
     state = ops(latest_target(store, "graph"))
@@ -284,7 +278,7 @@ def test_a_waiting_run_shows_what_it_waits_on_and_stays_live(store: WorkflowStor
     assert state["/live"] is True
 
 
-def test_a_finished_run_is_no_longer_live(store: WorkflowStore) -> None:
+def test_a_finished_run_is_no_longer_live(store: StoreWithLog) -> None:
     running_run(store)
     store.finish_run(RUN, status="completed", final_output={"answer": 42})
 
@@ -296,7 +290,7 @@ def test_a_finished_run_is_no_longer_live(store: WorkflowStore) -> None:
     assert state["/live"] is False
 
 
-def test_a_paused_run_shows_paused_with_its_detail(store: WorkflowStore) -> None:
+def test_a_paused_run_shows_paused_with_its_detail(store: StoreWithLog) -> None:
     running_run(store)
     store.pause_run(RUN, status_detail="Paused by the user")
 
@@ -305,7 +299,7 @@ def test_a_paused_run_shows_paused_with_its_detail(store: WorkflowStore) -> None
     assert (state["/state/paused"], state["/state/statusDetail"]) == (True, "Paused by the user")
 
 
-def test_the_trace_seq_is_the_run_aggregate_version(store: WorkflowStore) -> None:
+def test_the_trace_seq_is_the_run_aggregate_version(store: StoreWithLog) -> None:
     running_run(store)
     queue(store)
     store.pause_run(RUN)
@@ -319,7 +313,7 @@ def test_the_trace_seq_is_the_run_aggregate_version(store: WorkflowStore) -> Non
 
 
 def test_the_first_run_write_appends_trace_item_two_after_run_created(
-    store: WorkflowStore,
+    store: StoreWithLog,
 ) -> None:
     create(store)
     store.bind_origin_session(RUN, "session-1")
@@ -340,7 +334,7 @@ def test_the_first_run_write_appends_trace_item_two_after_run_created(
     ]
 
 
-def test_trace_items_store_no_final_output(store: WorkflowStore) -> None:
+def test_trace_items_store_no_final_output(store: StoreWithLog) -> None:
     running_run(store)
     store.finish_run(RUN, status="completed", final_output={"answer": 42})
 
@@ -376,7 +370,7 @@ def test_the_timeline_drops_its_first_item_past_256_items(busy_view: FakeView) -
 # -- inspector follow-ups target --------------------------------------------------------------
 
 
-def test_two_follow_ups_show_in_the_follow_ups_inspector_target(store: WorkflowStore) -> None:
+def test_two_follow_ups_show_in_the_follow_ups_inspector_target(store: StoreWithLog) -> None:
     running_run(store)
     first = queued_id(store, "follow-1")
     second = queued_id(store, "follow-2")
@@ -401,7 +395,7 @@ def test_two_follow_ups_show_in_the_follow_ups_inspector_target(store: WorkflowS
     ]
 
 
-def test_three_hundred_follow_ups_show_the_last_256(many_follow_ups: WorkflowStore) -> None:
+def test_three_hundred_follow_ups_show_the_last_256(many_follow_ups: StoreWithLog) -> None:
     inspector = ops(latest_target(many_follow_ups, "inspector"))
 
     items = inspector["/followUpQueue"]["items"]
@@ -409,7 +403,7 @@ def test_three_hundred_follow_ups_show_the_last_256(many_follow_ups: WorkflowSto
     assert [item["order"] for item in items] == list(range(45, 301))
 
 
-def test_removing_a_follow_up_shows_it_removed(store: WorkflowStore) -> None:
+def test_removing_a_follow_up_shows_it_removed(store: StoreWithLog) -> None:
     running_run(store)
     follow_up_id = queued_id(store)
     store.remove_follow_up(RUN, follow_up_id, actor=HUMAN, source="viewer")
@@ -419,7 +413,7 @@ def test_removing_a_follow_up_shows_it_removed(store: WorkflowStore) -> None:
     assert (item["followUpId"], item["state"]) == (follow_up_id, "removed")
 
 
-def test_cancelling_follow_ups_on_a_failed_end_shows_them_cancelled(store: WorkflowStore) -> None:
+def test_cancelling_follow_ups_on_a_failed_end_shows_them_cancelled(store: StoreWithLog) -> None:
     running_run(store)
     follow_up_id = queued_id(store)
     store.finish_run(RUN, status="failed", error="boom")
@@ -435,7 +429,7 @@ def test_cancelling_follow_ups_on_a_failed_end_shows_them_cancelled(store: Workf
 
 
 def test_removing_a_follow_up_older_than_the_window_resends_the_same_window(
-    store: WorkflowStore,
+    store: StoreWithLog,
 ) -> None:
     running_run(store)
     oldest = queued_id(store, "follow-1")
@@ -456,7 +450,7 @@ def test_removing_a_follow_up_older_than_the_window_resends_the_same_window(
 # -- rebuilds ---------------------------------------------------------------------------------
 
 
-def test_replaying_the_log_in_two_halves_equals_one_pass(store: WorkflowStore) -> None:
+def test_replaying_the_log_in_two_halves_equals_one_pass(store: StoreWithLog) -> None:
     running_run(store)
     follow_up_id = queued_id(store, "follow-1")
     queue(store, "follow-2")

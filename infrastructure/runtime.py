@@ -1,0 +1,294 @@
+"""The machinery behind one open store: the application, its storage and its read models.
+
+``open_runtime(url)`` builds it. The CLI, the projection worker, the benchmarks and the tests
+work with it directly (they need the storage, the views and the projector); a host gets the
+``WorkflowStore`` over it, which forwards only the public API.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any, Final, Self
+
+from runledger.domain.application import Clock, WorkflowRuns, utc_now
+from runledger.domain.errors import InvalidStoreUrlError, ProjectionStalledError
+from runledger.domain.ports import EventStorage
+from runledger.domain.records import ProjectionStatus
+from runledger.infrastructure.views.projector import Progress, Projector
+from runledger.infrastructure.views.rebuild import rebuild_in_processes, split
+from runledger.infrastructure.views.store import MemoryViewStore, ViewReaderBase, ViewStore
+from runledger.projections import follow_up_queue, session_outbox, terminal_data, viewer_deltas
+from runledger.projections.base import Projection
+
+DEFAULT_URL: Final = "sqlite:///runledger.db"
+URL_VARIABLE: Final = "RUNLEDGER_URL"
+CATCH_UP_ATTEMPTS: Final = 3
+
+logger = logging.getLogger(__name__)
+
+
+def default_projections() -> list[Projection]:
+    """Every read model of runledger, by its stable name."""
+    return [
+        follow_up_queue.FollowUpQueueProjection(),
+        terminal_data.TerminalDataProjection(),
+        viewer_deltas.ViewerDeltasProjection(),
+        session_outbox.SessionOutboxProjection(),
+    ]
+
+
+class ClosedOnExit(ABC):
+    """A context manager whose ``with`` block ends in ``close()``."""
+
+    __slots__ = ()
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release what this holds; closing again does nothing."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class StoreRuntime(ClosedOnExit):
+    """One open store's parts: the application, event storage, views, projector and follower."""
+
+    def __init__(
+        self,
+        storage: EventStorage,
+        views: ViewStore,
+        *,
+        url: str,
+        clock: Clock = utc_now,
+        embedded_projections: bool = True,
+        projections: Sequence[str] | None = None,
+    ) -> None:
+        self.url = url
+        self.storage = storage
+        self.views = views
+        self.embedded_projections = embedded_projections
+        chosen = [p for p in default_projections() if projections is None or p.name in projections]
+        self.projector = Projector(storage, views, chosen)
+        self.app = WorkflowRuns(
+            storage, clock=clock, on_commit=self._committed if embedded_projections else None
+        )
+        self._reader = views.reader()
+        self._closed = False
+        self._wake = threading.Event()
+        self._closing = threading.Event()
+        self._follower: threading.Thread | None = None
+        if embedded_projections:
+            self.catch_up()
+            self._follower = threading.Thread(
+                target=self._follow, name="runledger-projections", daemon=True
+            )
+            self._follower.start()
+
+    @property
+    def backend(self) -> str:
+        """The URL's scheme: ``sqlite``, ``postgresql`` (or ``postgres``) or ``memory``."""
+        return self.url.split(":", 1)[0]
+
+    # -- projections follow the log in-process ---------------------------------------------
+
+    def _committed(self) -> None:
+        # Right after each commit: the committing thread projects it when nobody else is
+        # projecting (no thread hand-over, no contention); otherwise the follower thread
+        # picks it up with whatever else arrives, and a query catches up itself first.
+        if not self._try_catch_up():
+            self._wake.set()
+
+    def _try_catch_up(self) -> bool:
+        if not self.projector.try_lock():
+            return False
+        try:
+            self.catch_up()
+        finally:
+            self.projector.unlock()
+        return True
+
+    def _follow(self) -> None:
+        while not self._closing.is_set():
+            self._wake.wait(timeout=1.0)
+            self._wake.clear()
+            if not self._closing.is_set():
+                self.catch_up()
+
+    def catch_up(self, *, progress: Progress | None = None) -> int:
+        """Bring every projection up to the end of the log; returns events read.
+
+        A command has already committed when this runs, so a storage failure here must not
+        look like a failed command: it is logged, and the next catch-up tries again.
+        """
+        for attempt in range(CATCH_UP_ATTEMPTS):
+            try:
+                return self.projector.catch_up(progress=progress)
+            except Exception:
+                # A failed page is forgotten by the projector; a busy or briefly unreachable
+                # database usually lets the next attempt through.
+                logger.exception("projection catch-up failed (attempt %d)", attempt + 1)
+                time.sleep(0.01 * (attempt + 1))
+        return 0
+
+    def reader(self, name: str) -> ViewReaderBase:
+        """The views, once projection ``name`` has what this process wrote (read-your-writes)."""
+        if self.embedded_projections:
+            self.catch_up()
+        else:
+            self.projector.recheck_failures([name])
+        runner = self.projector.runner(name)
+        if runner.failure is not None:
+            raise ProjectionStalledError(name, runner.failure)
+        return self._reader
+
+    # -- operations -------------------------------------------------------------------------
+
+    def projection_names(self) -> list[str]:
+        """The names of the projections this runtime keeps."""
+        return list(self.projector.runners)
+
+    def projection_status(self) -> list[ProjectionStatus]:
+        """Each projection's name, version, position, lag behind the log and last error."""
+        if self.embedded_projections:
+            self.catch_up()
+        head = self.storage.max_position()
+        known = set(self.projector.runners)
+        return [
+            ProjectionStatus(
+                name=state.name,
+                version=state.version,
+                position=state.position,
+                lag=max(0, head - state.position),
+                last_error=state.last_error,
+            )
+            for state in self.views.tracking()
+            if state.name in known
+        ]
+
+    def rebuild_projection(self, name: str, *, progress: Progress | None = None) -> int:
+        """Drop the projection's view and replay the whole log into it; returns events read."""
+        return self.projector.rebuild([name], progress=progress)
+
+    def rebuild_projections(
+        self,
+        names: Sequence[str] | None = None,
+        *,
+        progress: Progress | None = None,
+        processes: int = 1,
+    ) -> int:
+        """Rebuild several projections (default: all); returns the events replayed.
+
+        With ``processes`` > 1 (SQLite and PostgreSQL) the projections are split over that
+        many processes, each replaying the log into its group's tables. The processes are
+        spawned, so a script calling this needs the usual ``if __name__ == "__main__":``.
+        """
+        chosen = list(names) if names else self.projection_names()
+        for name in chosen:
+            self.projector.runner(name)
+        workers = min(len(chosen), processes)
+        if workers <= 1 or self.backend == "memory":
+            return self.projector.rebuild(chosen, progress=progress)
+        with self.projector.paused():
+            read = rebuild_in_processes(rebuild_group, self.url, split(chosen, workers), progress)
+            self.projector.reload(chosen)
+        return read
+
+    def close(self) -> None:
+        """Stop the follower, project what it had not reached, then close every connection."""
+        if self._closed:
+            return
+        self._closed = True
+        self._closing.set()
+        self._wake.set()
+        if self._follower is not None:
+            self._follower.join(timeout=30)
+            # What the last commands wrote may not have reached the follower before it stopped.
+            self.catch_up()
+        self.app.close()
+        self.views.close()
+        self.storage.close()
+
+
+def resolve_url(url: str | None, env: Mapping[str, str] | None = None) -> str:
+    """The store URL: the given one, else ``RUNLEDGER_URL``, else the embedded default."""
+    if url:
+        return url
+    environment = os.environ if env is None else env
+    return environment.get(URL_VARIABLE) or DEFAULT_URL
+
+
+def open_backend(url: str) -> tuple[EventStorage, ViewStore]:
+    """The event storage and view store a URL names; tables are created on first use."""
+    if url.startswith("sqlite:///"):
+        from runledger.infrastructure.storage.sqlite import SQLiteStorage
+        from runledger.infrastructure.views.sql import SQLiteViewStore
+
+        path = url.removeprefix("sqlite:///")
+        return SQLiteStorage(path), SQLiteViewStore(path)
+    if url.startswith(("postgresql://", "postgres://")):
+        from runledger.infrastructure.storage.postgres import PostgresStorage
+        from runledger.infrastructure.views.sql import PostgresViewStore
+
+        postgres = PostgresStorage(url)
+        return postgres, PostgresViewStore(postgres.datastore)
+    if url == "memory://":
+        from runledger.infrastructure.storage.memory import MemoryStorage
+
+        return MemoryStorage(), MemoryViewStore()
+    raise InvalidStoreUrlError(url)
+
+
+def open_runtime(
+    url: str | None = None,
+    *,
+    clock: Clock = utc_now,
+    env: Mapping[str, str] | None = None,
+    embedded_projections: bool = True,
+    projections: Sequence[str] | None = None,
+) -> StoreRuntime:
+    """Open the runtime at ``url``; ``open_store`` takes the same arguments (see there)."""
+    resolved = resolve_url(url, env)
+    storage, views = open_backend(resolved)
+    return StoreRuntime(
+        storage,
+        views,
+        url=resolved,
+        clock=clock,
+        embedded_projections=embedded_projections,
+        projections=projections,
+    )
+
+
+def rebuild_group(url: str, names: list[str], messages: Any) -> None:
+    """Rebuild ``names`` in this (spawned) process, reporting on ``messages``."""
+    try:
+        with open_runtime(url, embedded_projections=False, projections=names) as runtime:
+            read = runtime.projector.rebuild(names, progress=lambda n: messages.put(("page", n)))
+        messages.put(("done", read))
+    except BaseException as error:
+        messages.put(("error", f"{type(error).__name__}: {error}"))
+        raise
+
+
+__all__: Sequence[str] = [
+    "ClosedOnExit",
+    "StoreRuntime",
+    "default_projections",
+    "open_backend",
+    "open_runtime",
+    "resolve_url",
+]
