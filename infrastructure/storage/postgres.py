@@ -27,14 +27,17 @@ from eventsourcing.utils import retry
 from psycopg import Cursor
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import DictRow, tuple_row
-from psycopg.sql import SQL, Composed, Identifier
+from psycopg.sql import SQL, Identifier
 
 from runledger.domain.errors import InvalidStoreUrlError
 from runledger.domain.ports import LogEntry
 from runledger.infrastructure.storage.base import (
     EVENTS_TABLE,
     SNAPSHOTS_TABLE,
+    LogCondition,
     RecorderBackedStorage,
+    SqlLogQueries,
+    UuidOriginatorIds,
     as_uuid,
     index_columns,
 )
@@ -88,7 +91,7 @@ def writer_lock_key(log_name: str) -> int:
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
-class PostgresEventRecorder(PostgresApplicationRecorder):
+class PostgresEventRecorder(SqlLogQueries, PostgresApplicationRecorder):
     """The event log. Writers do not lock the table: concurrent commits may make positions
     visible out of order, and ``PostgresStorage.read_log`` waits at such gaps (see there)."""
 
@@ -195,51 +198,6 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
         msg = "follow the runledger log with PostgresStorage.read_log (gap-safe)"
         raise NotImplementedError(msg)
 
-    def select_events(
-        self,
-        originator_id: UUID | str,
-        *,
-        gt: int | None = None,
-        lte: int | None = None,
-        desc: bool = False,
-        limit: int | None = None,
-    ) -> Sequence[StoredEvent]:
-        selected: Sequence[StoredEvent] = super().select_events(
-            as_uuid(originator_id), gt=gt, lte=lte, desc=desc, limit=limit
-        )
-        return selected
-
-    def select_notifications(
-        self,
-        start: int | None,
-        limit: int,
-        stop: int | None = None,
-        topics: Sequence[str] = (),
-        *,
-        inclusive_of_start: bool = True,
-    ) -> Sequence[Notification]:
-        conditions: list[Composed | SQL] = []
-        params: list[Any] = []
-        if start is not None:
-            conditions.append(SQL("position >= %s" if inclusive_of_start else "position > %s"))
-            params.append(start)
-        if stop is not None:
-            conditions.append(SQL("position <= %s"))
-            params.append(stop)
-        if topics:
-            conditions.append(SQL("topic = ANY(%s)"))
-            params.append(list(topics))
-        return self._select(conditions, params, limit)
-
-    def select_log(self, *, after: int, limit: int, run_id: str | None) -> list[Notification]:
-        """Notifications after ``after`` in log order; with ``run_id``, that run's only."""
-        conditions: list[Composed | SQL] = [SQL("position > %s")]
-        params: list[Any] = [after]
-        if run_id is not None:
-            conditions.append(SQL("run_id = %s"))
-            params.append(run_id)
-        return self._select(conditions, params, limit)
-
     @_retried
     def originator_ids_by_key(self, lookup_key: str) -> list[UUID]:
         """Originators with an event under ``lookup_key``, by first position."""
@@ -248,13 +206,18 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
             return [row["originator_id"] for row in curs.fetchall()]
 
     @_retried
-    def _select(
-        self, conditions: list[Composed | SQL], params: list[Any], limit: int
-    ) -> list[Notification]:
+    def _select(self, conditions: Sequence[LogCondition], limit: int) -> list[Notification]:
+        clauses = [
+            SQL("{} = ANY(%s)").format(Identifier(column))
+            if operator == "in"
+            else SQL("{} {} %s").format(Identifier(column), SQL(operator))
+            for column, operator, _ in conditions
+        ]
         statement = self._select_columns
-        if conditions:
-            statement += SQL(" WHERE ") + SQL(" AND ").join(conditions)
+        if clauses:
+            statement += SQL(" WHERE ") + SQL(" AND ").join(clauses)
         statement += SQL(" ORDER BY position LIMIT %s")
+        params = [value for _, _, value in conditions]
         with self.datastore.get_connection() as conn, conn.cursor() as curs:
             curs.execute(statement, [*params, limit], prepare=True)
             return [
@@ -269,7 +232,7 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
             ]
 
 
-class PostgresSnapshotRecorder(PostgresAggregateRecorder):
+class PostgresSnapshotRecorder(UuidOriginatorIds, PostgresAggregateRecorder):
     """Snapshots keyed by (originator_id, originator_version)."""
 
     def __init__(
@@ -310,25 +273,9 @@ class PostgresSnapshotRecorder(PostgresAggregateRecorder):
             ),
         )
 
-    def select_events(
-        self,
-        originator_id: UUID | str,
-        *,
-        gt: int | None = None,
-        lte: int | None = None,
-        desc: bool = False,
-        limit: int | None = None,
-    ) -> Sequence[StoredEvent]:
-        selected: Sequence[StoredEvent] = super().select_events(
-            as_uuid(originator_id), gt=gt, lte=lte, desc=desc, limit=limit
-        )
-        return selected
 
-
-class PostgresStorage(RecorderBackedStorage):
+class PostgresStorage(RecorderBackedStorage[PostgresEventRecorder, PostgresSnapshotRecorder]):
     """Event log and snapshots in the PostgreSQL database at ``url``, inside ``schema``."""
-
-    _events: PostgresEventRecorder
 
     def __init__(
         self,
@@ -362,8 +309,9 @@ class PostgresStorage(RecorderBackedStorage):
         # still reach libpq through the pool's conninfo.
         self.datastore.pool.conninfo = url
         try:
-            self._events = PostgresEventRecorder(self.datastore)
-            self._snapshots = PostgresSnapshotRecorder(self.datastore)
+            super().__init__(
+                PostgresEventRecorder(self.datastore), PostgresSnapshotRecorder(self.datastore)
+            )
             self._events.create_table()
             self._snapshots.create_table()
         except BaseException:
@@ -375,16 +323,6 @@ class PostgresStorage(RecorderBackedStorage):
             "SELECT position, topic, originator_id, originator_version, state "
             "FROM {schema}.{table} WHERE position > %s ORDER BY position LIMIT %s"
         ).format(schema=Identifier(self.schema), table=Identifier(EVENTS_TABLE))
-
-    @property
-    def events(self) -> PostgresEventRecorder:
-        """The event log, whose notification ids are the positions."""
-        return self._events
-
-    @property
-    def snapshots(self) -> PostgresSnapshotRecorder:
-        """The snapshot store."""
-        return self._snapshots
 
     @_retried
     def read_log(self, *, after: int, limit: int) -> list[LogEntry]:
