@@ -190,6 +190,18 @@ class Raw:
         return samples
 
 
+def _queue(store: WorkflowStore, run_id: str, session_id: str, number: int) -> None:
+    """Queue the session's follow-up ``number`` on the run, as a Pi session would."""
+    store.queue_follow_up(
+        run_id,
+        request_id=f"request-{number}",
+        target_session_id=session_id,
+        actor=Actor("session", session_id),
+        source="pi-session",
+        prompt=f"Follow-up {number}: check the edge cases.",
+    )
+
+
 # -- workers for multi-process measurements --------------------------------------------------
 
 
@@ -201,14 +213,7 @@ def _queue_worker(
         count = 0
         began = time.perf_counter()
         while time.perf_counter() - began < seconds:
-            store.queue_follow_up(
-                run_id,
-                request_id=f"request-{count}",
-                target_session_id=session_id,
-                actor=Actor("session", session_id),
-                source="pi-session",
-                prompt=f"Follow-up {count}: check the edge cases.",
-            )
+            _queue(store, run_id, session_id, count)
             count += 1
         results.put((count, time.perf_counter() - began))
 
@@ -282,14 +287,7 @@ class Bench:
                 run_id = f"p1-{count // 100}"
                 if count % 100 == 0:
                     self._prepared_run(store, run_id, "p1-session")
-                store.queue_follow_up(
-                    run_id,
-                    request_id=f"request-{count}",
-                    target_session_id="p1-session",
-                    actor=Actor("session", "p1-session"),
-                    source="pi-session",
-                    prompt=f"Follow-up {count}: check the edge cases.",
-                )
+                _queue(store, run_id, "p1-session", count)
                 count += 1
             rate = count / (time.perf_counter() - started)
         self.advance("P1")
@@ -357,14 +355,7 @@ class Bench:
         samples = []
         for index in range(count):
             started = time.perf_counter()
-            writer.queue_follow_up(
-                "p4",
-                request_id=f"request-{index}",
-                target_session_id="p4-session",
-                actor=Actor("session", "p4-session"),
-                source="pi-session",
-                prompt=f"Follow-up {index}",
-            )
+            _queue(writer, "p4", "p4-session", index)
             deadline = started + 5.0
             while True:
                 # A one-item read of exactly the new follow-up: the probe costs the same for
@@ -446,14 +437,7 @@ class Bench:
             self._prepared_run(store, "p5", "p5-session")
             for index in range(total):
                 started = time.perf_counter()
-                store.queue_follow_up(
-                    "p5",
-                    request_id=f"request-{index}",
-                    target_session_id="p5-session",
-                    actor=Actor("session", "p5-session"),
-                    source="pi-session",
-                    prompt=f"Follow-up {index}",
-                )
+                _queue(store, "p5", "p5-session", index)
                 latencies.append(time.perf_counter() - started)
         # Medians over 100 commands each: single commands are noisy next to the follower.
         window = min(100, total // 4)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Literal
 
 from rich.console import Console
 from rich.text import Text
@@ -112,13 +112,7 @@ class DemoScenario:
     def bound_run(self) -> None:
         self.say.section("A run bound to a Pi session")
         run_id = self.ids.review_run
-        run = self.store.create_run(
-            run_id,
-            workflow_name=WORKFLOW_NAME,
-            workflow_ref=WORKFLOW_REF,
-            title="Review PR #42",
-            input=REVIEW_INPUT,
-        )
+        run = self.create_review(run_id, "Review PR #42")
         self.say.step(f"created run {run.run_id} ({run.workflow_ref}): {run.status}")
         run = self.store.bind_origin_session(run_id, self.ids.session)
         self.say.step(f"bound to Pi session {run.origin_session_id} ({run.execution_mode})")
@@ -137,13 +131,8 @@ class DemoScenario:
     def continuation_child(self) -> None:
         self.say.section("A continuation child")
         run_id = self.ids.continuation_run
-        run = self.store.create_run(
-            run_id,
-            workflow_name=WORKFLOW_NAME,
-            workflow_ref=WORKFLOW_REF,
-            title="Review PR #42 (approved plan)",
-            input=REVIEW_INPUT,
-            parent_run_id=self.ids.review_run,
+        run = self.create_review(
+            run_id, "Review PR #42 (approved plan)", parent_run_id=self.ids.review_run
         )
         self.say.step(
             f"created {run.run_id}: {run.lineage_kind} of {run.parent_run_id}, "
@@ -159,19 +148,9 @@ class DemoScenario:
         self.say.section("Follow-ups queued against the running child")
         run_id = self.ids.continuation_run
         by_session = self.queue(
-            run_id,
-            request_id=f"session-{self.ids.token}-1",
-            actor=self.session_actor,
-            source="pi-session",
-            prompt="Also check the migration guide for breaking changes.",
+            run_id, "session", "1", "Also check the migration guide for breaking changes."
         )
-        self.queue(
-            run_id,
-            request_id=f"ci-{self.ids.token}-flaky",
-            actor=self.controller,
-            source="ci",
-            prompt="Re-run the flaky refund tests before reporting.",
-        )
+        self.queue(run_id, "ci", "flaky", "Re-run the flaky refund tests before reporting.")
         again = self.store.queue_follow_up(
             run_id,
             request_id=by_session.request_id,
@@ -196,23 +175,16 @@ class DemoScenario:
         except WorkflowError as error:
             self.say.step(f"another session ({self.ids.stranger_session}) tries to queue one:")
             self.say.rejected(error)
-        unwanted = self.queue(
-            run_id,
-            request_id=f"session-{self.ids.token}-2",
-            actor=self.session_actor,
-            source="pi-session",
-            prompt="Translate the review summary into French.",
-        )
+        unwanted = self.queue(run_id, "session", "2", "Translate the review summary into French.")
         removed = self.store.remove_follow_up(
             run_id, unwanted.follow_up_id, actor=Actor("human", "alice"), source="viewer"
         )
         self.say.step(f"human:alice removed #{removed.order}: {removed.state} ({removed.reason})")
         self.queue(
             self.ids.review_run,
-            request_id=f"ci-{self.ids.token}-comment",
-            actor=self.controller,
-            source="ci",
-            prompt="Post the review summary as a PR comment.",
+            "ci",
+            "comment",
+            "Post the review summary as a PR comment.",
             where=f" on the parent {self.ids.review_run}",
         )
 
@@ -255,11 +227,7 @@ class DemoScenario:
     def successful_run(self, run_id: str) -> FollowUpRecord:
         self.say.section("The restart succeeds and delivers its follow-up")
         follow_up = self.queue(
-            run_id,
-            request_id=f"session-{self.ids.token}-3",
-            actor=self.session_actor,
-            source="pi-session",
-            prompt="List the files you changed when you are done.",
+            run_id, "session", "3", "List the files you changed when you are done."
         )
         self.deliver(follow_up_message_id(follow_up.follow_up_id), run_id=run_id)
         try:
@@ -271,10 +239,9 @@ class DemoScenario:
             self.say.rejected(error)
         held = self.queue(
             run_id,
-            request_id=f"ci-{self.ids.token}-issue",
-            actor=self.controller,
-            source="ci",
-            prompt="Open an issue for the flaky refund tests.",
+            "ci",
+            "issue",
+            "Open an issue for the flaky refund tests.",
             where=" (not delivered yet)",
         )
         run = self.store.finish_run(
@@ -307,19 +274,35 @@ class DemoScenario:
 
     # -- helpers --------------------------------------------------------------------------
 
+    def create_review(
+        self, run_id: str, title: str, *, parent_run_id: str | None = None
+    ) -> RunRecord:
+        """Create a run of the code-review workflow on the demo's pull request."""
+        return self.store.create_run(
+            run_id,
+            workflow_name=WORKFLOW_NAME,
+            workflow_ref=WORKFLOW_REF,
+            title=title,
+            input=REVIEW_INPUT,
+            parent_run_id=parent_run_id,
+        )
+
     def queue(
         self,
         run_id: str,
-        *,
-        request_id: str,
-        actor: Actor,
-        source: str,
+        by: Literal["session", "ci"],
+        request: str,
         prompt: str,
+        *,
         where: str = "",
     ) -> FollowUpRecord:
+        """Queue a follow-up for the demo's session as it (or as the CI bot), and say so."""
+        actor, source = (
+            (self.session_actor, "pi-session") if by == "session" else (self.controller, "ci")
+        )
         queued = self.store.queue_follow_up(
             run_id,
-            request_id=request_id,
+            request_id=f"{by}-{self.ids.token}-{request}",
             target_session_id=self.ids.session,
             actor=actor,
             source=source,
