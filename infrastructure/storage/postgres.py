@@ -74,15 +74,20 @@ class _ArrayRowsDatastore(PostgresDatastore):
         """Nothing to register (and so no query while recorders are constructed)."""
 
 
-def _prepare_schema(curs: Cursor[DictRow], datastore: PostgresDatastore) -> None:
-    curs.execute(SQL("SET LOCAL lock_timeout = '{0}s'").format(datastore.lock_timeout))
-    # Two processes opening a new database at once would otherwise race on the catalogue
-    # (CREATE ... IF NOT EXISTS is not atomic against a concurrent CREATE).
-    curs.execute("SELECT pg_advisory_xact_lock(hashtext('runledger.create_tables'))")
-    curs.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (datastore.schema,))
-    # CREATE SCHEMA IF NOT EXISTS needs the CREATE privilege even when the schema exists.
-    if curs.fetchone() is None:
-        curs.execute(SQL("CREATE SCHEMA IF NOT EXISTS {0}").format(Identifier(datastore.schema)))
+class _InSchema(PostgresAggregateRecorder):
+    """A recorder whose table lives in the datastore's schema, made first if it is missing."""
+
+    def _create_table(self, curs: Cursor[DictRow]) -> None:
+        curs.execute(SQL("SET LOCAL lock_timeout = '{0}s'").format(self.datastore.lock_timeout))
+        # Two processes opening a new database at once would otherwise race on the catalogue
+        # (CREATE ... IF NOT EXISTS is not atomic against a concurrent CREATE).
+        curs.execute("SELECT pg_advisory_xact_lock(hashtext('runledger.create_tables'))")
+        schema = self.datastore.schema
+        curs.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,))
+        # CREATE SCHEMA IF NOT EXISTS needs the CREATE privilege even when the schema exists.
+        if curs.fetchone() is None:
+            curs.execute(SQL("CREATE SCHEMA IF NOT EXISTS {0}").format(Identifier(schema)))
+        super()._create_table(curs)
 
 
 def writer_lock_key(log_name: str) -> int:
@@ -91,7 +96,7 @@ def writer_lock_key(log_name: str) -> int:
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
-class PostgresEventRecorder(SqlLogQueries, PostgresApplicationRecorder):
+class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorder):
     """The event log. Writers do not lock the table: concurrent commits may make positions
     visible out of order, and ``PostgresStorage.read_log`` waits at such gaps (see there)."""
 
@@ -156,10 +161,6 @@ class PostgresEventRecorder(SqlLogQueries, PostgresApplicationRecorder):
         # subscribers.
         self.channel_name = f"{datastore.schema}.{events_table_name}"
         self.writer_lock_key = writer_lock_key(self.channel_name)
-
-    def _create_table(self, curs: Cursor[DictRow]) -> None:
-        _prepare_schema(curs, self.datastore)
-        super()._create_table(curs)
 
     def insert_events(
         self, stored_events: Sequence[StoredEvent], **kwargs: Any
@@ -232,7 +233,7 @@ class PostgresEventRecorder(SqlLogQueries, PostgresApplicationRecorder):
             ]
 
 
-class PostgresSnapshotRecorder(UuidOriginatorIds, PostgresAggregateRecorder):
+class PostgresSnapshotRecorder(UuidOriginatorIds, _InSchema):
     """Snapshots keyed by (originator_id, originator_version)."""
 
     def __init__(
@@ -255,10 +256,6 @@ class PostgresSnapshotRecorder(UuidOriginatorIds, PostgresAggregateRecorder):
             "INSERT INTO {schema}.{table} (originator_id, originator_version, topic, state) "
             "SELECT * FROM unnest(%s::uuid[], %s::bigint[], %s::text[], %s::bytea[])"
         ).format(schema=schema, table=table)
-
-    def _create_table(self, curs: Cursor[DictRow]) -> None:
-        _prepare_schema(curs, self.datastore)
-        super()._create_table(curs)
 
     def _insert_stored_events(
         self, curs: Cursor[DictRow], stored_events: Sequence[StoredEvent], **_: Any
