@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, ParamSpec, TypeVar, cast
+from typing import Any, Final, ParamSpec, TypeVar, cast
 from urllib.parse import urlsplit, urlunsplit
 from uuid import UUID
 
@@ -74,6 +74,25 @@ class _ArrayRowsDatastore(PostgresDatastore):
         """Nothing to register (and so no query while recorders are constructed)."""
 
 
+STORED_EVENT_COLUMNS: Final = (
+    "originator_id uuid NOT NULL, "
+    "originator_version bigint NOT NULL, "
+    "topic text NOT NULL, "
+    "state bytea NOT NULL, "
+)
+"""The column definitions of a stored event, which both tables begin with."""
+
+
+def stored_event_arrays(stored_events: Sequence[StoredEvent]) -> list[list[Any]]:
+    """The stored events column by column, for an ``unnest`` insert of the whole batch."""
+    return [
+        [as_uuid(s.originator_id) for s in stored_events],
+        [s.originator_version for s in stored_events],
+        [s.topic for s in stored_events],
+        [s.state for s in stored_events],
+    ]
+
+
 class _InSchema(PostgresAggregateRecorder):
     """A recorder whose table lives in the datastore's schema, made first if it is missing."""
 
@@ -110,11 +129,8 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
             SQL(
                 "CREATE TABLE IF NOT EXISTS {schema}.{table} ("
                 "position bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "
-                "originator_id uuid NOT NULL, "
-                "originator_version bigint NOT NULL, "
-                "topic text NOT NULL, "
-                "state bytea NOT NULL, "
-                "run_id text, "
+                + STORED_EVENT_COLUMNS
+                + "run_id text, "
                 "lookup_key text, "
                 "UNIQUE (originator_id, originator_version))"
             ).format(schema=schema, table=table),
@@ -181,14 +197,11 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
         indexes = [index_columns(s) for s in stored_events]
         curs.execute(
             self.insert_events_statement,
-            (
-                [as_uuid(s.originator_id) for s in stored_events],
-                [s.originator_version for s in stored_events],
-                [s.topic for s in stored_events],
-                [s.state for s in stored_events],
+            [
+                *stored_event_arrays(stored_events),
                 [run_id for run_id, _ in indexes],
                 [lookup_key for _, lookup_key in indexes],
-            ),
+            ],
         )
 
     def subscribe(
@@ -245,11 +258,8 @@ class PostgresSnapshotRecorder(UuidOriginatorIds, _InSchema):
         self.sql_create_statements = [
             SQL(
                 "CREATE TABLE IF NOT EXISTS {schema}.{table} ("
-                "originator_id uuid NOT NULL, "
-                "originator_version bigint NOT NULL, "
-                "topic text NOT NULL, "
-                "state bytea NOT NULL, "
-                "PRIMARY KEY (originator_id, originator_version))"
+                + STORED_EVENT_COLUMNS
+                + "PRIMARY KEY (originator_id, originator_version))"
             ).format(schema=schema, table=table)
         ]
         self.insert_events_statement = SQL(
@@ -260,15 +270,7 @@ class PostgresSnapshotRecorder(UuidOriginatorIds, _InSchema):
     def _insert_stored_events(
         self, curs: Cursor[DictRow], stored_events: Sequence[StoredEvent], **_: Any
     ) -> None:
-        curs.execute(
-            self.insert_events_statement,
-            (
-                [as_uuid(s.originator_id) for s in stored_events],
-                [s.originator_version for s in stored_events],
-                [s.topic for s in stored_events],
-                [s.state for s in stored_events],
-            ),
-        )
+        curs.execute(self.insert_events_statement, stored_event_arrays(stored_events))
 
 
 class PostgresStorage(RecorderBackedStorage[PostgresEventRecorder, PostgresSnapshotRecorder]):
