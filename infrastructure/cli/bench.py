@@ -37,6 +37,8 @@ PAYLOAD: Final = os.urandom(600)
 
 @dataclass(frozen=True)
 class BenchResult:
+    """One measurement next to its baseline, and whether it met its goal."""
+
     id: str
     name: str
     value: float
@@ -47,10 +49,12 @@ class BenchResult:
     met: bool
 
     def as_json(self) -> dict[str, Any]:
+        """The result as a JSON object, one key per field."""
         return asdict(self)
 
 
 def percentile(samples: list[float], fraction: float) -> float:
+    """The sample at ``fraction`` of the sorted samples (nearest rank)."""
     ordered = sorted(samples)
     index = min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))
     return ordered[index]
@@ -74,6 +78,7 @@ class Scratch:
         self._databases: list[str] = []
 
     def new_url(self) -> str:
+        """The URL of a new, empty database on the backend."""
         if self.backend == "sqlite":
             path = Path(self._folder.name) / f"bench-{len(self._databases)}.db"
             self._databases.append(str(path))
@@ -85,6 +90,7 @@ class Scratch:
         return urlunsplit(urlsplit(self.url)._replace(path=f"/{name}"))
 
     def close(self) -> None:
+        """Drop every database made here, and the temporary folder."""
         if self.backend == "postgresql":
             with psycopg.connect(self.url, autocommit=True) as admin:
                 for name in self._databases:
@@ -110,6 +116,7 @@ class Raw:
 
     @contextmanager
     def connection(self) -> Iterator[Any]:
+        """A plain connection to the database, with the baseline table made."""
         if self.sqlite:
             connection = sqlite3.connect(self.url.removeprefix("sqlite:///"), isolation_level=None)
             connection.execute("PRAGMA journal_mode=WAL")
@@ -249,6 +256,8 @@ def _parallel(target: Callable[..., None], args: list[tuple[Any, ...]]) -> float
 
 
 class Bench:
+    """The measurements P1-P6 on one backend, each in a scratch database of its own."""
+
     def __init__(
         self,
         url: str,
@@ -271,6 +280,7 @@ class Bench:
 
     @property
     def backend(self) -> str:
+        """The backend measured: ``sqlite`` or ``postgresql``."""
         return self.scratch.backend
 
     def _prepared_run(self, store: WorkflowStore, run_id: str, session_id: str) -> None:
@@ -278,6 +288,7 @@ class Bench:
         store.bind_origin_session(run_id, session_id)
 
     def p1_single_writer(self) -> BenchResult:
+        """P1: queued follow-ups per second from one writer, projected in-process."""
         url = self.scratch.new_url()
         baseline = Raw(url).insert_rate(self.seconds)
         with open_store(url) as store:
@@ -303,6 +314,7 @@ class Bench:
         )
 
     def p2_four_writers(self) -> BenchResult:
+        """P2: queued follow-ups per second from four writer processes."""
         url = self.scratch.new_url()
         with Raw(url).connection():
             pass
@@ -327,6 +339,7 @@ class Bench:
         )
 
     def p3_rebuild(self) -> BenchResult:
+        """P3: events per second of a full rebuild of every read model."""
         url = self.scratch.new_url()
         with open_store(url, embedded_projections=False) as store:
             for batch in HistoryGenerator().batches(self.events):
@@ -370,6 +383,7 @@ class Bench:
         return samples
 
     def p4_visibility(self) -> BenchResult:
+        """P4: milliseconds from a command to its effect in a query (p99)."""
         url = self.scratch.new_url()
         baseline_samples = Raw(url).insert_select_latencies(self.samples)
         with open_store(url) as store:
@@ -430,6 +444,7 @@ class Bench:
                 worker.wait(timeout=30)
 
     def p5_history_cost(self) -> BenchResult:
+        """P5: the cost of a late follow-up on a long-lived run against an early one."""
         url = self.scratch.new_url()
         total = self.history_follow_ups
         latencies = []
@@ -458,6 +473,7 @@ class Bench:
         )
 
     def p6_range(self) -> BenchResult:
+        """P6: milliseconds for a 256-item range of a run's follow-up queue (p99)."""
         url = self.scratch.new_url()
         total = self.range_follow_ups
         generator = HistoryGenerator(prefix="p6")
@@ -506,6 +522,7 @@ class Bench:
         return {key: step for key, step in steps.items() if not self.only or key in self.only}
 
     def run(self) -> list[BenchResult]:
+        """Run the chosen measurements, each isolated from the garbage of the earlier ones."""
         try:
             return [self._isolated(step) for step in self._steps().values()]
         finally:
@@ -523,4 +540,5 @@ class Bench:
             gc.unfreeze()
 
     def planned(self) -> list[str]:
+        """The ids of the measurements ``run`` will make, in order."""
         return list(self._steps())

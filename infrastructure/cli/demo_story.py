@@ -60,6 +60,7 @@ class DemoIds:
 
     @classmethod
     def fresh(cls, token: str | None = None) -> DemoIds:
+        """The ids for a new demo, under ``token`` or a random one."""
         token = token or secrets.token_hex(3)
         return cls(
             token=token,
@@ -94,6 +95,7 @@ class DemoScenario:
         self.entries = 0
 
     def run(self) -> DemoResult:
+        """Play every section in order and return what it created."""
         self.bound_run()
         self.continuation_child()
         self.queued_follow_ups()
@@ -338,6 +340,7 @@ class DemoScenario:
         )
 
     def terminal_message_of(self, run_id: str) -> str:
+        """The id of the terminal message the run's end created."""
         # Run records do not name their terminal message; the run's log does.
         for event in reversed(self.store.event_log(run_id=run_id)):
             if event.wire_name == "run.finished" and event.payload.get("run_id") == run_id:
@@ -348,10 +351,12 @@ class DemoScenario:
         raise RuntimeError(msg)
 
     def follow_up_records(self) -> list[FollowUpRecord]:
+        """Every follow-up the scenario queued, as it stands now."""
         records = (self.store.get_follow_up(i) for i in self.follow_ups)
         return [record for record in records if record is not None]
 
     def require_run(self, run_id: str) -> RunRecord:
+        """The run's record; the scenario created it, so it exists."""
         run = self.store.get_run(run_id)
         if run is None:
             msg = f"Run {run_id} vanished"
@@ -369,6 +374,7 @@ class ReadModelReport:
         self.console = narrator.console
 
     def show(self) -> None:
+        """One section per read model, then the projections' status."""
         self.follow_up_queues()
         self.terminal_data()
         self.viewer_deltas()

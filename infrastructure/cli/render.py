@@ -43,14 +43,17 @@ class Narrator:
         self.sections = 0
 
     def section(self, title: str) -> None:
+        """Start the next numbered section."""
         self.sections += 1
         self.console.print()
         self.console.rule(Text(f"{self.sections}. {title}", style="bold"), align="left")
 
     def step(self, text: str) -> None:
+        """Say what one step did."""
         self.console.print(Padding(Text(text), (0, 0, 0, 2), expand=False))
 
     def rejected(self, error: WorkflowError) -> None:
+        """Show the error a step was rejected with."""
         line = Text.assemble("rejected ", (f"[{error.code}] ", "dim"), (error.message, "red"))
         self.console.print(Padding(line, (0, 0, 0, 4), expand=False))
 
@@ -68,10 +71,12 @@ def short_hex(identifier: str) -> str:
 
 
 def actor_label(actor_type: str, actor_id: str | None) -> str:
+    """An actor as ``type:id`` (just the type when it has no id)."""
     return actor_type if actor_id is None else f"{actor_type}:{actor_id}"
 
 
 def clip(text: str, width: int = SUMMARY_WIDTH) -> str:
+    """The text on one line, cut to ``width`` characters with an ellipsis."""
     flat = " ".join(text.split())
     return flat if len(flat) <= width else flat[: width - 3] + "..."
 

@@ -104,11 +104,17 @@ class SqlLogQueries(UuidOriginatorIds, ApplicationRecorder):
 class IndexedEventRecorder(Protocol):
     """What each backend's event recorder answers beyond the library's interface."""
 
-    def originator_ids_by_key(self, lookup_key: str) -> list[UUID]: ...
+    def originator_ids_by_key(self, lookup_key: str) -> list[UUID]:
+        """Originators with an event under ``lookup_key``, by first position."""
+        ...
 
-    def select_log(self, *, after: int, limit: int, run_id: str | None) -> Sequence[Any]: ...
+    def select_log(self, *, after: int, limit: int, run_id: str | None) -> Sequence[Any]:
+        """Notifications after ``after`` in log order; with ``run_id``, that run's only."""
+        ...
 
-    def max_notification_id(self) -> Any: ...
+    def max_notification_id(self) -> Any:
+        """The highest position, or None for an empty log."""
+        ...
 
 
 EventsT = TypeVar("EventsT", bound=IndexedEventRecorder)

@@ -57,6 +57,7 @@ SQLITE: Final = Dialect("?", {"text": "TEXT", "int": "INTEGER", "bool": "INTEGER
 
 
 def postgres_dialect(schema: str) -> Dialect:
+    """The PostgreSQL dialect, with tables in ``schema``."""
     return Dialect(
         "%s",
         {"text": "TEXT", "int": "BIGINT", "bool": "BOOLEAN", "json": "TEXT"},

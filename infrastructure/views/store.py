@@ -27,6 +27,8 @@ TableChanges = dict[Key, EncodedRow | None]
 
 @dataclass(frozen=True)
 class TrackingState:
+    """A projection's tracking row: its version, position and last error."""
+
     name: str
     version: int
     position: int
@@ -54,6 +56,7 @@ class TrackingConflictError(IntegrityError):
 
 
 def encode_row(table: Table, row: Row) -> EncodedRow:
+    """A row as stored (JSON columns as text), refusing missing or unknown columns."""
     if set(row) != set(table.column_names):
         missing = set(table.column_names) - set(row)
         extra = set(row) - set(table.column_names)
@@ -97,7 +100,8 @@ class ViewStore(ABC):
         """Create the secondary indexes ``reset(defer_indexes=True)`` left out."""
 
     @abstractmethod
-    def tracking(self) -> list[TrackingState]: ...
+    def tracking(self) -> list[TrackingState]:
+        """Every projection's tracking row."""
 
     @abstractmethod
     def fetch(self, table: Table, key: Key) -> EncodedRow | None:
@@ -109,7 +113,8 @@ class ViewStore(ABC):
         TrackingConflictError (and write nothing) if any projection moved meanwhile."""
 
     @abstractmethod
-    def record_error(self, name: str, error: str | None) -> None: ...
+    def record_error(self, name: str, error: str | None) -> None:
+        """Note why a projection stopped (None clears it), keeping its position."""
 
     @abstractmethod
     def reader(self) -> ViewReaderBase:
