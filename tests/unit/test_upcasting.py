@@ -3,7 +3,7 @@ time, wherever it is read: the domain's mapper, snapshots and projections share 
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 from uuid import uuid4
 
 import orjson
@@ -11,8 +11,10 @@ import pytest
 
 from runledger.domain.catalogue import EVENT_CLASSES
 from runledger.domain.events import upcast
+from runledger.domain.ports import LogEntry
 from runledger.domain.runs import Run
 from runledger.domain.serialisation import LedgerMapper, LedgerStoredEvent
+from runledger.projections.events import projected
 
 
 class Versioned:
@@ -53,26 +55,42 @@ def test_state_of_an_unknown_class_is_left_as_stored() -> None:
     assert state == {"value": 1}
 
 
-def test_the_mapper_upcasts_an_older_stored_event(monkeypatch: pytest.MonkeyPatch) -> None:
-    class PausedV2(Run.Paused):
-        """As if run.paused had gained a ``reason`` field in version 2."""
+class PausedV2(Run.Paused):
+    """As if run.paused had gained a ``reason`` field in version 2."""
 
-        class_version = 2
+    class_version = 2
 
-        @staticmethod
-        def upcast_v1_v2(state: dict[str, Any]) -> None:
-            state["reason"] = state.get("status_detail") or "unknown"
+    @staticmethod
+    def upcast_v1_v2(state: dict[str, Any]) -> None:
+        state["reason"] = state.get("status_detail") or "unknown"
 
+
+STORED_V1_PAUSE: Final = {
+    "timestamp": "2024-05-01T12:00:00+00:00",
+    "actor": {"type": "system", "id": None},
+    "run_id": "r",
+    "status_detail": "x",
+}
+
+
+@pytest.fixture
+def paused_v2(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The catalogue resolves run.paused to version 2 of the event."""
     monkeypatch.setitem(EVENT_CLASSES, "run.paused", PausedV2)
-    stored = {
-        "timestamp": "2024-05-01T12:00:00+00:00",
-        "actor": {"type": "system", "id": None},
-        "run_id": "r",
-        "status_detail": "x",
-    }
+
+
+@pytest.mark.usefixtures("paused_v2")
+def test_the_mapper_upcasts_an_older_stored_event() -> None:
     event = LedgerMapper().to_domain_event(
-        LedgerStoredEvent(uuid4(), 4, "run.paused", orjson.dumps(stored))
+        LedgerStoredEvent(uuid4(), 4, "run.paused", orjson.dumps(STORED_V1_PAUSE))
     )
     assert type(event) is PausedV2
     assert vars(event)["reason"] == "x"
     assert "class_version" not in vars(event)
+
+
+@pytest.mark.usefixtures("paused_v2")
+def test_an_older_version_of_an_event_is_upcast_before_projections_see_it() -> None:
+    event = projected(LogEntry(7, "run.paused", uuid4(), 3, orjson.dumps(STORED_V1_PAUSE)))
+    assert event["reason"] == "x"
+    assert "class_version" not in event.data
