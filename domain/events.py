@@ -47,6 +47,16 @@ class LedgerCreated(AggregateCreated):
     """Marker base of each aggregate's first event."""
 
 
+def upcast(cls: type[Any] | None, state: dict[str, Any]) -> None:
+    """Bring ``state``, stored at its ``class_version`` (1 when absent), up to ``cls``'s
+    version in place, through ``cls.upcast_vN_vN+1``; the version key is removed."""
+    version = state.pop("class_version", 1)
+    current = getattr(cls, "class_version", 1)
+    while version < current:
+        getattr(cls, f"upcast_v{version}_v{version + 1}")(state)
+        version += 1
+
+
 class LedgerSnapshot(CanSnapshotAggregate[UUID], DomainEvent):
     """Aggregate state at a version; resolves its aggregate class only from the catalogue."""
 
@@ -59,11 +69,7 @@ class LedgerSnapshot(CanSnapshotAggregate[UUID], DomainEvent):
         if aggregate_class is None:
             raise UnknownStoredEventError(self.topic)
         state = dict(self.state)
-        from_version = state.pop("class_version", 1)
-        class_version = getattr(aggregate_class, "class_version", 1)
-        while from_version < class_version:
-            getattr(aggregate_class, f"upcast_v{from_version}_v{from_version + 1}")(state)
-            from_version += 1
+        upcast(aggregate_class, state)
         state["_id"] = self.originator_id
         state["_version"] = self.originator_version
         state["_pending_events"] = []

@@ -18,7 +18,7 @@ from eventsourcing.persistence import Mapper, StoredEvent, Transcoder
 
 from runledger.domain.catalogue import EVENT_CLASSES
 from runledger.domain.errors import UnknownStoredEventError
-from runledger.domain.events import AGGREGATE_CLASSES, LedgerEvent, LedgerSnapshot
+from runledger.domain.events import AGGREGATE_CLASSES, LedgerEvent, LedgerSnapshot, upcast
 
 
 @dataclass(frozen=True)
@@ -84,11 +84,7 @@ class LedgerMapper(Mapper[UUID]):
             originator_id if isinstance(originator_id, UUID) else UUID(originator_id)
         )
         state["originator_version"] = stored_event.originator_version
-        class_version = getattr(event_class, "class_version", 1)
-        from_version = state.pop("class_version", 1)
-        while from_version < class_version:
-            getattr(event_class, f"upcast_v{from_version}_v{from_version + 1}")(state)
-            from_version += 1
+        upcast(event_class, state)
         domain_event = object.__new__(event_class)
         object.__setattr__(domain_event, "__dict__", state)
         return domain_event

@@ -22,7 +22,7 @@ from runledger.domain.ports import EventStorage
 from runledger.domain.records import ProjectionStatus
 from runledger.infrastructure.views.projector import Progress, Projector
 from runledger.infrastructure.views.rebuild import rebuild_in_processes, split
-from runledger.infrastructure.views.store import MemoryViewStore, ViewReaderBase, ViewStore
+from runledger.infrastructure.views.store import ViewReaderBase, ViewStore
 from runledger.projections import follow_up_queue, session_outbox, terminal_data, viewer_deltas
 from runledger.projections.base import Projection
 
@@ -247,6 +247,7 @@ def open_backend(url: str) -> tuple[EventStorage, ViewStore]:
         return postgres, PostgresViewStore(postgres.datastore)
     if url == "memory://":
         from runledger.infrastructure.storage.memory import MemoryStorage
+        from runledger.infrastructure.views.memory import MemoryViewStore
 
         return MemoryStorage(), MemoryViewStore()
     raise InvalidStoreUrlError(url)

@@ -6,6 +6,7 @@ import orjson
 from eventsourcing.persistence import Notification
 
 from runledger.domain.catalogue import EVENT_CLASSES
+from runledger.domain.events import upcast
 from runledger.domain.ports import LogEntry
 from runledger.projections.base import ProjectedEvent
 
@@ -18,12 +19,7 @@ def projected(entry: LogEntry | Notification) -> ProjectedEvent:
     """
     position = entry.position if isinstance(entry, LogEntry) else entry.id
     data = orjson.loads(entry.state)
-    stored_version = data.pop("class_version", 1)
-    event_class = EVENT_CLASSES.get(entry.topic)
-    current_version = getattr(event_class, "class_version", 1)
-    while stored_version < current_version:
-        getattr(event_class, f"upcast_v{stored_version}_v{stored_version + 1}")(data)
-        stored_version += 1
+    upcast(EVENT_CLASSES.get(entry.topic), data)
     return ProjectedEvent(
         position=position,
         wire_name=entry.topic,

@@ -38,6 +38,8 @@ PAYLOAD: Final = os.urandom(600)
 
 @dataclass(frozen=True)
 class BenchResult:
+    """One measurement next to its baseline, and whether it met its goal."""
+
     id: str
     name: str
     value: float
@@ -48,10 +50,12 @@ class BenchResult:
     met: bool
 
     def as_json(self) -> dict[str, Any]:
+        """The result as a JSON object, one key per field."""
         return asdict(self)
 
 
 def percentile(samples: list[float], fraction: float) -> float:
+    """The sample at ``fraction`` of the sorted samples (nearest rank)."""
     ordered = sorted(samples)
     index = min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))
     return ordered[index]
@@ -75,6 +79,7 @@ class Scratch:
         self._databases: list[str] = []
 
     def new_url(self) -> str:
+        """The URL of a new, empty database on the backend."""
         if self.backend == "sqlite":
             path = Path(self._folder.name) / f"bench-{len(self._databases)}.db"
             self._databases.append(str(path))
@@ -86,6 +91,7 @@ class Scratch:
         return urlunsplit(urlsplit(self.url)._replace(path=f"/{name}"))
 
     def close(self) -> None:
+        """Drop every database made here, and the temporary folder."""
         if self.backend == "postgresql":
             with psycopg.connect(self.url, autocommit=True) as admin:
                 for name in self._databases:
@@ -111,6 +117,7 @@ class Raw:
 
     @contextmanager
     def connection(self) -> Iterator[Any]:
+        """A plain connection to the database, with the baseline table made."""
         if self.sqlite:
             connection = sqlite3.connect(self.url.removeprefix("sqlite:///"), isolation_level=None)
             connection.execute("PRAGMA journal_mode=WAL")
@@ -191,6 +198,18 @@ class Raw:
         return samples
 
 
+def _queue(store: WorkflowStore, run_id: str, session_id: str, number: int) -> None:
+    """Queue the session's follow-up ``number`` on the run, as a Pi session would."""
+    store.queue_follow_up(
+        run_id,
+        request_id=f"request-{number}",
+        target_session_id=session_id,
+        actor=Actor("session", session_id),
+        source="pi-session",
+        prompt=f"Follow-up {number}: check the edge cases.",
+    )
+
+
 # -- workers for multi-process measurements --------------------------------------------------
 
 
@@ -202,14 +221,7 @@ def _queue_worker(
         count = 0
         began = time.perf_counter()
         while time.perf_counter() - began < seconds:
-            store.queue_follow_up(
-                run_id,
-                request_id=f"request-{count}",
-                target_session_id=session_id,
-                actor=Actor("session", session_id),
-                source="pi-session",
-                prompt=f"Follow-up {count}: check the edge cases.",
-            )
+            _queue(store, run_id, session_id, count)
             count += 1
         results.put((count, time.perf_counter() - began))
 
@@ -245,6 +257,8 @@ def _parallel(target: Callable[..., None], args: list[tuple[Any, ...]]) -> float
 
 
 class Bench:
+    """The measurements P1-P6 on one backend, each in a scratch database of its own."""
+
     def __init__(
         self,
         url: str,
@@ -267,6 +281,7 @@ class Bench:
 
     @property
     def backend(self) -> str:
+        """The backend measured: ``sqlite`` or ``postgresql``."""
         return self.scratch.backend
 
     def _prepared_run(self, store: WorkflowStore, run_id: str, session_id: str) -> None:
@@ -274,6 +289,7 @@ class Bench:
         store.bind_origin_session(run_id, session_id)
 
     def p1_single_writer(self) -> BenchResult:
+        """P1: queued follow-ups per second from one writer, projected in-process."""
         url = self.scratch.new_url()
         baseline = Raw(url).insert_rate(self.seconds)
         with open_store(url) as store:
@@ -283,14 +299,7 @@ class Bench:
                 run_id = f"p1-{count // 100}"
                 if count % 100 == 0:
                     self._prepared_run(store, run_id, "p1-session")
-                store.queue_follow_up(
-                    run_id,
-                    request_id=f"request-{count}",
-                    target_session_id="p1-session",
-                    actor=Actor("session", "p1-session"),
-                    source="pi-session",
-                    prompt=f"Follow-up {count}: check the edge cases.",
-                )
+                _queue(store, run_id, "p1-session", count)
                 count += 1
             rate = count / (time.perf_counter() - started)
         self.advance("P1")
@@ -306,6 +315,7 @@ class Bench:
         )
 
     def p2_four_writers(self) -> BenchResult:
+        """P2: queued follow-ups per second from four writer processes."""
         url = self.scratch.new_url()
         with Raw(url).connection():
             pass
@@ -330,6 +340,7 @@ class Bench:
         )
 
     def p3_rebuild(self) -> BenchResult:
+        """P3: events per second of a full rebuild of every read model."""
         url = self.scratch.new_url()
         with open_runtime(url, embedded_projections=False) as runtime:
             for batch in HistoryGenerator().batches(self.events):
@@ -358,14 +369,7 @@ class Bench:
         samples = []
         for index in range(count):
             started = time.perf_counter()
-            writer.queue_follow_up(
-                "p4",
-                request_id=f"request-{index}",
-                target_session_id="p4-session",
-                actor=Actor("session", "p4-session"),
-                source="pi-session",
-                prompt=f"Follow-up {index}",
-            )
+            _queue(writer, "p4", "p4-session", index)
             deadline = started + 5.0
             while True:
                 # A one-item read of exactly the new follow-up: the probe costs the same for
@@ -380,6 +384,7 @@ class Bench:
         return samples
 
     def p4_visibility(self) -> BenchResult:
+        """P4: milliseconds from a command to its effect in a query (p99)."""
         url = self.scratch.new_url()
         baseline_samples = Raw(url).insert_select_latencies(self.samples)
         with open_store(url) as store:
@@ -440,6 +445,7 @@ class Bench:
                 worker.wait(timeout=30)
 
     def p5_history_cost(self) -> BenchResult:
+        """P5: the cost of a late follow-up on a long-lived run against an early one."""
         url = self.scratch.new_url()
         total = self.history_follow_ups
         latencies = []
@@ -447,14 +453,7 @@ class Bench:
             self._prepared_run(store, "p5", "p5-session")
             for index in range(total):
                 started = time.perf_counter()
-                store.queue_follow_up(
-                    "p5",
-                    request_id=f"request-{index}",
-                    target_session_id="p5-session",
-                    actor=Actor("session", "p5-session"),
-                    source="pi-session",
-                    prompt=f"Follow-up {index}",
-                )
+                _queue(store, "p5", "p5-session", index)
                 latencies.append(time.perf_counter() - started)
         # Medians over 100 commands each: single commands are noisy next to the follower.
         window = min(100, total // 4)
@@ -475,6 +474,7 @@ class Bench:
         )
 
     def p6_range(self) -> BenchResult:
+        """P6: milliseconds for a 256-item range of a run's follow-up queue (p99)."""
         url = self.scratch.new_url()
         total = self.range_follow_ups
         generator = HistoryGenerator(prefix="p6")
@@ -524,6 +524,7 @@ class Bench:
         return {key: step for key, step in steps.items() if not self.only or key in self.only}
 
     def run(self) -> list[BenchResult]:
+        """Run the chosen measurements, each isolated from the garbage of the earlier ones."""
         try:
             return [self._isolated(step) for step in self._steps().values()]
         finally:
@@ -541,4 +542,5 @@ class Bench:
             gc.unfreeze()
 
     def planned(self) -> list[str]:
+        """The ids of the measurements ``run`` will make, in order."""
         return list(self._steps())

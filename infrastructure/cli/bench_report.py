@@ -34,6 +34,7 @@ def run_bench(
 
 
 def print_bench(outcome: tuple[str, list[BenchResult]], out: Console, *, as_json: bool) -> None:
+    """The results as a table, or with ``as_json`` as one JSON object on stdout."""
     backend, results = outcome
     if as_json:
         document = {"backend": backend, "results": [result.as_json() for result in results]}

@@ -18,9 +18,9 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
-from rich.table import Table
 from rich.text import Text
 
+from runledger.infrastructure.cli.render import projection_status_table
 from runledger.infrastructure.runtime import StoreRuntime
 from runledger.infrastructure.views.worker import ProjectionWorker
 
@@ -31,20 +31,7 @@ def print_status(runtime: StoreRuntime, out: Console, *, as_json: bool) -> None:
     if as_json:
         out.print_json(json.dumps([status.model_dump() for status in statuses]))
         return
-    table = Table(title=f"Projections of {runtime.url}")
-    for column in ("name", "version", "position", "lag", "last error"):
-        table.add_column(
-            column, justify="right" if column in ("version", "position", "lag") else "left"
-        )
-    for status in statuses:
-        table.add_row(
-            status.name,
-            str(status.version),
-            str(status.position),
-            str(status.lag),
-            status.last_error or "",
-        )
-    out.print(table)
+    out.print(projection_status_table(statuses, title=f"Projections of {runtime.url}"))
 
 
 class _RateColumn(ProgressColumn):

@@ -1,12 +1,21 @@
-"""What the three event storages share: table names and how a stored event's columns are derived."""
+"""What the three event storages share: table names, how a stored event's columns are derived,
+the UUID-only originator ids, the log queries both SQL backends answer, and the storage object
+every backend builds from its two recorders."""
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Generic, Literal, Protocol, TypeVar
 from uuid import UUID
 
-from eventsourcing.persistence import DataError, Notification, StoredEvent
+from eventsourcing.persistence import (
+    AggregateRecorder,
+    ApplicationRecorder,
+    DataError,
+    Notification,
+    StoredEvent,
+)
 
 from runledger.domain.serialisation import LedgerStoredEvent
 
@@ -32,20 +41,103 @@ def index_columns(stored_event: StoredEvent) -> tuple[str | None, str | None]:
     return None, None
 
 
+class UuidOriginatorIds(AggregateRecorder):
+    """Mixed in before a library recorder: an originator id given as text is read as the UUID
+    it names (or refused with ``DataError``), so both spellings find the same events."""
+
+    def select_events(
+        self,
+        originator_id: UUID | str,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+    ) -> Sequence[StoredEvent]:
+        # mypy sees only the abstract base; the library recorder after this mixin answers.
+        selected: Sequence[StoredEvent] = super().select_events(  # type: ignore[safe-super]
+            as_uuid(originator_id), gt=gt, lte=lte, desc=desc, limit=limit
+        )
+        return selected
+
+
+LogCondition = tuple[
+    Literal["position", "topic", "run_id"], Literal["=", ">", ">=", "<=", "in"], Any
+]
+"""``(column, operator, value)`` of a log query, which a backend renders; ``in`` takes a list."""
+
+
+class SqlLogQueries(UuidOriginatorIds, ApplicationRecorder):
+    """The log reads of the SQL event recorders, as conditions each backend renders in its
+    dialect (``_select``): what a read means is decided here once."""
+
+    def select_notifications(
+        self,
+        start: int | None,
+        limit: int,
+        stop: int | None = None,
+        topics: Sequence[str] = (),
+        *,
+        inclusive_of_start: bool = True,
+    ) -> Sequence[Notification]:
+        conditions: list[LogCondition] = []
+        if start is not None:
+            conditions.append(("position", ">=" if inclusive_of_start else ">", start))
+        if stop is not None:
+            conditions.append(("position", "<=", stop))
+        if topics:
+            conditions.append(("topic", "in", list(topics)))
+        return self._select(conditions, limit)
+
+    def select_log(self, *, after: int, limit: int, run_id: str | None) -> list[Notification]:
+        """Notifications after ``after`` in log order; with ``run_id``, that run's only."""
+        conditions: list[LogCondition] = [("position", ">", after)]
+        if run_id is not None:
+            conditions.append(("run_id", "=", run_id))
+        return self._select(conditions, limit)
+
+    @abstractmethod
+    def _select(self, conditions: Sequence[LogCondition], limit: int) -> list[Notification]:
+        """The first ``limit`` notifications meeting every condition, in position order."""
+
+
 class IndexedEventRecorder(Protocol):
     """What each backend's event recorder answers beyond the library's interface."""
 
-    def originator_ids_by_key(self, lookup_key: str) -> list[UUID]: ...
+    def originator_ids_by_key(self, lookup_key: str) -> list[UUID]:
+        """Originators with an event under ``lookup_key``, by first position."""
+        ...
 
-    def select_log(self, *, after: int, limit: int, run_id: str | None) -> Sequence[Any]: ...
+    def select_log(self, *, after: int, limit: int, run_id: str | None) -> Sequence[Any]:
+        """Notifications after ``after`` in log order; with ``run_id``, that run's only."""
+        ...
 
-    def max_notification_id(self) -> Any: ...
+    def max_notification_id(self) -> Any:
+        """The highest position, or None for an empty log."""
+        ...
 
 
-class RecorderBackedStorage:
-    """The ``EventStorage`` queries every backend answers from its event recorder."""
+EventsT = TypeVar("EventsT", bound=IndexedEventRecorder)
+SnapshotsT = TypeVar("SnapshotsT", bound=AggregateRecorder)
 
-    _events: IndexedEventRecorder
+
+class RecorderBackedStorage(Generic[EventsT, SnapshotsT]):
+    """The ``EventStorage`` every backend is: its event log and snapshot recorders, and the
+    queries answered from the event recorder."""
+
+    def __init__(self, events: EventsT, snapshots: SnapshotsT) -> None:
+        self._events = events
+        self._snapshots = snapshots
+
+    @property
+    def events(self) -> EventsT:
+        """The event log, whose notification ids are the positions."""
+        return self._events
+
+    @property
+    def snapshots(self) -> SnapshotsT:
+        """The snapshot store."""
+        return self._snapshots
 
     def originator_ids_by_key(self, lookup_key: str) -> list[UUID]:
         """Aggregates with an event indexed under ``lookup_key``, in log order."""

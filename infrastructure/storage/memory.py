@@ -195,24 +195,11 @@ class MemorySubscription(ListenNotifySubscription[MemoryEventRecorder]):
         self._recorder.unlisten(self._has_been_notified)
 
 
-class MemoryStorage(RecorderBackedStorage):
+class MemoryStorage(RecorderBackedStorage[MemoryEventRecorder, MemoryAggregateRecorder]):
     """Event log and snapshots in this process only (lost on exit)."""
 
-    _events: MemoryEventRecorder
-
     def __init__(self) -> None:
-        self._events = MemoryEventRecorder()
-        self._snapshots = MemoryAggregateRecorder()
-
-    @property
-    def events(self) -> MemoryEventRecorder:
-        """The event log, whose notification ids are the positions."""
-        return self._events
-
-    @property
-    def snapshots(self) -> MemoryAggregateRecorder:
-        """The snapshot store."""
-        return self._snapshots
+        super().__init__(MemoryEventRecorder(), MemoryAggregateRecorder())
 
     def read_log(self, *, after: int, limit: int) -> list[LogEntry]:
         """The next stored events after ``after``, as lean tuples."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, ParamSpec, TypeVar, cast
+from typing import Any, Final, ParamSpec, TypeVar, cast
 from urllib.parse import urlsplit, urlunsplit
 from uuid import UUID
 
@@ -27,14 +27,17 @@ from eventsourcing.utils import retry
 from psycopg import Cursor
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import DictRow, tuple_row
-from psycopg.sql import SQL, Composed, Identifier
+from psycopg.sql import SQL, Identifier
 
 from runledger.domain.errors import InvalidStoreUrlError
 from runledger.domain.ports import LogEntry
 from runledger.infrastructure.storage.base import (
     EVENTS_TABLE,
     SNAPSHOTS_TABLE,
+    LogCondition,
     RecorderBackedStorage,
+    SqlLogQueries,
+    UuidOriginatorIds,
     as_uuid,
     index_columns,
 )
@@ -71,15 +74,39 @@ class _ArrayRowsDatastore(PostgresDatastore):
         """Nothing to register (and so no query while recorders are constructed)."""
 
 
-def _prepare_schema(curs: Cursor[DictRow], datastore: PostgresDatastore) -> None:
-    curs.execute(SQL("SET LOCAL lock_timeout = '{0}s'").format(datastore.lock_timeout))
-    # Two processes opening a new database at once would otherwise race on the catalogue
-    # (CREATE ... IF NOT EXISTS is not atomic against a concurrent CREATE).
-    curs.execute("SELECT pg_advisory_xact_lock(hashtext('runledger.create_tables'))")
-    curs.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (datastore.schema,))
-    # CREATE SCHEMA IF NOT EXISTS needs the CREATE privilege even when the schema exists.
-    if curs.fetchone() is None:
-        curs.execute(SQL("CREATE SCHEMA IF NOT EXISTS {0}").format(Identifier(datastore.schema)))
+STORED_EVENT_COLUMNS: Final = (
+    "originator_id uuid NOT NULL, "
+    "originator_version bigint NOT NULL, "
+    "topic text NOT NULL, "
+    "state bytea NOT NULL, "
+)
+"""The column definitions of a stored event, which both tables begin with."""
+
+
+def stored_event_arrays(stored_events: Sequence[StoredEvent]) -> list[list[Any]]:
+    """The stored events column by column, for an ``unnest`` insert of the whole batch."""
+    return [
+        [as_uuid(s.originator_id) for s in stored_events],
+        [s.originator_version for s in stored_events],
+        [s.topic for s in stored_events],
+        [s.state for s in stored_events],
+    ]
+
+
+class _InSchema(PostgresAggregateRecorder):
+    """A recorder whose table lives in the datastore's schema, made first if it is missing."""
+
+    def _create_table(self, curs: Cursor[DictRow]) -> None:
+        curs.execute(SQL("SET LOCAL lock_timeout = '{0}s'").format(self.datastore.lock_timeout))
+        # Two processes opening a new database at once would otherwise race on the catalogue
+        # (CREATE ... IF NOT EXISTS is not atomic against a concurrent CREATE).
+        curs.execute("SELECT pg_advisory_xact_lock(hashtext('runledger.create_tables'))")
+        schema = self.datastore.schema
+        curs.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,))
+        # CREATE SCHEMA IF NOT EXISTS needs the CREATE privilege even when the schema exists.
+        if curs.fetchone() is None:
+            curs.execute(SQL("CREATE SCHEMA IF NOT EXISTS {0}").format(Identifier(schema)))
+        super()._create_table(curs)
 
 
 def writer_lock_key(log_name: str) -> int:
@@ -88,7 +115,7 @@ def writer_lock_key(log_name: str) -> int:
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
-class PostgresEventRecorder(PostgresApplicationRecorder):
+class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorder):
     """The event log. Writers do not lock the table: concurrent commits may make positions
     visible out of order, and ``PostgresStorage.read_log`` waits at such gaps (see there)."""
 
@@ -102,11 +129,8 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
             SQL(
                 "CREATE TABLE IF NOT EXISTS {schema}.{table} ("
                 "position bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "
-                "originator_id uuid NOT NULL, "
-                "originator_version bigint NOT NULL, "
-                "topic text NOT NULL, "
-                "state bytea NOT NULL, "
-                "run_id text, "
+                + STORED_EVENT_COLUMNS
+                + "run_id text, "
                 "lookup_key text, "
                 "UNIQUE (originator_id, originator_version))"
             ).format(schema=schema, table=table),
@@ -154,10 +178,6 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
         self.channel_name = f"{datastore.schema}.{events_table_name}"
         self.writer_lock_key = writer_lock_key(self.channel_name)
 
-    def _create_table(self, curs: Cursor[DictRow]) -> None:
-        _prepare_schema(curs, self.datastore)
-        super()._create_table(curs)
-
     def insert_events(
         self, stored_events: Sequence[StoredEvent], **kwargs: Any
     ) -> Sequence[int] | None:
@@ -177,14 +197,11 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
         indexes = [index_columns(s) for s in stored_events]
         curs.execute(
             self.insert_events_statement,
-            (
-                [as_uuid(s.originator_id) for s in stored_events],
-                [s.originator_version for s in stored_events],
-                [s.topic for s in stored_events],
-                [s.state for s in stored_events],
+            [
+                *stored_event_arrays(stored_events),
                 [run_id for run_id, _ in indexes],
                 [lookup_key for _, lookup_key in indexes],
-            ),
+            ],
         )
 
     def subscribe(
@@ -195,51 +212,6 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
         msg = "follow the runledger log with PostgresStorage.read_log (gap-safe)"
         raise NotImplementedError(msg)
 
-    def select_events(
-        self,
-        originator_id: UUID | str,
-        *,
-        gt: int | None = None,
-        lte: int | None = None,
-        desc: bool = False,
-        limit: int | None = None,
-    ) -> Sequence[StoredEvent]:
-        selected: Sequence[StoredEvent] = super().select_events(
-            as_uuid(originator_id), gt=gt, lte=lte, desc=desc, limit=limit
-        )
-        return selected
-
-    def select_notifications(
-        self,
-        start: int | None,
-        limit: int,
-        stop: int | None = None,
-        topics: Sequence[str] = (),
-        *,
-        inclusive_of_start: bool = True,
-    ) -> Sequence[Notification]:
-        conditions: list[Composed | SQL] = []
-        params: list[Any] = []
-        if start is not None:
-            conditions.append(SQL("position >= %s" if inclusive_of_start else "position > %s"))
-            params.append(start)
-        if stop is not None:
-            conditions.append(SQL("position <= %s"))
-            params.append(stop)
-        if topics:
-            conditions.append(SQL("topic = ANY(%s)"))
-            params.append(list(topics))
-        return self._select(conditions, params, limit)
-
-    def select_log(self, *, after: int, limit: int, run_id: str | None) -> list[Notification]:
-        """Notifications after ``after`` in log order; with ``run_id``, that run's only."""
-        conditions: list[Composed | SQL] = [SQL("position > %s")]
-        params: list[Any] = [after]
-        if run_id is not None:
-            conditions.append(SQL("run_id = %s"))
-            params.append(run_id)
-        return self._select(conditions, params, limit)
-
     @_retried
     def originator_ids_by_key(self, lookup_key: str) -> list[UUID]:
         """Originators with an event under ``lookup_key``, by first position."""
@@ -248,13 +220,18 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
             return [row["originator_id"] for row in curs.fetchall()]
 
     @_retried
-    def _select(
-        self, conditions: list[Composed | SQL], params: list[Any], limit: int
-    ) -> list[Notification]:
+    def _select(self, conditions: Sequence[LogCondition], limit: int) -> list[Notification]:
+        clauses = [
+            SQL("{} = ANY(%s)").format(Identifier(column))
+            if operator == "in"
+            else SQL("{} {} %s").format(Identifier(column), SQL(operator))
+            for column, operator, _ in conditions
+        ]
         statement = self._select_columns
-        if conditions:
-            statement += SQL(" WHERE ") + SQL(" AND ").join(conditions)
+        if clauses:
+            statement += SQL(" WHERE ") + SQL(" AND ").join(clauses)
         statement += SQL(" ORDER BY position LIMIT %s")
+        params = [value for _, _, value in conditions]
         with self.datastore.get_connection() as conn, conn.cursor() as curs:
             curs.execute(statement, [*params, limit], prepare=True)
             return [
@@ -269,7 +246,7 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
             ]
 
 
-class PostgresSnapshotRecorder(PostgresAggregateRecorder):
+class PostgresSnapshotRecorder(UuidOriginatorIds, _InSchema):
     """Snapshots keyed by (originator_id, originator_version)."""
 
     def __init__(
@@ -281,11 +258,8 @@ class PostgresSnapshotRecorder(PostgresAggregateRecorder):
         self.sql_create_statements = [
             SQL(
                 "CREATE TABLE IF NOT EXISTS {schema}.{table} ("
-                "originator_id uuid NOT NULL, "
-                "originator_version bigint NOT NULL, "
-                "topic text NOT NULL, "
-                "state bytea NOT NULL, "
-                "PRIMARY KEY (originator_id, originator_version))"
+                + STORED_EVENT_COLUMNS
+                + "PRIMARY KEY (originator_id, originator_version))"
             ).format(schema=schema, table=table)
         ]
         self.insert_events_statement = SQL(
@@ -293,42 +267,14 @@ class PostgresSnapshotRecorder(PostgresAggregateRecorder):
             "SELECT * FROM unnest(%s::uuid[], %s::bigint[], %s::text[], %s::bytea[])"
         ).format(schema=schema, table=table)
 
-    def _create_table(self, curs: Cursor[DictRow]) -> None:
-        _prepare_schema(curs, self.datastore)
-        super()._create_table(curs)
-
     def _insert_stored_events(
         self, curs: Cursor[DictRow], stored_events: Sequence[StoredEvent], **_: Any
     ) -> None:
-        curs.execute(
-            self.insert_events_statement,
-            (
-                [as_uuid(s.originator_id) for s in stored_events],
-                [s.originator_version for s in stored_events],
-                [s.topic for s in stored_events],
-                [s.state for s in stored_events],
-            ),
-        )
-
-    def select_events(
-        self,
-        originator_id: UUID | str,
-        *,
-        gt: int | None = None,
-        lte: int | None = None,
-        desc: bool = False,
-        limit: int | None = None,
-    ) -> Sequence[StoredEvent]:
-        selected: Sequence[StoredEvent] = super().select_events(
-            as_uuid(originator_id), gt=gt, lte=lte, desc=desc, limit=limit
-        )
-        return selected
+        curs.execute(self.insert_events_statement, stored_event_arrays(stored_events))
 
 
-class PostgresStorage(RecorderBackedStorage):
+class PostgresStorage(RecorderBackedStorage[PostgresEventRecorder, PostgresSnapshotRecorder]):
     """Event log and snapshots in the PostgreSQL database at ``url``, inside ``schema``."""
-
-    _events: PostgresEventRecorder
 
     def __init__(
         self,
@@ -362,8 +308,9 @@ class PostgresStorage(RecorderBackedStorage):
         # still reach libpq through the pool's conninfo.
         self.datastore.pool.conninfo = url
         try:
-            self._events = PostgresEventRecorder(self.datastore)
-            self._snapshots = PostgresSnapshotRecorder(self.datastore)
+            super().__init__(
+                PostgresEventRecorder(self.datastore), PostgresSnapshotRecorder(self.datastore)
+            )
             self._events.create_table()
             self._snapshots.create_table()
         except BaseException:
@@ -375,16 +322,6 @@ class PostgresStorage(RecorderBackedStorage):
             "SELECT position, topic, originator_id, originator_version, state "
             "FROM {schema}.{table} WHERE position > %s ORDER BY position LIMIT %s"
         ).format(schema=Identifier(self.schema), table=Identifier(EVENTS_TABLE))
-
-    @property
-    def events(self) -> PostgresEventRecorder:
-        """The event log, whose notification ids are the positions."""
-        return self._events
-
-    @property
-    def snapshots(self) -> PostgresSnapshotRecorder:
-        """The snapshot store."""
-        return self._snapshots
 
     @_retried
     def read_log(self, *, after: int, limit: int) -> list[LogEntry]:

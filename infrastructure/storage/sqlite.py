@@ -19,7 +19,10 @@ from runledger.domain.ports import LogEntry
 from runledger.infrastructure.storage.base import (
     EVENTS_TABLE,
     SNAPSHOTS_TABLE,
+    LogCondition,
     RecorderBackedStorage,
+    SqlLogQueries,
+    UuidOriginatorIds,
     as_uuid,
     index_columns,
 )
@@ -28,7 +31,7 @@ LOCK_TIMEOUT_SECONDS = 5
 """How long a writer waits for another connection's (or process's) write lock."""
 
 
-class SQLiteEventRecorder(SQLiteApplicationRecorder):
+class SQLiteEventRecorder(SqlLogQueries, SQLiteApplicationRecorder):
     """The event log; ``position`` is the rowid, so positions follow commit order."""
 
     def __init__(self, datastore: SQLiteDatastore, events_table_name: str = EVENTS_TABLE):
@@ -89,48 +92,6 @@ class SQLiteEventRecorder(SQLiteApplicationRecorder):
             positions.append(c.lastrowid)
         return positions
 
-    def select_events(
-        self,
-        originator_id: UUID | str,
-        *,
-        gt: int | None = None,
-        lte: int | None = None,
-        desc: bool = False,
-        limit: int | None = None,
-    ) -> Sequence[StoredEvent]:
-        return super().select_events(as_uuid(originator_id), gt=gt, lte=lte, desc=desc, limit=limit)
-
-    def select_notifications(
-        self,
-        start: int | None,
-        limit: int,
-        stop: int | None = None,
-        topics: Sequence[str] = (),
-        *,
-        inclusive_of_start: bool = True,
-    ) -> Sequence[Notification]:
-        conditions: list[str] = []
-        params: list[Any] = []
-        if start is not None:
-            conditions.append("position >= ?" if inclusive_of_start else "position > ?")
-            params.append(start)
-        if stop is not None:
-            conditions.append("position <= ?")
-            params.append(stop)
-        if topics:
-            conditions.append(f"topic IN ({', '.join('?' * len(topics))})")
-            params.extend(topics)
-        return self._select(conditions, params, limit)
-
-    def select_log(self, *, after: int, limit: int, run_id: str | None) -> list[Notification]:
-        """Notifications after ``after`` in log order; with ``run_id``, that run's only."""
-        conditions = ["position > ?"]
-        params: list[Any] = [after]
-        if run_id is not None:
-            conditions.append("run_id = ?")
-            params.append(run_id)
-        return self._select(conditions, params, limit)
-
     def originator_ids_by_key(self, lookup_key: str) -> list[UUID]:
         """Originators with an event under ``lookup_key``, by first position."""
         statement = (
@@ -142,10 +103,19 @@ class SQLiteEventRecorder(SQLiteApplicationRecorder):
             c.execute(statement, (lookup_key,))
             return [UUID(row["originator_id"]) for row in c.fetchall()]
 
-    def _select(self, conditions: list[str], params: list[Any], limit: int) -> list[Notification]:
+    def _select(self, conditions: Sequence[LogCondition], limit: int) -> list[Notification]:
+        clauses: list[str] = []
+        params: list[Any] = []
+        for column, operator, value in conditions:
+            if operator == "in":
+                clauses.append(f"{column} IN ({', '.join('?' * len(value))})")
+                params.extend(value)
+            else:
+                clauses.append(f"{column} {operator} ?")
+                params.append(value)
         statement = self._select_columns
-        if conditions:
-            statement += "WHERE " + " AND ".join(conditions) + " "
+        if clauses:
+            statement += "WHERE " + " AND ".join(clauses) + " "
         statement += "ORDER BY position LIMIT ?"
         with self.datastore.transaction(commit=False) as c:
             c.execute(statement, [*params, limit])
@@ -161,7 +131,7 @@ class SQLiteEventRecorder(SQLiteApplicationRecorder):
             ]
 
 
-class SQLiteSnapshotRecorder(SQLiteAggregateRecorder):
+class SQLiteSnapshotRecorder(UuidOriginatorIds, SQLiteAggregateRecorder):
     """Snapshots keyed by (originator_id, originator_version), ids stored as hex."""
 
     def __init__(self, datastore: SQLiteDatastore, events_table_name: str = SNAPSHOTS_TABLE):
@@ -181,22 +151,9 @@ class SQLiteSnapshotRecorder(SQLiteAggregateRecorder):
         ]
         return super()._insert_events(c, normalised, **kwargs)
 
-    def select_events(
-        self,
-        originator_id: UUID | str,
-        *,
-        gt: int | None = None,
-        lte: int | None = None,
-        desc: bool = False,
-        limit: int | None = None,
-    ) -> Sequence[StoredEvent]:
-        return super().select_events(as_uuid(originator_id), gt=gt, lte=lte, desc=desc, limit=limit)
 
-
-class SQLiteStorage(RecorderBackedStorage):
+class SQLiteStorage(RecorderBackedStorage[SQLiteEventRecorder, SQLiteSnapshotRecorder]):
     """Event log and snapshots in the SQLite file at ``path``; tables made on first use."""
-
-    _events: SQLiteEventRecorder
 
     def __init__(
         self,
@@ -209,24 +166,15 @@ class SQLiteStorage(RecorderBackedStorage):
         self.datastore = SQLiteDatastore(
             self.path, lock_timeout=lock_timeout, pool_size=pool_size, originator_id_type="uuid"
         )
-        self._events = SQLiteEventRecorder(self.datastore)
-        self._snapshots = SQLiteSnapshotRecorder(self.datastore)
+        super().__init__(
+            SQLiteEventRecorder(self.datastore), SQLiteSnapshotRecorder(self.datastore)
+        )
         self._events.create_table()
         self._snapshots.create_table()
         self._read_log_statement = (
             "SELECT position, topic, originator_id, originator_version, state "
             f"FROM {self._events.events_table_name} WHERE position > ? ORDER BY position LIMIT ?"
         )
-
-    @property
-    def events(self) -> SQLiteEventRecorder:
-        """The event log, whose notification ids are the positions."""
-        return self._events
-
-    @property
-    def snapshots(self) -> SQLiteSnapshotRecorder:
-        """The snapshot store."""
-        return self._snapshots
 
     def read_log(self, *, after: int, limit: int) -> list[LogEntry]:
         """The next stored events after ``after``, as lean tuples (ids stay hex text)."""

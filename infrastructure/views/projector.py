@@ -93,14 +93,17 @@ class ProjectionRunner:
 
     @property
     def name(self) -> str:
+        """The projection's stable name."""
         return self.projection.name
 
     def start(self) -> None:
+        """Take the position and failure the view store holds."""
         state = self.views.ensure(self.projection)
         self.position = state.position
         self.failure = state.last_error
 
     def cached(self, table: Table, key: Key) -> Row | None:
+        """A row as of the last commit: from the cache, else the view store."""
         cache_key = (table.name, key)
         if cache_key in self._cache:
             self._cache.move_to_end(cache_key)
@@ -118,10 +121,12 @@ class ProjectionRunner:
             self._cache.popitem(last=False)
 
     def begin_page(self) -> None:
+        """Start collecting one page's row changes."""
         self._page = _PageWriter(self)
         self._page_start = self.position
 
     def apply(self, event: ProjectedEvent) -> None:
+        """Give an event of the page to the projection if it has not seen it."""
         page = self._page
         if page is None or event.position <= self.position:
             return
@@ -135,6 +140,7 @@ class ProjectionRunner:
             self.position = position
 
     def end_page(self) -> PageCommit | None:
+        """The page's commit, or None if the page moved nothing."""
         page, self._page = self._page, None
         if page is None or self.position == self._page_start:
             return None
@@ -144,6 +150,7 @@ class ProjectionRunner:
         )
 
     def committed(self) -> None:
+        """The page committed: its rows are now what the cache holds."""
         for table_name, changes in self._uncommitted.items():
             for key, row in changes.items():
                 self._remember((table_name, key), row)
@@ -158,6 +165,7 @@ class ProjectionRunner:
         self.position = position
 
     def reset(self, *, defer_indexes: bool = False) -> None:
+        """Empty the views and start again from position 0."""
         self.views.reset(self.projection, defer_indexes=defer_indexes)
         self._cache.clear()
         self.position = 0
@@ -187,6 +195,7 @@ class Projector:
             runner.start()
 
     def runner(self, name: str) -> ProjectionRunner:
+        """The runner of the named projection, or ``UnknownProjectionError``."""
         runner = self.runners.get(name)
         if runner is None:
             raise UnknownProjectionError(name, ", ".join(self.runners))
@@ -279,6 +288,7 @@ class Projector:
         return self._lock.acquire(blocking=False)
 
     def unlock(self) -> None:
+        """Release the projector taken with ``try_lock``."""
         self._lock.release()
 
     @contextmanager

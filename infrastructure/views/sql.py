@@ -12,7 +12,7 @@ import sqlite3
 import threading
 import zlib
 from abc import abstractmethod
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
@@ -25,6 +25,7 @@ from psycopg.rows import tuple_row
 from runledger.infrastructure.views.store import (
     EncodedRow,
     PageCommit,
+    Scan,
     TrackingConflictError,
     TrackingState,
     ViewReaderBase,
@@ -56,6 +57,7 @@ SQLITE: Final = Dialect("?", {"text": "TEXT", "int": "INTEGER", "bool": "INTEGER
 
 
 def postgres_dialect(schema: str) -> Dialect:
+    """The PostgreSQL dialect, with tables in ``schema``."""
     return Dialect(
         "%s",
         {"text": "TEXT", "int": "BIGINT", "bool": "BOOLEAN", "json": "TEXT"},
@@ -109,40 +111,34 @@ def _index_ddl(table: Table, dialect: Dialect) -> list[str]:
     return statements
 
 
-def _scan_sql(
-    table: Table,
-    dialect: Dialect,
-    equals: Mapping[str, Any],
-    within: Mapping[str, Collection[Any]],
-    order_by: str | None,
-    descending: bool,
-    after: Any,
-    limit: int | None,
-) -> tuple[str, list[Any]]:
-    mark = dialect.placeholder
+def _conditions(scan: Scan, mark: str) -> tuple[str, list[Any]]:
+    """The scan's WHERE clause (empty without conditions) and its parameters."""
     conditions: list[str] = []
     params: list[Any] = []
-    for name, value in equals.items():
+    for name, value in scan.equals.items():
         conditions.append(f"{_quote(name)} = {mark}")
         params.append(value)
-    for name, values in within.items():
+    for name, values in scan.within.items():
         listed = list(values)
         if not listed:
             conditions.append("1 = 0")
             continue
         conditions.append(f"{_quote(name)} IN ({', '.join(mark for _ in listed)})")
         params.extend(listed)
-    if order_by is not None and after is not None:
-        conditions.append(f"{_quote(order_by)} {'<' if descending else '>'} {mark}")
-        params.append(after)
-    columns = ", ".join(_quote(name) for name in table.column_names)
-    statement = f"SELECT {columns} FROM {dialect.table(table.name)}"
-    if conditions:
-        statement += " WHERE " + " AND ".join(conditions)
-    if order_by is not None:
-        statement += f" ORDER BY {_quote(order_by)} {'DESC' if descending else 'ASC'}"
-    if limit is not None:
-        statement += f" LIMIT {int(limit)}"
+    if scan.order_by is not None and scan.after is not None:
+        conditions.append(f"{_quote(scan.order_by)} {'<' if scan.descending else '>'} {mark}")
+        params.append(scan.after)
+    return (" WHERE " + " AND ".join(conditions) if conditions else ""), params
+
+
+def _scan_sql(scan: Scan, dialect: Dialect) -> tuple[str, list[Any]]:
+    where, params = _conditions(scan, dialect.placeholder)
+    columns = ", ".join(_quote(name) for name in scan.table.column_names)
+    statement = f"SELECT {columns} FROM {dialect.table(scan.table.name)}{where}"
+    if scan.order_by is not None:
+        statement += f" ORDER BY {_quote(scan.order_by)} {'DESC' if scan.descending else 'ASC'}"
+    if scan.limit is not None:
+        statement += f" LIMIT {int(scan.limit)}"
     return statement, params
 
 
@@ -324,32 +320,15 @@ class _SqlReader(ViewReaderBase):
     def _get(self, table: Table, key: Key) -> EncodedRow | None:
         return self._store.fetch(table, key)
 
-    def _scan(
-        self,
-        table: Table,
-        equals: Mapping[str, Any],
-        within: Mapping[str, Collection[Any]],
-        order_by: str | None,
-        descending: bool,
-        after: Any,
-        limit: int | None,
-    ) -> Sequence[EncodedRow]:
-        statement, params = _scan_sql(
-            table, self._store.dialect, equals, within, order_by, descending, after, limit
-        )
-        return [
-            dict(zip(table.column_names, row, strict=True))
-            for row in self._store._query(statement, params)
-        ]
+    def _scan(self, scan: Scan) -> Sequence[EncodedRow]:
+        statement, params = _scan_sql(scan, self._store.dialect)
+        names = scan.table.column_names
+        return [dict(zip(names, row, strict=True)) for row in self._store._query(statement, params)]
 
-    def count(self, table: Table, *, equals: Mapping[str, Any] | None = None) -> int:
-        mark = self._store.dialect.placeholder
-        conditions = " AND ".join(f"{_quote(name)} = {mark}" for name in equals or {})
-        statement = f"SELECT COUNT(*) FROM {self._store.dialect.table(table.name)}"
-        if conditions:
-            statement += f" WHERE {conditions}"
-        rows = self._store._query(statement, list((equals or {}).values()))
-        return int(rows[0][0])
+    def _count(self, scan: Scan) -> int:
+        where, params = _conditions(scan, self._store.dialect.placeholder)
+        statement = f"SELECT COUNT(*) FROM {self._store.dialect.table(scan.table.name)}{where}"
+        return int(self._store._query(statement, params)[0][0])
 
 
 class SQLiteViewStore(SqlViewStore):

@@ -1,4 +1,4 @@
-"""Where projections keep their rows and tracking positions, and the in-memory store.
+"""Where projections keep their rows and tracking positions: the interface of a view store.
 
 A view store commits a page of row changes for one or more projections together with their
 new tracking positions in ONE transaction, and only if every projection is still at the
@@ -8,7 +8,6 @@ two embedded hosts racing on one database.
 
 from __future__ import annotations
 
-import threading
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,6 +27,8 @@ TableChanges = dict[Key, EncodedRow | None]
 
 @dataclass(frozen=True)
 class TrackingState:
+    """A projection's tracking row: its version, position and last error."""
+
     name: str
     version: int
     position: int
@@ -55,6 +56,7 @@ class TrackingConflictError(IntegrityError):
 
 
 def encode_row(table: Table, row: Row) -> EncodedRow:
+    """A row as stored (JSON columns as text), refusing missing or unknown columns."""
     if set(row) != set(table.column_names):
         missing = set(table.column_names) - set(row)
         extra = set(row) - set(table.column_names)
@@ -98,7 +100,8 @@ class ViewStore(ABC):
         """Create the secondary indexes ``reset(defer_indexes=True)`` left out."""
 
     @abstractmethod
-    def tracking(self) -> list[TrackingState]: ...
+    def tracking(self) -> list[TrackingState]:
+        """Every projection's tracking row."""
 
     @abstractmethod
     def fetch(self, table: Table, key: Key) -> EncodedRow | None:
@@ -110,7 +113,8 @@ class ViewStore(ABC):
         TrackingConflictError (and write nothing) if any projection moved meanwhile."""
 
     @abstractmethod
-    def record_error(self, name: str, error: str | None) -> None: ...
+    def record_error(self, name: str, error: str | None) -> None:
+        """Note why a projection stopped (None clears it), keeping its position."""
 
     @abstractmethod
     def reader(self) -> ViewReaderBase:
@@ -120,28 +124,37 @@ class ViewStore(ABC):
         """Release connections."""
 
 
+@dataclass(frozen=True, slots=True)
+class Scan:
+    """One scan of a view table, as ``ViewReader.scan`` and ``count`` ask for it."""
+
+    table: Table
+    equals: Mapping[str, Any]
+    within: Mapping[str, Collection[Any]]
+    """Column -> the values it may hold (``column IN values``; none matches an empty one)."""
+    order_by: str | None = None
+    descending: bool = False
+    after: Any = None
+    """With ``order_by``, only rows whose ``order_by`` value lies beyond it (keyset paging)."""
+    limit: int | None = None
+
+
 class ViewReaderBase(ABC):
-    """Decoding, shared by every backend's reader."""
+    """What every backend's reader shares: the query arguments as a ``Scan``, and decoding."""
 
     @abstractmethod
     def _get(self, table: Table, key: Key) -> EncodedRow | None: ...
 
     @abstractmethod
-    def _scan(
-        self,
-        table: Table,
-        equals: Mapping[str, Any],
-        within: Mapping[str, Collection[Any]],
-        order_by: str | None,
-        descending: bool,
-        after: Any,
-        limit: int | None,
-    ) -> Sequence[EncodedRow]: ...
+    def _scan(self, scan: Scan) -> Sequence[EncodedRow]:
+        """The rows the scan selects, encoded as stored, in its order."""
 
     @abstractmethod
-    def count(self, table: Table, *, equals: Mapping[str, Any] | None = None) -> int: ...
+    def _count(self, scan: Scan) -> int:
+        """How many rows the scan's conditions select."""
 
     def get(self, table: Table, key: Key) -> Row | None:
+        """The committed row with this primary key, decoded."""
         row = self._get(table, tuple(key))
         return None if row is None else decode_row(table, row)
 
@@ -156,106 +169,12 @@ class ViewReaderBase(ABC):
         after: Any = None,
         limit: int | None = None,
     ) -> list[Row]:
-        rows = self._scan(table, equals or {}, within or {}, order_by, descending, after, limit)
+        """Committed rows, decoded (see ``projections.base.ViewReader.scan``)."""
+        rows = self._scan(
+            Scan(table, equals or {}, within or {}, order_by, descending, after, limit)
+        )
         return [decode_row(table, row) for row in rows]
 
-
-class MemoryViewStore(ViewStore):
-    """Views in process memory (for ``memory://`` stores)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.RLock()
-        self._tables: dict[str, dict[Key, EncodedRow]] = {}
-        self._tracking: dict[str, TrackingState] = {}
-
-    def ensure(self, projection: Projection) -> TrackingState:
-        with self._lock:
-            state = self._tracking.get(projection.name)
-            if state is None or state.version != projection.version:
-                self.reset(projection)
-            return self._tracking[projection.name]
-
-    def reset(self, projection: Projection, *, defer_indexes: bool = False) -> None:  # noqa: ARG002 - memory has no indexes
-        with self._lock:
-            for table in projection.tables:
-                self._tables[table.name] = {}
-            self._tracking[projection.name] = TrackingState(
-                projection.name, projection.version, 0, None
-            )
-
-    def tracking(self) -> list[TrackingState]:
-        with self._lock:
-            return list(self._tracking.values())
-
-    def fetch(self, table: Table, key: Key) -> EncodedRow | None:
-        with self._lock:
-            row = self._tables.get(table.name, {}).get(key)
-            return None if row is None else dict(row)
-
-    def commit(self, pages: Sequence[PageCommit]) -> None:
-        with self._lock:
-            for page in pages:
-                state = self._tracking[page.projection.name]
-                if state.position != page.expected_position:
-                    raise TrackingConflictError(state.name, page.expected_position, state.position)
-            for page in pages:
-                for table_name, changes in page.changes.items():
-                    rows = self._tables.setdefault(table_name, {})
-                    for key, row in changes.items():
-                        if row is None:
-                            rows.pop(key, None)
-                        else:
-                            rows[key] = dict(row)
-                state = self._tracking[page.projection.name]
-                self._tracking[state.name] = TrackingState(
-                    state.name, state.version, page.new_position, None
-                )
-
-    def record_error(self, name: str, error: str | None) -> None:
-        with self._lock:
-            state = self._tracking[name]
-            self._tracking[name] = TrackingState(name, state.version, state.position, error)
-
-    def reader(self) -> ViewReaderBase:
-        return _MemoryReader(self)
-
-
-class _MemoryReader(ViewReaderBase):
-    def __init__(self, store: MemoryViewStore) -> None:
-        self._store = store
-
-    def _rows(self, table: Table) -> list[EncodedRow]:
-        with self._store._lock:
-            return [dict(row) for row in self._store._tables.get(table.name, {}).values()]
-
-    def _get(self, table: Table, key: Key) -> EncodedRow | None:
-        return self._store.fetch(table, key)
-
-    def _scan(
-        self,
-        table: Table,
-        equals: Mapping[str, Any],
-        within: Mapping[str, Collection[Any]],
-        order_by: str | None,
-        descending: bool,
-        after: Any,
-        limit: int | None,
-    ) -> Sequence[EncodedRow]:
-        rows = [
-            row
-            for row in self._rows(table)
-            if all(row[name] == value for name, value in equals.items())
-            and all(row[name] in values for name, values in within.items())
-        ]
-        if order_by is not None:
-            rows.sort(key=lambda row: row[order_by], reverse=descending)
-            if after is not None:
-                rows = [
-                    row
-                    for row in rows
-                    if (row[order_by] < after if descending else row[order_by] > after)
-                ]
-        return rows[:limit] if limit is not None else rows
-
     def count(self, table: Table, *, equals: Mapping[str, Any] | None = None) -> int:
-        return len(self._scan(table, equals or {}, {}, None, False, None, None))
+        """How many committed rows hold the ``equals`` values."""
+        return self._count(Scan(table, equals or {}, {}))

@@ -5,48 +5,47 @@ follow-ups, fails (cancelling them), presents its failure to the Pi session, is 
 the restart succeeds and delivers its follow-up; a second follow-up of the restart is held until
 the root run closes. After the log, the read models show what the projections made of it all.
 Ids carry a fresh token per invocation, so the demo can be re-run against a store that already
-holds an earlier one.
+holds an earlier one. This module decides which commands run and what is said about them;
+``render`` decides how it looks.
 """
 
 from __future__ import annotations
 
-import re
 import secrets
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final, Literal
 
-from rich import box
 from rich.console import Console
-from rich.padding import Padding
-from rich.table import Table
 from rich.text import Text
 
-from runledger.domain.canonical import canonical_json
 from runledger.domain.errors import WorkflowError
 from runledger.domain.ids import follow_up_message_id
 from runledger.domain.records import (
-    FollowUpQueue,
     FollowUpRecord,
-    LoggedEvent,
-    ProjectionStatus,
     RunRecord,
     SnapshotRequired,
-    TerminalData,
-    ViewerDelta,
     WorkflowMessageRecord,
 )
 from runledger.domain.values import TERMINAL_STATUSES, Actor
+from runledger.infrastructure.cli.render import (
+    Narrator,
+    actor_label,
+    event_log_table,
+    follow_up_queue_table,
+    follow_up_table,
+    outbox_table,
+    projection_status_table,
+    run_table,
+    short_id,
+    terminal_data_table,
+    viewer_delta_table,
+)
 from runledger.infrastructure.store import WorkflowStore
 
 WORKFLOW_NAME: Final = "code-review"
 WORKFLOW_REF: Final = "code-review@1.4.0"
 REVIEW_INPUT: Final = {"repository": "acme/payments-api", "pull_request": 42}
 TEST_FAILURE: Final = "3 of 120 tests failed (test_refunds.py)"
-SUMMARY_WIDTH: Final = 60
-_LONG_ID: Final = re.compile(
-    r"^(follow-up-|workflow-message-|workflow-turn-|restart-)([0-9a-f]{12,})$"
-)
 
 
 @dataclass(frozen=True)
@@ -61,6 +60,7 @@ class DemoIds:
 
     @classmethod
     def fresh(cls, token: str | None = None) -> DemoIds:
+        """The ids for a new demo, under ``token`` or a random one."""
         token = token or secrets.token_hex(3)
         return cls(
             token=token,
@@ -82,26 +82,6 @@ class DemoResult:
     """The restart's follow-up left pending, which the session outbox releases last."""
 
 
-class Narrator:
-    """Prints the story: numbered section headings and indented steps."""
-
-    def __init__(self, console: Console) -> None:
-        self.console = console
-        self.sections = 0
-
-    def section(self, title: str) -> None:
-        self.sections += 1
-        self.console.print()
-        self.console.rule(Text(f"{self.sections}. {title}", style="bold"), align="left")
-
-    def step(self, text: str) -> None:
-        self.console.print(Padding(Text(text), (0, 0, 0, 2), expand=False))
-
-    def rejected(self, error: WorkflowError) -> None:
-        line = Text.assemble("rejected ", (f"[{error.code}] ", "dim"), (error.message, "red"))
-        self.console.print(Padding(line, (0, 0, 0, 4), expand=False))
-
-
 class DemoScenario:
     """The scenario, one method per section, each using only the public store API."""
 
@@ -115,6 +95,7 @@ class DemoScenario:
         self.entries = 0
 
     def run(self) -> DemoResult:
+        """Play every section in order and return what it created."""
         self.bound_run()
         self.continuation_child()
         self.queued_follow_ups()
@@ -133,13 +114,7 @@ class DemoScenario:
     def bound_run(self) -> None:
         self.say.section("A run bound to a Pi session")
         run_id = self.ids.review_run
-        run = self.store.create_run(
-            run_id,
-            workflow_name=WORKFLOW_NAME,
-            workflow_ref=WORKFLOW_REF,
-            title="Review PR #42",
-            input=REVIEW_INPUT,
-        )
+        run = self.create_review(run_id, "Review PR #42")
         self.say.step(f"created run {run.run_id} ({run.workflow_ref}): {run.status}")
         run = self.store.bind_origin_session(run_id, self.ids.session)
         self.say.step(f"bound to Pi session {run.origin_session_id} ({run.execution_mode})")
@@ -158,13 +133,8 @@ class DemoScenario:
     def continuation_child(self) -> None:
         self.say.section("A continuation child")
         run_id = self.ids.continuation_run
-        run = self.store.create_run(
-            run_id,
-            workflow_name=WORKFLOW_NAME,
-            workflow_ref=WORKFLOW_REF,
-            title="Review PR #42 (approved plan)",
-            input=REVIEW_INPUT,
-            parent_run_id=self.ids.review_run,
+        run = self.create_review(
+            run_id, "Review PR #42 (approved plan)", parent_run_id=self.ids.review_run
         )
         self.say.step(
             f"created {run.run_id}: {run.lineage_kind} of {run.parent_run_id}, "
@@ -180,19 +150,9 @@ class DemoScenario:
         self.say.section("Follow-ups queued against the running child")
         run_id = self.ids.continuation_run
         by_session = self.queue(
-            run_id,
-            request_id=f"session-{self.ids.token}-1",
-            actor=self.session_actor,
-            source="pi-session",
-            prompt="Also check the migration guide for breaking changes.",
+            run_id, "session", "1", "Also check the migration guide for breaking changes."
         )
-        self.queue(
-            run_id,
-            request_id=f"ci-{self.ids.token}-flaky",
-            actor=self.controller,
-            source="ci",
-            prompt="Re-run the flaky refund tests before reporting.",
-        )
+        self.queue(run_id, "ci", "flaky", "Re-run the flaky refund tests before reporting.")
         again = self.store.queue_follow_up(
             run_id,
             request_id=by_session.request_id,
@@ -217,23 +177,16 @@ class DemoScenario:
         except WorkflowError as error:
             self.say.step(f"another session ({self.ids.stranger_session}) tries to queue one:")
             self.say.rejected(error)
-        unwanted = self.queue(
-            run_id,
-            request_id=f"session-{self.ids.token}-2",
-            actor=self.session_actor,
-            source="pi-session",
-            prompt="Translate the review summary into French.",
-        )
+        unwanted = self.queue(run_id, "session", "2", "Translate the review summary into French.")
         removed = self.store.remove_follow_up(
             run_id, unwanted.follow_up_id, actor=Actor("human", "alice"), source="viewer"
         )
         self.say.step(f"human:alice removed #{removed.order}: {removed.state} ({removed.reason})")
         self.queue(
             self.ids.review_run,
-            request_id=f"ci-{self.ids.token}-comment",
-            actor=self.controller,
-            source="ci",
-            prompt="Post the review summary as a PR comment.",
+            "ci",
+            "comment",
+            "Post the review summary as a PR comment.",
             where=f" on the parent {self.ids.review_run}",
         )
 
@@ -276,11 +229,7 @@ class DemoScenario:
     def successful_run(self, run_id: str) -> FollowUpRecord:
         self.say.section("The restart succeeds and delivers its follow-up")
         follow_up = self.queue(
-            run_id,
-            request_id=f"session-{self.ids.token}-3",
-            actor=self.session_actor,
-            source="pi-session",
-            prompt="List the files you changed when you are done.",
+            run_id, "session", "3", "List the files you changed when you are done."
         )
         self.deliver(follow_up_message_id(follow_up.follow_up_id), run_id=run_id)
         try:
@@ -292,10 +241,9 @@ class DemoScenario:
             self.say.rejected(error)
         held = self.queue(
             run_id,
-            request_id=f"ci-{self.ids.token}-issue",
-            actor=self.controller,
-            source="ci",
-            prompt="Open an issue for the flaky refund tests.",
+            "ci",
+            "issue",
+            "Open an issue for the flaky refund tests.",
             where=" (not delivered yet)",
         )
         run = self.store.finish_run(
@@ -328,19 +276,35 @@ class DemoScenario:
 
     # -- helpers --------------------------------------------------------------------------
 
+    def create_review(
+        self, run_id: str, title: str, *, parent_run_id: str | None = None
+    ) -> RunRecord:
+        """Create a run of the code-review workflow on the demo's pull request."""
+        return self.store.create_run(
+            run_id,
+            workflow_name=WORKFLOW_NAME,
+            workflow_ref=WORKFLOW_REF,
+            title=title,
+            input=REVIEW_INPUT,
+            parent_run_id=parent_run_id,
+        )
+
     def queue(
         self,
         run_id: str,
-        *,
-        request_id: str,
-        actor: Actor,
-        source: str,
+        by: Literal["session", "ci"],
+        request: str,
         prompt: str,
+        *,
         where: str = "",
     ) -> FollowUpRecord:
+        """Queue a follow-up for the demo's session as it (or as the CI bot), and say so."""
+        actor, source = (
+            (self.session_actor, "pi-session") if by == "session" else (self.controller, "ci")
+        )
         queued = self.store.queue_follow_up(
             run_id,
-            request_id=request_id,
+            request_id=f"{by}-{self.ids.token}-{request}",
             target_session_id=self.ids.session,
             actor=actor,
             source=source,
@@ -376,6 +340,7 @@ class DemoScenario:
         )
 
     def terminal_message_of(self, run_id: str) -> str:
+        """The id of the terminal message the run's end created."""
         # Run records do not name their terminal message; the run's log does.
         for event in reversed(self.store.event_log(run_id=run_id)):
             if event.wire_name == "run.finished" and event.payload.get("run_id") == run_id:
@@ -386,10 +351,12 @@ class DemoScenario:
         raise RuntimeError(msg)
 
     def follow_up_records(self) -> list[FollowUpRecord]:
+        """Every follow-up the scenario queued, as it stands now."""
         records = (self.store.get_follow_up(i) for i in self.follow_ups)
         return [record for record in records if record is not None]
 
     def require_run(self, run_id: str) -> RunRecord:
+        """The run's record; the scenario created it, so it exists."""
         run = self.store.get_run(run_id)
         if run is None:
             msg = f"Run {run_id} vanished"
@@ -407,6 +374,7 @@ class ReadModelReport:
         self.console = narrator.console
 
     def show(self) -> None:
+        """One section per read model, then the projections' status."""
         self.follow_up_queues()
         self.terminal_data()
         self.viewer_deltas()
@@ -518,308 +486,3 @@ def run_demo(
     console.print(event_log_table(events, width=console.width))
     ReadModelReport(store, narrator, result).show()
     return result
-
-
-# -- tables: also meant for other commands that show runs and logs -------------------------
-
-
-def short_id(identifier: str) -> str:
-    """A long hashed id cut to its prefix and 8 hex digits (``follow-up-c007b7b1``)."""
-    match = _LONG_ID.match(identifier)
-    return f"{match.group(1)}{match.group(2)[:8]}" if match else identifier
-
-
-def short_hex(identifier: str) -> str:
-    """Just the 8 hex digits of a long hashed id (``c007b7b1``), for narrow tables."""
-    match = _LONG_ID.match(identifier)
-    return match.group(2)[:8] if match else identifier
-
-
-def actor_label(actor_type: str, actor_id: str | None) -> str:
-    return actor_type if actor_id is None else f"{actor_type}:{actor_id}"
-
-
-def clip(text: str, width: int = SUMMARY_WIDTH) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= width else flat[: width - 3] + "..."
-
-
-WIDE_LOG: Final = 110
-"""From this console width on, the event log gets a summary column; below it, a second line."""
-
-
-def _table(title: str | None = None, caption: str | None = None) -> Table:
-    return Table(
-        title=title,
-        title_justify="left",
-        caption=caption,
-        caption_justify="left",
-        header_style="bold",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-    )
-
-
-def run_table(runs: Sequence[RunRecord]) -> Table:
-    """Runs with their lineage and status."""
-    table = _table("Runs")
-    table.add_column("run", overflow="fold")
-    table.add_column("lineage")
-    table.add_column("status")
-    table.add_column("restart #", justify="right")
-    table.add_column("session", overflow="fold")
-    for run in runs:
-        table.add_row(
-            short_id(run.run_id),
-            run.lineage_kind or "root",
-            run.status,
-            str(run.restart_number),
-            run.origin_session_id or "-",
-        )
-    return table
-
-
-def follow_up_table(follow_ups: Sequence[FollowUpRecord]) -> Table:
-    """Follow-ups with who queued them and where they ended up."""
-    table = _table("Follow-ups")
-    table.add_column("run", overflow="fold")
-    table.add_column("#", justify="right")
-    table.add_column("queued by", overflow="fold")
-    table.add_column("state")
-    table.add_column("reason", overflow="fold", ratio=1)
-    for follow_up in follow_ups:
-        table.add_row(
-            follow_up.run_id,
-            str(follow_up.order),
-            actor_label(follow_up.actor.type, follow_up.actor.id),
-            follow_up.state,
-            follow_up.reason or "",
-        )
-    return table
-
-
-def event_log_table(events: Sequence[LoggedEvent], *, width: int = WIDE_LOG) -> Table:
-    """Logged events, one row each, with a short summary of the payload.
-
-    On a console narrower than ``WIDE_LOG`` the summary goes on a second line under the
-    event's wire name, so 80 columns stay readable.
-    """
-    wide = width >= WIDE_LOG
-    table = _table(caption="times are UTC; aggregate = first 8 hex digits of its UUID")
-    table.add_column("pos", justify="right", no_wrap=True)
-    table.add_column("time", no_wrap=True)
-    longest = max((len(event.wire_name) for event in events), default=5)
-    if wide:
-        table.add_column("event", no_wrap=True)
-    else:
-        table.add_column("event / summary", overflow="fold", min_width=longest, ratio=1)
-    table.add_column("actor", overflow="fold")
-    table.add_column("aggregate", no_wrap=True)
-    if wide:
-        table.add_column("summary", overflow="fold", ratio=1)
-    for event in events:
-        summary = Text(summarise(event), style="dim")
-        cells = [
-            str(event.position),
-            event.recorded_at.strftime("%H:%M:%S.%f")[:-3],
-            event.wire_name if wide else Text.assemble(event.wire_name, "\n", summary),
-            actor_label(event.actor.type, event.actor.id),
-            event.aggregate_id[:8],
-        ]
-        table.add_row(*cells, *([summary] if wide else []))
-    return table
-
-
-def follow_up_queue_table(queue: FollowUpQueue, *, width: int = WIDE_LOG) -> Table:
-    """A run's follow-up queue in order; delivery is its latest message's status.
-
-    Below ``WIDE_LOG`` columns ids shrink to their 8 hex digits and the source goes under
-    the actor, which leaves the reason room at 80 columns.
-    """
-    wide = width >= WIDE_LOG
-    table = _table(f"Follow-up queue of {short_id(queue.run_id)} (for {queue.origin_session_id})")
-    table.add_column("#", justify="right")
-    table.add_column("follow-up", no_wrap=True)
-    table.add_column("queued by" if wide else "queued by / via", overflow="fold")
-    if wide:
-        table.add_column("source")
-    table.add_column("state")
-    table.add_column("delivery")
-    table.add_column("reason", overflow="fold", ratio=1, min_width=12)
-    for follow_up in queue.follow_ups:
-        actor = actor_label(follow_up.actor.type, follow_up.actor.id)
-        table.add_row(
-            str(follow_up.order),
-            short_id(follow_up.follow_up_id) if wide else short_hex(follow_up.follow_up_id),
-            *(
-                [actor, follow_up.source]
-                if wide
-                else [Text.assemble(actor, "\n", (f"via {follow_up.source}", "dim"))]
-            ),
-            follow_up.state,
-            follow_up.delivery or "-",
-            follow_up.reason or "",
-        )
-    if not queue.follow_ups:
-        table.caption = "no follow-ups"
-    return table
-
-
-def terminal_data_table(data: TerminalData) -> Table:
-    """The eight fields a terminal presentation is built from; JSON values compact."""
-    table = _table(f"Terminal data of {short_id(data.run_id)}")
-    table.add_column("field", no_wrap=True)
-    table.add_column("value", overflow="fold", ratio=1)
-    null = Text("null", style="dim")
-    fields: list[tuple[str, str | Text]] = [
-        ("run_id", data.run_id),
-        ("status", data.status),
-        ("status_detail", null if data.status_detail is None else data.status_detail),
-        ("input", canonical_json(data.input)),
-        ("final_output", canonical_json(data.final_output)),
-        ("error", null if data.error is None else data.error),
-        ("presentation_instructions", data.presentation_instructions),
-        ("restart_number", str(data.restart_number)),
-    ]
-    for name, value in fields:
-        table.add_row(name, value)
-    return table
-
-
-def viewer_delta_table(deltas: Sequence[ViewerDelta], *, width: int = WIDE_LOG) -> Table:
-    """Viewer deltas, one row each: revision, target, op count and the first op paths."""
-    paths = 3 if width >= WIDE_LOG else 2
-    table = _table()
-    table.add_column("rev", justify="right")
-    table.add_column("target", no_wrap=True)
-    table.add_column("ops", justify="right")
-    table.add_column("first op paths", overflow="fold", ratio=1)
-    previous = None
-    for delta in deltas:
-        shown = [str(op.get("path")) for op in delta.patch[:paths]]
-        more = " …" if len(delta.patch) > paths else ""
-        revision = delta.presentation_revision
-        table.add_row(
-            "" if revision == previous else str(revision),
-            f"{delta.target_type}/{delta.target_key}" if delta.target_key else delta.target_type,
-            str(len(delta.patch)),
-            ", ".join(shown) + more,
-        )
-        previous = revision
-    return table
-
-
-def outbox_table(
-    messages: Sequence[WorkflowMessageRecord],
-    *,
-    next_message_id: str | None = None,
-    width: int = WIDE_LOG,
-) -> Table:
-    """A session's workflow messages in session order; the next deliverable is marked.
-
-    Below ``WIDE_LOG`` columns message ids shrink to their 8 hex digits.
-    """
-    wide = width >= WIDE_LOG
-    table = _table()
-    table.add_column("order", justify="right")
-    table.add_column("kind")
-    table.add_column("status")
-    table.add_column("Pi entry", overflow="fold")
-    table.add_column("message", no_wrap=True)
-    table.add_column("")
-    for message in messages:
-        is_next = message.workflow_message_id == next_message_id
-        table.add_row(
-            "-" if message.order is None else str(message.order),
-            message.kind,
-            message.status,
-            message.pi_session_entry_id or "-",
-            (short_id if wide else short_hex)(message.workflow_message_id),
-            Text("<- next", style="bold") if is_next else "",
-        )
-    return table
-
-
-def projection_status_table(statuses: Sequence[ProjectionStatus]) -> Table:
-    """Each read model's version, log position and lag (and last error, if any)."""
-    table = _table()
-    table.add_column("projection")
-    table.add_column("version", justify="right")
-    table.add_column("position", justify="right")
-    table.add_column("lag", justify="right")
-    failing = any(status.last_error for status in statuses)
-    if failing:
-        table.add_column("last error", overflow="fold", ratio=1)
-    for status in statuses:
-        cells = [status.name, str(status.version), str(status.position), str(status.lag)]
-        table.add_row(*cells, *([status.last_error or ""] if failing else []))
-    return table
-
-
-def summarise(event: LoggedEvent) -> str:
-    """A one-line reading of an event's payload."""
-    payload = event.payload
-    describe = _SUMMARIES.get(event.wire_name)
-    text = describe(payload) if describe is not None else _generic(payload)
-    return clip(text)
-
-
-def _text(payload: dict[str, Any], key: str) -> str:
-    value = payload.get(key)
-    return "-" if value is None else short_id(str(value))
-
-
-def _created(p: dict[str, Any]) -> str:
-    lineage = p.get("lineage_kind")
-    origin = "" if lineage is None else f", {lineage} of {_text(p, 'parent_run_id')}"
-    return f"{_text(p, 'workflow_name')} {_text(p, 'status')}{origin}"
-
-
-def _progressed(p: dict[str, Any]) -> str:
-    where = (
-        f"on {_text(p, 'waiting_on')}" if p.get("waiting_on") else f"at {_text(p, 'current_node')}"
-    )
-    detail = f": {p['status_detail']}" if p.get("status_detail") else ""
-    return f"{_text(p, 'status')} {where}{detail}"
-
-
-def _finished(p: dict[str, Any]) -> str:
-    if p.get("error") is not None:
-        return f"{_text(p, 'status')}: {p['error']}"
-    return f"{_text(p, 'status')}: {p.get('final_output')}"
-
-
-_SUMMARIES: Final[dict[str, Callable[[dict[str, Any]], str]]] = {
-    "run.created": _created,
-    "run.session-bound": lambda p: f"{_text(p, 'session_id')} ({_text(p, 'execution_mode')})",
-    "run.progressed": _progressed,
-    "run.paused": lambda p: f"paused: {_text(p, 'status_detail')}",
-    "run.presentation-instructions-set": lambda p: _text(p, "instructions"),
-    "run.follow-up-accepted": lambda p: f"#{_text(p, 'order')} {_text(p, 'follow_up_id')}",
-    "run.finished": _finished,
-    "run.restart-child-created": lambda p: f"child {_text(p, 'child_run_id')}",
-    "follow-up.queued": lambda p: f"#{_text(p, 'order')} {_text(p, 'source')}: {p.get('prompt')}",
-    "follow-up.removed": lambda p: f"by {_text(p, 'source')}: {_text(p, 'reason')}",
-    "follow-up.cancelled": lambda p: f"{_text(p, 'status')}: {_text(p, 'reason')}",
-    "workflow-message.created": lambda p: f"{_text(p, 'kind')} for {_text(p, 'target_session_id')}",
-    "workflow-message.cancelled": lambda p: (
-        f"{_text(p, 'kind')} message of {_text(p, 'source_id')}"
-    ),
-    "workflow-message.sent": lambda p: (
-        f"{_text(p, 'kind')} as Pi entry {_text(p, 'pi_session_entry_id')}"
-    ),
-    "workflow-turn.reserved": lambda p: _text(p, "workflow_turn_id"),
-    "workflow-turn.started": lambda p: _text(p, "workflow_turn_id"),
-    "workflow-turn.ended": lambda p: (
-        f"{_text(p, 'stop_reason')} -> {_text(p, 'response_session_entry_id')}"
-    ),
-}
-
-
-def _generic(payload: dict[str, Any]) -> str:
-    scalars = (
-        f"{key}={short_id(str(value))}"
-        for key, value in payload.items()
-        if key != "run_id" and isinstance(value, str | int | float | bool)
-    )
-    return " ".join(scalars)

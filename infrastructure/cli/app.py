@@ -1,0 +1,162 @@
+"""The ``runledger`` command line: the typer ``app`` and its thin commands.
+
+Each command hands its store to the module that does the work (``demo_story``, ``operations``,
+``bench_report``), which never imports this one. A command group (``projections
+status|rebuild|run``) is a ``typer.Typer`` of its own, added here with
+``app.add_typer(group, name="projections")``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Annotated, ParamSpec, TypeVar
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from runledger.domain.errors import WorkflowError
+from runledger.infrastructure.cli.bench_report import print_bench, run_bench
+from runledger.infrastructure.cli.demo_story import run_demo
+from runledger.infrastructure.cli.operations import print_status, rebuild, run_worker
+from runledger.infrastructure.runtime import open_runtime, resolve_url
+from runledger.infrastructure.store import open_store
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+app = typer.Typer(
+    name="runledger",
+    help="Durable, event-sourced state for AI-agent workflow runs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+UrlOption = Annotated[
+    str | None,
+    typer.Option(
+        "--url",
+        help="Store URL: sqlite:///file.db, postgresql://..., memory://. "
+        "Default: $RUNLEDGER_URL, else sqlite:///runledger.db.",
+        show_default=False,
+    ),
+]
+
+
+@app.callback()
+def runledger() -> None:
+    """Durable, event-sourced state for AI-agent workflow runs."""
+    # A callback keeps ``runledger demo`` a sub-command even while it is the only command.
+
+
+def console() -> Console:
+    """The console commands print to (no highlighting: ids are not numbers)."""
+    return Console(highlight=False)
+
+
+def reports_workflow_errors(command: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Have a command report a ``WorkflowError`` on stderr and exit with code 1."""
+
+    # A rejected input (a bad URL, an unknown projection) is the user's to fix: one line with
+    # its code, never a traceback.
+    @functools.wraps(command)
+    def reporting(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return command(*args, **kwargs)
+        except WorkflowError as error:
+            line = Text.assemble(("error ", "bold red"), (f"[{error.code}] ", "dim"), error.message)
+            Console(stderr=True, highlight=False).print(line)
+            raise typer.Exit(code=1) from error
+
+    return reporting
+
+
+@app.command()
+@reports_workflow_errors
+def demo(url: UrlOption = None) -> None:
+    """Play a realistic scenario through every command and print one run's event log."""
+    out = console()
+    resolved = resolve_url(url)
+    with open_store(resolved) as store:
+        run_demo(store, out, url=resolved)
+
+
+projections_app = typer.Typer(
+    help="Inspect, rebuild and follow the read models.", no_args_is_help=True
+)
+app.add_typer(projections_app, name="projections")
+
+
+@projections_app.command("status")
+@reports_workflow_errors
+def projections_status(
+    url: UrlOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
+) -> None:
+    """Each projection's name, version, position, lag behind the log and last error."""
+    with open_runtime(resolve_url(url), embedded_projections=False) as runtime:
+        print_status(runtime, console(), as_json=as_json)
+
+
+@projections_app.command("rebuild")
+@reports_workflow_errors
+def projections_rebuild(
+    name: Annotated[str | None, typer.Argument(help="Projection to rebuild.")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Rebuild every projection.")] = False,
+    url: UrlOption = None,
+) -> None:
+    """Drop a projection's view and replay the whole event log into it."""
+    if (name is None) == (not all_):
+        raise typer.BadParameter("name one projection, or pass --all")
+    with open_runtime(resolve_url(url), embedded_projections=False) as runtime:
+        names = runtime.projection_names() if all_ else [name or ""]
+        for chosen in names:
+            runtime.projector.runner(chosen)
+        read, seconds = rebuild(runtime, names, Console(stderr=True))
+        rate = read / seconds if seconds > 0 else 0.0
+        summary = f"{read} events in {seconds:.2f}s ({rate:,.0f} events/s)"
+        console().print(f"rebuilt {', '.join(names)}: {summary}")
+
+
+@projections_app.command("run")
+@reports_workflow_errors
+def projections_run(
+    url: UrlOption = None,
+    poll: Annotated[
+        float, typer.Option("--poll", help="Seconds between polls (a safety net on PostgreSQL).")
+    ] = 0.5,
+) -> None:
+    """Follow the log and keep every projection current until SIGINT or SIGTERM."""
+    with open_runtime(resolve_url(url), embedded_projections=False) as runtime:
+        run_worker(runtime, console(), poll_seconds=poll)
+
+
+@app.command()
+@reports_workflow_errors
+def bench(
+    url: UrlOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    events: Annotated[
+        int, typer.Option("--events", help="Size of the generated history for P3.")
+    ] = 200_000,
+    seconds: Annotated[
+        float, typer.Option("--seconds", help="Duration of each throughput measurement.")
+    ] = 5.0,
+    only: Annotated[
+        str, typer.Option("--only", help="Comma-separated measurements to run, e.g. P3,P4.")
+    ] = "",
+    quick: Annotated[
+        bool, typer.Option("--quick", help="Small fixed workloads: a smoke run, not a measure.")
+    ] = False,
+) -> None:
+    """Measure P1-P6 next to raw baselines on the URL's backend, in scratch databases."""
+    chosen = [item.strip() for item in only.split(",") if item.strip()]
+    results = run_bench(resolve_url(url), events=events, seconds=seconds, only=chosen, quick=quick)
+    print_bench(results, console(), as_json=as_json)
+
+
+def main() -> None:
+    """The console script ``runledger``."""
+    app()
