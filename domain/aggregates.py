@@ -46,6 +46,10 @@ class Aggregates(ABC):
     def follow_ups_of(self, run_id: str) -> Iterator[FollowUp]:
         """The follow-ups queued on the run, in the order they were queued."""
 
+    @abstractmethod
+    def messages_of_source(self, source_id: str) -> Iterator[WorkflowMessage]:
+        """The workflow messages created for a source id (any kind), oldest first."""
+
     def find_run(self, run_id: str) -> Run | None:
         """The run with that id, or None."""
         return self.get(Run, run_aggregate_id(run_id))
@@ -101,6 +105,15 @@ class AggregateSet(Aggregates):
             if isinstance(aggregate, FollowUp) and aggregate.run_id == run_id
         ]
         return iter(sorted(follow_ups, key=lambda follow_up: follow_up.order))
+
+    def messages_of_source(self, source_id: str) -> Iterator[WorkflowMessage]:
+        return iter(
+            [
+                aggregate
+                for aggregate in self._aggregates.values()
+                if isinstance(aggregate, WorkflowMessage) and aggregate.source_id == source_id
+            ]
+        )
 
     def __iter__(self) -> Iterator[BaseAggregate[UUID]]:
         return iter(list(self._aggregates.values()))

@@ -67,6 +67,7 @@ from runledger.domain.values import (
     ExecutionMode,
     HostMessageKind,
     JsonValue,
+    MessageKind,
     ProgressStatus,
     StopReason,
     TerminalStatus,
@@ -116,10 +117,17 @@ class UnitOfWork(Aggregates):
         return [a for a in self._aggregates.values() if a is not None and a.pending_events]
 
     def follow_ups_of(self, run_id: str) -> Iterator[FollowUp]:
-        for aggregate_id in self.app.storage.originator_ids_by_key(follow_ups_of_run_key(run_id)):
-            follow_up = self.get(FollowUp, aggregate_id)
-            if follow_up is not None:
-                yield follow_up
+        return self._indexed(FollowUp, follow_ups_of_run_key(run_id))
+
+    def messages_of_source(self, source_id: str) -> Iterator[WorkflowMessage]:
+        # Looked up again on every attempt, so a retry also sees messages created since.
+        return self._indexed(WorkflowMessage, source_id)
+
+    def _indexed(self, cls: type[A], lookup_key: str) -> Iterator[A]:
+        for aggregate_id in self.app.storage.originator_ids_by_key(lookup_key):
+            found = self.get(cls, aggregate_id)
+            if found is not None:
+                yield found
 
 
 class WorkflowRuns(Application[UUID]):
@@ -435,20 +443,13 @@ class WorkflowRuns(Application[UUID]):
 
         return self.execute(command)
 
-    def cancel_pending_for_source(self, source_id: str, *, kind: str | None = None) -> int:
+    def cancel_pending_for_source(self, source_id: str, *, kind: MessageKind | None = None) -> int:
         """Cancel every pending message of a source (and kind); returns how many."""
 
         def command(unit: UnitOfWork) -> int:
-            cancelled = 0
-            # Looked up again on every attempt, so a retry also sees messages created since.
-            for aggregate_id in self.storage.originator_ids_by_key(source_id):
-                message = unit.get(WorkflowMessage, aggregate_id)
-                if message is None or message.source_id != source_id:
-                    continue
-                if kind is not None and message.kind != kind:
-                    continue
-                cancelled += message.cancel_if_pending(actor=HOST, now=unit.now)
-            return cancelled
+            return outbox.cancel_pending_for_source(
+                unit, source_id, kind=kind, actor=HOST, now=unit.now
+            )
 
         return self.execute(command)
 

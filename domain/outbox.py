@@ -21,7 +21,7 @@ from runledger.domain.follow_ups import FollowUp, follow_up_aggregate_id
 from runledger.domain.ids import default_turn_id, follow_up_id_for, follow_up_message_id
 from runledger.domain.runs import Run
 from runledger.domain.turn_reservations import TurnReservation, turn_aggregate_id
-from runledger.domain.values import Actor, HostMessageKind
+from runledger.domain.values import Actor, HostMessageKind, MessageKind
 from runledger.domain.workflow_messages import (
     WorkflowMessage,
     follow_up_content,
@@ -178,6 +178,22 @@ def create_host_message(
         now=now,
     )
     return aggregates.add(message)
+
+
+def cancel_pending_for_source(
+    aggregates: Aggregates,
+    source_id: str,
+    *,
+    kind: MessageKind | None,
+    actor: Actor,
+    now: datetime,
+) -> int:
+    """Upstream cancelPendingForSource: sent and cancelled messages stay; returns how many."""
+    cancelled = 0
+    for message in aggregates.messages_of_source(source_id):
+        if kind is None or message.kind == kind:
+            cancelled += message.cancel_if_pending(actor=actor, now=now)
+    return cancelled
 
 
 def adopt_branch(
