@@ -82,14 +82,19 @@ class Aggregates(ABC):
 
 
 class AggregateSet(Aggregates):
-    """Aggregates held in memory, with no store behind them."""
+    """Aggregates held in memory, with no store behind them.
 
-    def __init__(self, aggregates: Iterable[BaseAggregate[UUID]] = ()) -> None:
+    ``stored`` plays the store: an aggregate joins the set when it is first read, as in a
+    unit of work, so the set's order (the save order) is the order a command reaches them.
+    """
+
+    def __init__(self, stored: Iterable[BaseAggregate[UUID]] = ()) -> None:
+        self._stored = {aggregate.id: aggregate for aggregate in stored}
         self._aggregates: dict[UUID, BaseAggregate[UUID]] = {}
-        for aggregate in aggregates:
-            self.add(aggregate)
 
     def get(self, cls: type[A], aggregate_id: UUID) -> A | None:
+        if aggregate_id not in self._aggregates and aggregate_id in self._stored:
+            self._aggregates[aggregate_id] = self._stored[aggregate_id]
         found = self._aggregates.get(aggregate_id)
         return found if isinstance(found, cls) else None
 
@@ -99,23 +104,26 @@ class AggregateSet(Aggregates):
         return aggregate
 
     def follow_ups_of(self, run_id: str) -> Iterator[FollowUp]:
-        follow_ups = [
-            aggregate
-            for aggregate in self._aggregates.values()
-            if isinstance(aggregate, FollowUp) and aggregate.run_id == run_id
-        ]
-        return iter(sorted(follow_ups, key=lambda follow_up: follow_up.order))
+        found = [a for a in self._everything(FollowUp) if a.run_id == run_id]
+        return self._read(FollowUp, sorted(found, key=lambda follow_up: follow_up.order))
 
     def messages_of_source(self, source_id: str) -> Iterator[WorkflowMessage]:
-        return iter(
-            [
-                aggregate
-                for aggregate in self._aggregates.values()
-                if isinstance(aggregate, WorkflowMessage) and aggregate.source_id == source_id
-            ]
-        )
+        found = [a for a in self._everything(WorkflowMessage) if a.source_id == source_id]
+        return self._read(WorkflowMessage, found)
+
+    def _everything(self, cls: type[A]) -> list[A]:
+        every = {**self._stored, **self._aggregates}.values()
+        return [aggregate for aggregate in every if isinstance(aggregate, cls)]
+
+    def _read(self, cls: type[A], found: list[A]) -> Iterator[A]:
+        # One at a time, as the unit of work reads an index: each joins the set when reached.
+        for aggregate in found:
+            read = self.get(cls, aggregate.id)
+            if read is not None:
+                yield read
 
     def __iter__(self) -> Iterator[BaseAggregate[UUID]]:
+        """The aggregates read or added, in that order."""
         return iter(list(self._aggregates.values()))
 
     def collect_events(self) -> list[CanMutateAggregate[UUID]]:
