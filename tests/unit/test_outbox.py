@@ -10,6 +10,7 @@ from runledger.domain.errors import (
     RunNotAcceptingChangesError,
     SentFollowUpRemovalError,
 )
+from runledger.domain.follow_ups import FollowUp
 from runledger.domain.ids import follow_up_id_for
 from runledger.domain.outbox import Queued, queue_follow_up, remove_follow_up
 from runledger.domain.values import Actor
@@ -105,4 +106,5 @@ def test_a_follow_up_whose_message_was_sent_cannot_be_removed() -> None:
 def test_removing_again_answers_with_the_removal_without_an_authority_check() -> None:
     outcome = when_removing(created(), queued("run-1", "a"), removing(), actor=Actor("host"))
     outcome.then([])
+    assert isinstance(outcome.result, FollowUp)
     assert outcome.result.state == "removed"

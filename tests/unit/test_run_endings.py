@@ -16,7 +16,7 @@ from runledger.domain.ids import follow_up_id_for, follow_up_message_id
 from runledger.domain.outbox import remove_follow_up
 from runledger.domain.run_endings import finish_run, interrupt_run
 from runledger.domain.values import HOST, Actor
-from tests.support.specification import Then, given_events, history_of
+from tests.support.specification import GivenEvent, Then, given_events, history_of
 from tests.support.steps import (
     LATER,
     SESSION,
@@ -174,7 +174,7 @@ def test_a_follow_up_whose_message_was_sent_is_not_cancelled() -> None:
 
 def test_a_message_given_as_sent_keeps_its_follow_up_from_the_cascade() -> None:
     follow_up = follow_up_id("run-1", "a")
-    history = [
+    history: list[GivenEvent] = [
         *history_of(created(), queued("run-1", "a")),
         (
             "workflow-message.sent",
