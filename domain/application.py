@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Final, TypeVar
 from uuid import UUID
@@ -34,32 +34,9 @@ from eventsourcing.persistence import (
 from eventsourcing.popo import POPOFactory
 from eventsourcing.utils import Environment
 
-from runledger.domain.errors import (
-    BranchWrongSessionError,
-    ConcurrencyError,
-    FollowUpNotFoundError,
-    InvalidBranchEntryError,
-    InvalidMessageIdentityError,
-    InvalidMessageKindError,
-    InvalidPageError,
-    InvalidRunFieldError,
-    InvalidTurnIdError,
-    MessageNotFoundError,
-    NotOriginSessionError,
-    ParentRunMissingError,
-    RepeatedTerminalOutcomeError,
-    RestartRequiresTurnError,
-    RunAlreadyExistsError,
-    RunHasNoOriginSessionError,
-    RunMissingError,
-    RunNotFoundError,
-    SentFollowUpRemovalError,
-    StaleTerminalResultError,
-    StaleTerminalTurnError,
-    TurnIdentityConflictError,
-    TurnNotFoundError,
-    UnknownBranchMessageError,
-)
+from runledger.domain import lineage, outbox, restarts, run_endings
+from runledger.domain.aggregates import Aggregates
+from runledger.domain.errors import ConcurrencyError, InvalidPageError, RunNotFoundError
 from runledger.domain.follow_ups import (
     FollowUp,
     check_prompt,
@@ -68,17 +45,9 @@ from runledger.domain.follow_ups import (
     follow_up_aggregate_id,
     follow_ups_of_run_key,
 )
-from runledger.domain.ids import (
-    default_turn_id,
-    follow_up_id_for,
-    restart_run_id,
-    terminal_message_id,
-    workflow_message_id_for,
-)
-from runledger.domain.outbox import accept_follow_up, terminal_message
+from runledger.domain.ids import workflow_message_id_for
 from runledger.domain.ports import EventStorage
 from runledger.domain.records import (
-    ActorRecord,
     FollowUpRecord,
     LoggedEvent,
     QueuedFollowUp,
@@ -87,22 +56,26 @@ from runledger.domain.records import (
     TurnRecord,
     WorkflowMessageRecord,
 )
-from runledger.domain.runs import Run, check_run_id, run_aggregate_id
+from runledger.domain.runs import Run, check_interruption_reason, check_run_id, run_aggregate_id
 from runledger.domain.serialisation import LedgerMapper
-from runledger.domain.turn_reservations import TurnReservation, turn_aggregate_id
+from runledger.domain.turn_reservations import TurnReservation, check_turn_id, turn_aggregate_id
 from runledger.domain.values import (
-    BAD_END_STATUSES,
-    CHANGEABLE_STATUSES,
-    HOST_MESSAGE_KINDS,
+    HOST,
     INTERRUPTED_REASON,
-    PROGRESS_STATUSES,
     SYSTEM,
     Actor,
+    ExecutionMode,
+    HostMessageKind,
     JsonValue,
+    MessageKind,
+    ProgressStatus,
+    StopReason,
+    TerminalStatus,
 )
 from runledger.domain.workflow_messages import (
     WorkflowMessage,
-    check_content,
+    branch_entries,
+    check_host_message,
     message_aggregate_id,
 )
 
@@ -110,8 +83,6 @@ Clock = Callable[[], datetime]
 A = TypeVar("A", bound=BaseAggregate[UUID])
 T = TypeVar("T")
 
-HOST: Final = Actor("host")
-MAX_LINEAGE_DEPTH: Final = 100
 _EVENT_ENVELOPE: Final = frozenset(
     {"originator_id", "originator_version", "timestamp", "originator_topic", "actor"}
 )
@@ -121,7 +92,7 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-class UnitOfWork:
+class UnitOfWork(Aggregates):
     """The aggregates one attempt of a command has loaded or created, loaded at most once."""
 
     def __init__(self, app: WorkflowRuns, now: datetime) -> None:
@@ -145,52 +116,18 @@ class UnitOfWork:
     def changed(self) -> list[BaseAggregate[UUID]]:
         return [a for a in self._aggregates.values() if a is not None and a.pending_events]
 
-    # One typed getter per aggregate, mapping "not found" to the domain's error.
+    def follow_ups_of(self, run_id: str) -> Iterator[FollowUp]:
+        return self._indexed(FollowUp, follow_ups_of_run_key(run_id))
 
-    def run(self, run_id: object, missing: Callable[[object], Exception] = RunMissingError) -> Run:
-        run = self.get(Run, run_aggregate_id(run_id)) if isinstance(run_id, str) else None
-        if run is None:
-            raise missing(run_id)
-        return run
+    def messages_of_source(self, source_id: str) -> Iterator[WorkflowMessage]:
+        # Looked up again on every attempt, so a retry also sees messages created since.
+        return self._indexed(WorkflowMessage, source_id)
 
-    def follow_up(self, follow_up_id: object) -> FollowUp:
-        found = (
-            self.get(FollowUp, follow_up_aggregate_id(follow_up_id))
-            if isinstance(follow_up_id, str)
-            else None
-        )
-        if found is None:
-            raise FollowUpNotFoundError(follow_up_id)
-        return found
-
-    def message(self, workflow_message_id: object) -> WorkflowMessage:
-        found = (
-            self.get(WorkflowMessage, message_aggregate_id(workflow_message_id))
-            if isinstance(workflow_message_id, str)
-            else None
-        )
-        if found is None:
-            raise MessageNotFoundError(workflow_message_id)
-        return found
-
-    def reservation(self, workflow_turn_id: object) -> TurnReservation:
-        found = (
-            self.get(TurnReservation, turn_aggregate_id(workflow_turn_id))
-            if isinstance(workflow_turn_id, str)
-            else None
-        )
-        if found is None:
-            raise TurnNotFoundError(workflow_turn_id)
-        return found
-
-    def ancestors(self, run: Run) -> list[Run]:
-        """The run's ancestors via parent_run_id, nearest first."""
-        chain: list[Run] = []
-        current = run
-        while current.parent_run_id is not None and len(chain) < MAX_LINEAGE_DEPTH:
-            current = self.run(current.parent_run_id)
-            chain.append(current)
-        return chain
+    def _indexed(self, cls: type[A], lookup_key: str) -> Iterator[A]:
+        for aggregate_id in self.app.storage.originator_ids_by_key(lookup_key):
+            found = self.get(cls, aggregate_id)
+            if found is not None:
+                yield found
 
 
 class WorkflowRuns(Application[UUID]):
@@ -279,39 +216,30 @@ class WorkflowRuns(Application[UUID]):
         workflow_ref: str | None = None,
         title: str | None = None,
         parent_run_id: str | None = None,
-        status: str = "running",
+        status: ProgressStatus = "running",
     ) -> RunRecord:
         """Create a root run, or a continuation child of ``parent_run_id``."""
         check_run_id(run_id)
 
         def command(unit: UnitOfWork) -> RunRecord:
-            existing = unit.get(Run, run_aggregate_id(run_id))
-            if existing is not None:
-                raise RunAlreadyExistsError(run_id)
-            if status not in PROGRESS_STATUSES:
-                raise InvalidRunFieldError("status", "running or waiting")
-            parent = None
-            if parent_run_id is not None:
-                parent = unit.run(parent_run_id, missing=ParentRunMissingError)
-            run = Run.create(
+            run = lineage.create_run(
+                unit,
                 run_id,
                 workflow_name=workflow_name,
                 input=input,
                 workflow_ref=workflow_ref,
                 title=title,
+                parent_run_id=parent_run_id,
                 status=status,
-                parent=parent,
-                lineage_kind=None if parent is None else "continuation",
-                parent_terminal_fingerprint=None,
                 actor=HOST,
                 now=unit.now,
             )
-            return unit.add(run).to_record()
+            return run.to_record()
 
         return self.execute(command)
 
     def bind_origin_session(
-        self, run_id: str, session_id: str, *, execution_mode: str = "interactive"
+        self, run_id: str, session_id: str, *, execution_mode: ExecutionMode = "interactive"
     ) -> RunRecord:
         """Bind the run to its origin Pi session; the first binding wins."""
 
@@ -326,7 +254,7 @@ class WorkflowRuns(Application[UUID]):
         self,
         run_id: str,
         *,
-        status: str,
+        status: ProgressStatus,
         current_node: str | None = None,
         current_attempt_id: str | None = None,
         waiting_on: str | None = None,
@@ -350,6 +278,8 @@ class WorkflowRuns(Application[UUID]):
         return self.execute(command)
 
     def pause_run(self, run_id: str, *, status_detail: str | None = None) -> RunRecord:
+        """Pause the run, with an optional status detail; its status stays as it is."""
+
         def command(unit: UnitOfWork) -> RunRecord:
             run = unit.run(run_id)
             run.pause(status_detail=status_detail, actor=HOST, now=unit.now)
@@ -358,6 +288,8 @@ class WorkflowRuns(Application[UUID]):
         return self.execute(command)
 
     def resume_run(self, run_id: str) -> RunRecord:
+        """Resume a paused run."""
+
         def command(unit: UnitOfWork) -> RunRecord:
             run = unit.run(run_id)
             run.resume(actor=HOST, now=unit.now)
@@ -366,6 +298,8 @@ class WorkflowRuns(Application[UUID]):
         return self.execute(command)
 
     def set_presentation_instructions(self, run_id: str, instructions: str) -> RunRecord:
+        """Set how the run's terminal result is presented; they cannot change once set."""
+
         def command(unit: UnitOfWork) -> RunRecord:
             run = unit.run(run_id)
             run.set_presentation_instructions(instructions, actor=HOST, now=unit.now)
@@ -377,7 +311,7 @@ class WorkflowRuns(Application[UUID]):
         self,
         run_id: str,
         *,
-        status: str,
+        status: TerminalStatus,
         final_output: JsonValue = None,
         error: str | None = None,
         status_detail: str | None = None,
@@ -386,20 +320,15 @@ class WorkflowRuns(Application[UUID]):
 
         def command(unit: UnitOfWork) -> RunRecord:
             run = unit.run(run_id)
-            Run.check_finish_status(status)
-            run.check_not_ended()
-            if error is not None and not isinstance(error, str):
-                raise InvalidRunFieldError("error", "text or None")
-            if status_detail is not None and not isinstance(status_detail, str):
-                raise InvalidRunFieldError("status_detail", "text or None")
-            self._end_run(
+            run_endings.finish_run(
                 unit,
                 run,
                 status=status,
                 final_output=final_output,
                 error=error,
                 status_detail=status_detail,
-                interrupted=False,
+                actor=HOST,
+                now=unit.now,
             )
             return run.to_record()
 
@@ -407,101 +336,14 @@ class WorkflowRuns(Application[UUID]):
 
     def interrupt_run(self, run_id: str, reason: str = INTERRUPTED_REASON) -> RunRecord:
         """Fail a running run because its host stopped; any other run is left as it is."""
-        if not isinstance(reason, str) or not reason.strip():
-            raise InvalidRunFieldError("interruption reason", "a non-empty string")
+        check_interruption_reason(reason)
 
         def command(unit: UnitOfWork) -> RunRecord:
             run = unit.run(run_id)
-            if run.status == "running":
-                self._end_run(
-                    unit,
-                    run,
-                    status="failed",
-                    final_output=None,
-                    error=reason,
-                    status_detail=None,
-                    interrupted=True,
-                )
+            run_endings.interrupt_run(unit, run, reason, actor=HOST, now=unit.now)
             return run.to_record()
 
         return self.execute(command)
-
-    def _end_run(
-        self,
-        unit: UnitOfWork,
-        run: Run,
-        *,
-        status: str,
-        final_output: JsonValue,
-        error: str | None,
-        status_detail: str | None,
-        interrupted: bool,
-    ) -> None:
-        fingerprint = run.fingerprint_for(status, final_output, error, status_detail)
-        message_id = (
-            terminal_message_id(run.run_id, fingerprint) if run.presents_terminal_message else None
-        )
-        run.finish(
-            status=status,
-            final_output=final_output,
-            error=error,
-            status_detail=status_detail,
-            interrupted=interrupted,
-            terminal_message_id=message_id,
-            actor=HOST,
-            now=unit.now,
-        )
-        if status in BAD_END_STATUSES:
-            self._cancel_follow_ups_after_bad_end(unit, run)
-        if run.terminal_message_id is not None:
-            # Only a run that gets a presentation message needs its ancestors' outcomes.
-            message = terminal_message(
-                run, list(reversed(unit.ancestors(run))), actor=HOST, now=unit.now
-            )
-            if message is not None:
-                unit.add(message)
-
-    def _cancel_follow_ups_after_bad_end(self, unit: UnitOfWork, ended: Run) -> None:
-        """Upstream §4.6 with DESIGN decisions 1-2: this run and its continuation ancestors.
-
-        A restart child's failure leaves its parent's follow-ups alone, and a follow-up whose
-        message already reached the session is not cancelled after the fact.
-        """
-        reason = (
-            ended.error if ended.error is not None else f"Workflow ended with status {ended.status}"
-        )
-        chain = [ended]
-        current = ended
-        while current.lineage_kind == "continuation" and current.parent_run_id is not None:
-            current = unit.run(current.parent_run_id)
-            chain.append(current)
-        for ancestor in chain[1:]:
-            if ancestor.status in CHANGEABLE_STATUSES:
-                # An ancestor that still takes follow-ups gets an event, so its version orders
-                # this end against every queue on it, as the ended run's own version does.
-                ancestor.record_continuation_ended(
-                    ended.run_id, status=ended.status, actor=SYSTEM, now=unit.now
-                )
-        for run in chain:
-            # The Run's version orders this against every queue on it, so the index lists
-            # every follow-up accepted before this end (a racing queue conflicts and retries).
-            for aggregate_id in self.storage.originator_ids_by_key(
-                follow_ups_of_run_key(run.run_id)
-            ):
-                follow_up = unit.get(FollowUp, aggregate_id)
-                if follow_up is None or follow_up.state != "queued":
-                    continue
-                message = unit.message(follow_up.workflow_message_id)
-                if message.status == "sent":
-                    continue
-                follow_up.cancel(
-                    ended_run_id=ended.run_id,
-                    status=ended.status,
-                    reason=reason,
-                    actor=SYSTEM,
-                    now=unit.now,
-                )
-                message.cancel_if_pending(actor=SYSTEM, now=unit.now)
 
     def restart_run(
         self,
@@ -515,54 +357,15 @@ class WorkflowRuns(Application[UUID]):
 
         def command(unit: UnitOfWork) -> RestartReceipt:
             source = unit.run(source_run_id, missing=RunNotFoundError)
-            source.check_restartable_by(session_id)
-            if source.terminal_message_id != workflow_message_id:
-                raise StaleTerminalResultError()
-            message = unit.message(workflow_message_id)
-            if message.target_session_id != session_id or message.status != "sent":
-                raise StaleTerminalResultError()
-            turn_id = message.latest_turn_id
-            if turn_id is None:
-                raise RestartRequiresTurnError()
-            if workflow_turn_id is not None and workflow_turn_id != turn_id:
-                raise StaleTerminalTurnError()
-            if source.restart_child_id is not None:
-                child = unit.run(source.restart_child_id)
-                return _receipt(child, adopted=True)
-            fingerprint = source.terminal_fingerprint
-            if any(
-                run.parent_terminal_fingerprint == fingerprint
-                for run in (source, *unit.ancestors(source))
-            ):
-                raise RepeatedTerminalOutcomeError()
-            child_id = restart_run_id(workflow_message_id)
-            if unit.get(Run, run_aggregate_id(child_id)) is not None:
-                raise RunAlreadyExistsError(child_id)
-            actor = Actor("session", session_id)
-            child = unit.add(
-                Run.create(
-                    child_id,
-                    workflow_name=source.workflow_name,
-                    input=source.input,
-                    workflow_ref=source.workflow_ref,
-                    title=source.title,
-                    status="queued",
-                    parent=source,
-                    lineage_kind="restart",
-                    parent_terminal_fingerprint=fingerprint,
-                    actor=actor,
-                    now=unit.now,
-                )
-            )
-            child.bind_origin_session(session_id, "interactive", actor=actor, now=unit.now)
-            source.record_restart_child(
-                child_id,
+            child, adopted = restarts.restart_run(
+                unit,
+                source,
+                session_id=session_id,
                 workflow_message_id=workflow_message_id,
-                workflow_turn_id=turn_id,
-                actor=actor,
+                workflow_turn_id=workflow_turn_id,
                 now=unit.now,
             )
-            return _receipt(child, adopted=False)
+            return child.to_restart_receipt(adopted=adopted)
 
         return self.execute(command)
 
@@ -585,27 +388,9 @@ class WorkflowRuns(Application[UUID]):
         requester = Actor.coerce(actor)
 
         def command(unit: UnitOfWork) -> QueuedFollowUp:
-            if not isinstance(run_id, str):
-                raise RunMissingError(run_id)
-            follow_up_id = follow_up_id_for(run_id, request_id)
-            prior = unit.get(FollowUp, follow_up_aggregate_id(follow_up_id))
-            if prior is not None:
-                # Adoption comes before the status check: a retry after the run ended
-                # still gets its original answer, whatever has happened to it since.
-                prior.check_same_request(
-                    target_session_id=target_session_id,
-                    actor=requester,
-                    source=source,
-                    prompt=prompt,
-                )
-                return QueuedFollowUp(follow_up=prior.to_record(), adopted=True)
-            run = unit.run(run_id)
-            run.check_accepts_changes()
-            if run.origin_session_id is None or run.origin_session_id != target_session_id:
-                raise NotOriginSessionError()
-            follow_up, message = accept_follow_up(
-                run,
-                follow_up_id,
+            follow_up, adopted = outbox.queue_follow_up(
+                unit,
+                run_id,
                 request_id=request_id,
                 target_session_id=target_session_id,
                 actor=requester,
@@ -613,9 +398,7 @@ class WorkflowRuns(Application[UUID]):
                 prompt=prompt,
                 now=unit.now,
             )
-            unit.add(follow_up)
-            unit.add(message)
-            return QueuedFollowUp(follow_up=follow_up.to_record(), adopted=False)
+            return QueuedFollowUp(follow_up=follow_up.to_record(), adopted=adopted)
 
         return self.execute(command)
 
@@ -627,16 +410,9 @@ class WorkflowRuns(Application[UUID]):
         requester = Actor.coerce(actor)
 
         def command(unit: UnitOfWork) -> FollowUpRecord:
-            follow_up = unit.follow_up(follow_up_id)
-            follow_up.check_part_of(run_id)
-            if follow_up.state == "removed":
-                return follow_up.to_record()
-            follow_up.check_removable_by(requester, source)
-            message = unit.message(follow_up.workflow_message_id)
-            if message.status == "sent":
-                raise SentFollowUpRemovalError()
-            follow_up.remove(actor=requester, source=source, now=unit.now)
-            message.cancel_if_pending(actor=requester, now=unit.now)
+            follow_up = outbox.remove_follow_up(
+                unit, run_id, follow_up_id, actor=requester, source=source, now=unit.now
+            )
             return follow_up.to_record()
 
         return self.execute(command)
@@ -647,62 +423,39 @@ class WorkflowRuns(Application[UUID]):
         self,
         run_id: str,
         *,
-        kind: str,
+        kind: HostMessageKind,
         source_id: str,
         idempotency_key: str,
         content: dict[str, Any],
     ) -> WorkflowMessageRecord:
         """Create a host message (step, decision, notification) for the run's origin session."""
-        if kind not in HOST_MESSAGE_KINDS:
-            raise InvalidMessageKindError(kind, ", ".join(HOST_MESSAGE_KINDS))
-        for name, value in (("source ID", source_id), ("idempotency key", idempotency_key)):
-            if not isinstance(value, str) or not value:
-                raise InvalidMessageIdentityError(name)
-        checked = check_content(kind, content)
-        message_id = workflow_message_id_for(kind, source_id, idempotency_key)
+        host_kind, source, key, checked = check_host_message(
+            kind, source_id, idempotency_key, content
+        )
+        message_id = workflow_message_id_for(host_kind, source, key)
 
         def command(unit: UnitOfWork) -> WorkflowMessageRecord:
-            run = unit.run(run_id)
-            if run.origin_session_id is None:
-                raise RunHasNoOriginSessionError(run_id)
-            existing = unit.get(WorkflowMessage, message_aggregate_id(message_id))
-            if existing is not None:
-                existing.check_same_creation(
-                    run_id=run_id,
-                    target_session_id=run.origin_session_id,
-                    kind=kind,
-                    source_id=source_id,
-                    content=checked,
-                )
-                return existing.to_record()
-            message = WorkflowMessage.create(
+            message = outbox.create_host_message(
+                unit,
+                run_id,
                 message_id,
-                run_id=run_id,
-                target_session_id=run.origin_session_id,
-                kind=kind,
-                source_id=source_id,
+                kind=host_kind,
+                source_id=source,
                 content=checked,
                 actor=HOST,
                 now=unit.now,
             )
-            return unit.add(message).to_record()
+            return message.to_record()
 
         return self.execute(command)
 
-    def cancel_pending_for_source(self, source_id: str, *, kind: str | None = None) -> int:
+    def cancel_pending_for_source(self, source_id: str, *, kind: MessageKind | None = None) -> int:
         """Cancel every pending message of a source (and kind); returns how many."""
 
         def command(unit: UnitOfWork) -> int:
-            cancelled = 0
-            # Looked up again on every attempt, so a retry also sees messages created since.
-            for aggregate_id in self.storage.originator_ids_by_key(source_id):
-                message = unit.get(WorkflowMessage, aggregate_id)
-                if message is None or message.source_id != source_id:
-                    continue
-                if kind is not None and message.kind != kind:
-                    continue
-                cancelled += message.cancel_if_pending(actor=HOST, now=unit.now)
-            return cancelled
+            return outbox.cancel_pending_for_source(
+                unit, source_id, kind=kind, actor=HOST, now=unit.now
+            )
 
         return self.execute(command)
 
@@ -714,24 +467,10 @@ class WorkflowRuns(Application[UUID]):
         allowed_ids: Iterable[str],
     ) -> list[WorkflowMessageRecord]:
         """Adopt branch evidence: the only way a message becomes ``sent`` (upstream adoptBranch)."""
-        if isinstance(entries, (str, bytes, dict)) or not isinstance(entries, Iterable):
-            raise InvalidBranchEntryError()
-        if isinstance(allowed_ids, (str, bytes)) or not isinstance(allowed_ids, Iterable):
-            raise InvalidBranchEntryError()
-        pairs = [_branch_pair(entry) for entry in entries]
-        allowed = {message_id for message_id in allowed_ids if isinstance(message_id, str)}
-        actor = Actor("session", session_id if isinstance(session_id, str) else None)
+        pairs, allowed = branch_entries(entries, allowed_ids)
 
         def command(unit: UnitOfWork) -> list[WorkflowMessageRecord]:
-            adopted: list[WorkflowMessage] = []
-            for message_id, entry_id in pairs:
-                if message_id not in allowed:
-                    raise UnknownBranchMessageError(message_id)
-                message = unit.message(message_id)
-                if message.target_session_id != session_id:
-                    raise BranchWrongSessionError()
-                message.adopt_entry(entry_id, actor=actor, now=unit.now)
-                adopted.append(message)
+            adopted = outbox.adopt_branch(unit, session_id, pairs, allowed, now=unit.now)
             return [message.to_record() for message in adopted]
 
         return self.execute(command)
@@ -745,40 +484,18 @@ class WorkflowRuns(Application[UUID]):
         workflow_turn_id: str | None = None,
     ) -> TurnRecord:
         """Start the model turn a sent message triggered; idempotent on the turn id."""
-        if workflow_turn_id is not None and (
-            not isinstance(workflow_turn_id, str) or not workflow_turn_id
-        ):
-            raise InvalidTurnIdError()
-        actor = Actor("session", target_session_id if isinstance(target_session_id, str) else None)
+        turn_id = check_turn_id(workflow_turn_id)
 
         def command(unit: UnitOfWork) -> TurnRecord:
-            if workflow_turn_id is not None:
-                reserved = unit.get(TurnReservation, turn_aggregate_id(workflow_turn_id))
-                if reserved is not None:
-                    if not reserved.matches(
-                        workflow_message_id=workflow_message_id,
-                        run_id=run_id,
-                        target_session_id=target_session_id,
-                    ):
-                        raise TurnIdentityConflictError(workflow_turn_id)
-                    return unit.message(workflow_message_id).turn_record(workflow_turn_id)
-            message = unit.message(workflow_message_id)
-            message.check_turn_identity(run_id=run_id, target_session_id=target_session_id)
-            turn_id = workflow_turn_id or default_turn_id(
-                message.workflow_message_id, len(message.turn_ids) + 1
+            message, started = outbox.start_turn(
+                unit,
+                workflow_message_id,
+                run_id=run_id,
+                target_session_id=target_session_id,
+                workflow_turn_id=turn_id,
+                now=unit.now,
             )
-            message.start_turn(turn_id, actor=actor, now=unit.now)
-            unit.add(
-                TurnReservation.reserve(
-                    turn_id,
-                    workflow_message_id=message.workflow_message_id,
-                    run_id=message.run_id,
-                    target_session_id=message.target_session_id,
-                    actor=actor,
-                    now=unit.now,
-                )
-            )
-            return message.turn_record(turn_id)
+            return message.turn_record(started)
 
         return self.execute(command)
 
@@ -786,7 +503,7 @@ class WorkflowRuns(Application[UUID]):
         self,
         workflow_turn_id: str,
         *,
-        stop_reason: str,
+        stop_reason: StopReason,
         response_session_entry_id: str | None = None,
     ) -> TurnRecord:
         """End a turn; repeating the same end report returns the saved turn."""
@@ -808,24 +525,28 @@ class WorkflowRuns(Application[UUID]):
     # -- consistent reads -----------------------------------------------------------------
 
     def get_run(self, run_id: str) -> RunRecord | None:
+        """The run as its events leave it, or None for an unknown id."""
         if not isinstance(run_id, str):
             return None
         run = self.load(Run, run_aggregate_id(run_id))
         return None if run is None else run.to_record()
 
     def get_follow_up(self, follow_up_id: str) -> FollowUpRecord | None:
+        """The follow-up as its events leave it, or None for an unknown id."""
         if not isinstance(follow_up_id, str):
             return None
         follow_up = self.load(FollowUp, follow_up_aggregate_id(follow_up_id))
         return None if follow_up is None else follow_up.to_record()
 
     def get_workflow_message(self, workflow_message_id: str) -> WorkflowMessageRecord | None:
+        """The workflow message as its events leave it, or None for an unknown id."""
         if not isinstance(workflow_message_id, str):
             return None
         message = self.load(WorkflowMessage, message_aggregate_id(workflow_message_id))
         return None if message is None else message.to_record()
 
     def get_turn(self, workflow_turn_id: str) -> TurnRecord | None:
+        """The turn as its message's events leave it, or None for an unknown id."""
         if not isinstance(workflow_turn_id, str):
             return None
         reservation = self.load(TurnReservation, turn_aggregate_id(workflow_turn_id))
@@ -845,40 +566,16 @@ class WorkflowRuns(Application[UUID]):
         return [self.logged_event(notification) for notification in notifications]
 
     def logged_event(self, notification: Notification) -> LoggedEvent:
+        """One stored event as ``event_log`` returns it."""
         event = self.mapper.to_domain_event(notification)
         state = vars(event)
-        actor = state.get("actor") or {"type": "system", "id": None}
+        actor = state.get("actor")
         return LoggedEvent(
             position=notification.id,
             wire_name=notification.topic,
             aggregate_id=str(notification.originator_id),
             version=notification.originator_version,
             recorded_at=state["timestamp"],
-            actor=ActorRecord(type=actor["type"], id=actor.get("id")),
+            actor=SYSTEM if not actor else Actor.from_json(actor),
             payload={key: value for key, value in state.items() if key not in _EVENT_ENVELOPE},
         )
-
-
-def _receipt(child: Run, *, adopted: bool) -> RestartReceipt:
-    return RestartReceipt(
-        run_id=child.run_id,
-        parent_run_id=child.parent_run_id or child.root_run_id,
-        restart_number=child.restart_number,
-        adopted=adopted,
-    )
-
-
-def _branch_pair(entry: Sequence[str] | dict[str, str]) -> tuple[str, str]:
-    if isinstance(entry, dict):
-        pair: Sequence[object] = (
-            entry.get("workflow_message_id", entry.get("workflowMessageId")),
-            entry.get("pi_session_entry_id", entry.get("piSessionEntryId")),
-        )
-    elif isinstance(entry, (tuple, list)) and len(entry) == 2:
-        pair = entry
-    else:
-        raise InvalidBranchEntryError()
-    message_id, entry_id = pair
-    if not isinstance(message_id, str) or not isinstance(entry_id, str) or not entry_id:
-        raise InvalidBranchEntryError()
-    return message_id, entry_id

@@ -21,8 +21,8 @@ from runledger.domain.errors import (
 )
 from runledger.domain.events import CopiedCheaply, LedgerCreated, LedgerEvent, LedgerSnapshot
 from runledger.domain.ids import aggregate_id
-from runledger.domain.records import ActorRecord, FollowUpRecord
-from runledger.domain.values import REMOVED_REASON, Actor
+from runledger.domain.records import FollowUpRecord
+from runledger.domain.values import REMOVED_REASON, Actor, BadEndStatus, FollowUpState
 
 REQUEST_ID_PATTERN: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,511}")
 MAX_SOURCE_LENGTH: Final = 128
@@ -39,18 +39,21 @@ def follow_ups_of_run_key(run_id: str) -> str:
 
 
 def check_request_id(request_id: object) -> str:
+    """Upstream §4.2 step 1: a stable identifier of at most 512 characters."""
     if not isinstance(request_id, str) or REQUEST_ID_PATTERN.fullmatch(request_id) is None:
         raise InvalidRequestIdError()
     return request_id
 
 
 def check_source(source: object) -> str:
+    """Upstream §4.2 step 2: non-empty after trimming, at most 128 characters."""
     if not isinstance(source, str) or not source.strip() or len(source) > MAX_SOURCE_LENGTH:
         raise InvalidSourceError()
     return source
 
 
 def check_prompt(prompt: object) -> str:
+    """Upstream §4.2 steps 3-4: non-empty after trimming, at most 65536 UTF-8 bytes."""
     if not isinstance(prompt, str) or not prompt.strip():
         raise EmptyPromptError()
     if len(prompt.encode("utf-8", "surrogatepass")) > MAX_PROMPT_BYTES:
@@ -72,16 +75,18 @@ class FollowUp(CopiedCheaply, BaseAggregate[UUID]):
     source: str
     prompt: str
     workflow_message_id: str
-    state: str
+    state: FollowUpState
     reason: str | None
 
     def __init__(self) -> None:
         """State is set by the Queued event."""
 
     class Event(LedgerEvent):
-        pass
+        """Base of every FollowUp event."""
 
     class Queued(Event, LedgerCreated):
+        """A follow-up was queued on a run for its origin session."""
+
         TOPIC = "follow-up.queued"
         follow_up_id: str
         request_id: str
@@ -108,6 +113,8 @@ class FollowUp(CopiedCheaply, BaseAggregate[UUID]):
             follow_up.reason = None
 
     class Removed(Event):
+        """Its source or a human removed the follow-up before delivery."""
+
         TOPIC = "follow-up.removed"
         follow_up_id: str
         source: str
@@ -118,10 +125,12 @@ class FollowUp(CopiedCheaply, BaseAggregate[UUID]):
             follow_up.reason = self.reason
 
     class Cancelled(Event):
+        """A bad end of its run (or a continuation of it) cancelled the follow-up."""
+
         TOPIC = "follow-up.cancelled"
         follow_up_id: str
         ended_run_id: str
-        status: str
+        status: BadEndStatus
         reason: str
 
         def apply(self, follow_up: FollowUp) -> None:
@@ -129,6 +138,8 @@ class FollowUp(CopiedCheaply, BaseAggregate[UUID]):
             follow_up.reason = self.reason
 
     class Snapshot(LedgerSnapshot):
+        """The follow-up's state at a version."""
+
         TOPIC = "follow-up.snapshot"
 
     @classmethod
@@ -146,6 +157,7 @@ class FollowUp(CopiedCheaply, BaseAggregate[UUID]):
         workflow_message_id: str,
         now: datetime,
     ) -> FollowUp:
+        """Queue a follow-up with the order number its run gave it."""
         return cls._create(
             cls.Queued,
             id=follow_up_aggregate_id(follow_up_id),
@@ -168,13 +180,18 @@ class FollowUp(CopiedCheaply, BaseAggregate[UUID]):
         if (
             prompt != self.prompt
             or target_session_id != self.target_session_id
-            or actor.type != self.queued_by["type"]
-            or actor.id != self.queued_by.get("id")
+            or actor != self.actor
             or source != self.source
         ):
             raise FollowUpRequestReusedError()
 
+    @property
+    def actor(self) -> Actor:
+        """Who queued it."""
+        return Actor.from_json(self.queued_by)
+
     def check_part_of(self, run_id: object) -> None:
+        """Upstream §4.3 step 3: a follow-up is removed through its own run."""
         if self.run_id != run_id:
             raise FollowUpNotInRunError(run_id)
 
@@ -186,14 +203,14 @@ class FollowUp(CopiedCheaply, BaseAggregate[UUID]):
             return
         if (
             actor.type in ("session", "controller")
-            and actor.type == self.queued_by["type"]
-            and actor.id == self.queued_by.get("id")
+            and actor == self.actor
             and source == self.source
         ):
             return
         raise FollowUpRemovalNotAllowedError()
 
     def remove(self, *, actor: Actor, source: str, now: datetime) -> None:
+        """Record the removal, with upstream's reason text."""
         self.trigger_event(
             self.Removed,
             timestamp=now,
@@ -205,8 +222,15 @@ class FollowUp(CopiedCheaply, BaseAggregate[UUID]):
         )
 
     def cancel(
-        self, *, ended_run_id: str, status: str, reason: str, actor: Actor, now: datetime
+        self,
+        *,
+        ended_run_id: str,
+        status: BadEndStatus,
+        reason: str,
+        actor: Actor,
+        now: datetime,
     ) -> None:
+        """Record the cancellation a bad end of ``ended_run_id`` set off."""
         self.trigger_event(
             self.Cancelled,
             timestamp=now,
@@ -219,13 +243,14 @@ class FollowUp(CopiedCheaply, BaseAggregate[UUID]):
         )
 
     def to_record(self) -> FollowUpRecord:
+        """The follow-up as ``get_follow_up`` returns it."""
         return FollowUpRecord(
             follow_up_id=self.follow_up_id,
             run_id=self.run_id,
             request_id=self.request_id,
             order=self.order,
             target_session_id=self.target_session_id,
-            actor=ActorRecord(type=self.queued_by["type"], id=self.queued_by.get("id")),
+            actor=self.actor,
             source=self.source,
             prompt=self.prompt,
             state=self.state,

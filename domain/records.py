@@ -7,34 +7,46 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from runledger.domain.values import JsonValue
+from runledger.domain.values import (
+    Actor,
+    ExecutionMode,
+    FollowUpState,
+    JsonValue,
+    LineageKind,
+    MessageKind,
+    MessageStatus,
+    RunStatus,
+    StopReason,
+    TerminalStatus,
+    TurnState,
+    ViewerTargetType,
+)
 
 
 class Record(BaseModel):
+    """A frozen pydantic record: read-only, and no field beyond those declared."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class ActorRecord(Record):
-    type: str
-    id: str | None = None
-
-
 class RunRecord(Record):
+    """A run: workflow, input, status, paused, outcome, origin session, lineage, current node."""
+
     run_id: str
     workflow_name: str
     workflow_ref: str
     title: str | None
-    status: str
+    status: RunStatus
     paused: bool
     status_detail: str | None
     input: JsonValue
     final_output: JsonValue
     error: str | None
     origin_session_id: str | None
-    execution_mode: str | None
+    execution_mode: ExecutionMode | None
     parent_run_id: str | None
     root_run_id: str
-    lineage_kind: str | None
+    lineage_kind: LineageKind | None
     restart_number: int
     parent_terminal_fingerprint: str | None
     current_node: str | None
@@ -47,42 +59,50 @@ class RunRecord(Record):
 
 
 class FollowUpRecord(Record):
+    """A follow-up: run, request id, order, target session, actor, source, prompt, state."""
+
     follow_up_id: str
     run_id: str
     request_id: str
     order: int
     target_session_id: str
-    actor: ActorRecord
+    actor: Actor
     source: str
     prompt: str
-    state: str
+    state: FollowUpState
     reason: str | None
     created_at: datetime
     updated_at: datetime
-    delivery: str | None = None
+    delivery: MessageStatus | None = None
     """Status of the follow-up's latest message; set by the queue read model only."""
 
 
 class QueuedFollowUp(Record):
+    """What ``queue_follow_up`` returns: the follow-up, and whether an earlier one was adopted."""
+
     follow_up: FollowUpRecord
     adopted: bool
 
 
 class FollowUpQueue(Record):
+    """A run's follow-up queue: every follow-up of the run, any state, by order."""
+
     run_id: str
     origin_session_id: str
     follow_ups: list[FollowUpRecord]
 
 
 class WorkflowMessageRecord(Record):
+    """A workflow message: run, target session, kind, source id, content, status, entry id."""
+
     workflow_message_id: str
     run_id: str
     target_session_id: str
-    kind: str
+    kind: MessageKind
     source_id: str
     content: dict[str, Any]
     content_digest: str
-    status: str
+    status: MessageStatus
     pi_session_entry_id: str | None
     created_at: datetime
     updated_at: datetime
@@ -91,18 +111,22 @@ class WorkflowMessageRecord(Record):
 
 
 class TurnRecord(Record):
+    """A model turn a sent message triggered: its state, stop reason and response entry."""
+
     workflow_turn_id: str
     workflow_message_id: str
     run_id: str
     target_session_id: str
-    state: str
-    stop_reason: str | None
+    state: TurnState
+    stop_reason: StopReason | None
     response_session_entry_id: str | None
     started_at: datetime
     ended_at: datetime | None
 
 
 class RestartReceipt(Record):
+    """What ``restart_run`` returns: the restart child, its parent and restart number."""
+
     run_id: str
     parent_run_id: str
     restart_number: int
@@ -110,8 +134,10 @@ class RestartReceipt(Record):
 
 
 class TerminalData(Record):
+    """An ended run's terminal data (upstream §6)."""
+
     run_id: str
-    status: str
+    status: TerminalStatus
     status_detail: str | None
     input: JsonValue
     final_output: JsonValue
@@ -121,16 +147,20 @@ class TerminalData(Record):
 
 
 class ViewerDelta(Record):
+    """One JSON-patch delta of a run's viewer at a presentation revision."""
+
     run_id: str
     presentation_revision: int
     delta_index: int
-    target_type: str
+    target_type: ViewerTargetType
     target_key: str
     patch: list[dict[str, Any]]
     recorded_at: datetime
 
 
 class ViewerDeltas(Record):
+    """The viewer deltas after a cursor, when they are still retained."""
+
     kind: Literal["deltas"] = "deltas"
     current_revision: int
     retained_from_revision: int
@@ -138,22 +168,28 @@ class ViewerDeltas(Record):
 
 
 class SnapshotRequired(Record):
+    """The viewer's cursor is older than the retained deltas: read a snapshot instead."""
+
     kind: Literal["snapshot_required"] = "snapshot_required"
     current_revision: int
     retained_from_revision: int
 
 
 class LoggedEvent(Record):
+    """A stored event in log order: position, wire name, aggregate, version, actor, payload."""
+
     position: int
     wire_name: str
     aggregate_id: str
     version: int
     recorded_at: datetime
-    actor: ActorRecord
+    actor: Actor
     payload: dict[str, Any]
 
 
 class ProjectionStatus(Record):
+    """A projection's name, version, position and lag behind the log."""
+
     name: str
     version: int
     position: int

@@ -19,24 +19,32 @@ from runledger.domain.errors import (
     InvalidRunStatusError,
     InvalidSessionIdError,
     InvalidWorkflowNameError,
+    NotOriginSessionError,
     PresentationInstructionsChangedError,
     RestartLimitError,
     RunAlreadyEndedError,
+    RunHasNoOriginSessionError,
     RunNotAcceptingChangesError,
     RunOfAnotherSessionError,
 )
 from runledger.domain.events import CopiedCheaply, LedgerCreated, LedgerEvent, LedgerSnapshot
 from runledger.domain.ids import aggregate_id
-from runledger.domain.records import RunRecord
+from runledger.domain.records import RestartReceipt, RunRecord
 from runledger.domain.values import (
-    CHANGEABLE_STATUSES,
     DEFAULT_PRESENTATION_INSTRUCTIONS,
-    FINISH_STATUSES,
+    EXECUTION_MODES,
     PROGRESS_STATUSES,
     RESTART_LIMIT,
     TERMINAL_STATUSES,
     Actor,
+    BadEndStatus,
+    ExecutionMode,
     JsonValue,
+    LineageKind,
+    ProgressStatus,
+    RunStatus,
+    TerminalStatus,
+    is_one_of,
 )
 
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
@@ -47,14 +55,22 @@ def run_aggregate_id(run_id: str) -> UUID:
 
 
 def check_run_id(run_id: object) -> str:
+    """Upstream's run id shape: a letter or digit, then up to 199 of ``[A-Za-z0-9._-]``."""
     if not isinstance(run_id, str) or RUN_ID_PATTERN.fullmatch(run_id) is None:
         raise InvalidRunIdError(run_id)
     return run_id
 
 
-def _optional_text(name: str, value: object) -> str | None:
+def check_interruption_reason(reason: object) -> str:
+    """An interruption is explained: its reason becomes the run's error."""
+    if not isinstance(reason, str) or not reason.strip():
+        raise InvalidRunFieldError("interruption reason", "a non-empty string")
+    return reason
+
+
+def _optional_text(name: str, value: object, expected: str = "a string or None") -> str | None:
     if value is not None and not isinstance(value, str):
-        raise InvalidRunFieldError(name, "a string or None")
+        raise InvalidRunFieldError(name, expected)
     return value
 
 
@@ -69,16 +85,16 @@ class Run(CopiedCheaply, BaseAggregate[UUID]):
     workflow_ref: str
     title: str | None
     input: JsonValue
-    status: str
+    status: RunStatus
     paused: bool
     status_detail: str | None
     final_output: JsonValue
     error: str | None
     origin_session_id: str | None
-    execution_mode: str | None
+    execution_mode: ExecutionMode | None
     parent_run_id: str | None
     root_run_id: str
-    lineage_kind: str | None
+    lineage_kind: LineageKind | None
     restart_number: int
     parent_terminal_fingerprint: str | None
     restart_child_id: str | None
@@ -95,18 +111,20 @@ class Run(CopiedCheaply, BaseAggregate[UUID]):
         """State is set by the Created event."""
 
     class Event(LedgerEvent):
-        pass
+        """Base of every Run event."""
 
     class Created(Event, LedgerCreated):
+        """A root run, or a continuation or restart child, was created."""
+
         TOPIC = "run.created"
         workflow_name: str
         workflow_ref: str
         title: str | None
         input: JsonValue
-        status: str
+        status: RunStatus
         parent_run_id: str | None
         root_run_id: str
-        lineage_kind: str | None
+        lineage_kind: LineageKind | None
         restart_number: int
         parent_terminal_fingerprint: str | None
 
@@ -141,17 +159,21 @@ class Run(CopiedCheaply, BaseAggregate[UUID]):
             run.terminal_fingerprint = None
 
     class SessionBound(Event):
+        """The run was bound to its origin Pi session and execution mode."""
+
         TOPIC = "run.session-bound"
         session_id: str
-        execution_mode: str
+        execution_mode: ExecutionMode
 
         def apply(self, run: Run) -> None:
             run.origin_session_id = self.session_id
             run.execution_mode = self.execution_mode
 
     class Progressed(Event):
+        """The run is running (at a node) or waiting (on a node)."""
+
         TOPIC = "run.progressed"
-        status: str
+        status: ProgressStatus
         current_node: str | None
         current_attempt_id: str | None
         waiting_on: str | None
@@ -167,6 +189,8 @@ class Run(CopiedCheaply, BaseAggregate[UUID]):
             run.finished_at = self.timestamp if self.status == "waiting" else None
 
     class Paused(Event):
+        """The run was paused, with an optional status detail."""
+
         TOPIC = "run.paused"
         status_detail: str | None
 
@@ -175,6 +199,8 @@ class Run(CopiedCheaply, BaseAggregate[UUID]):
             run.status_detail = self.status_detail
 
     class Resumed(Event):
+        """The run was resumed."""
+
         TOPIC = "run.resumed"
 
         def apply(self, run: Run) -> None:
@@ -182,6 +208,8 @@ class Run(CopiedCheaply, BaseAggregate[UUID]):
             run.status_detail = None
 
     class PresentationInstructionsSet(Event):
+        """How the run's terminal result is presented was set."""
+
         TOPIC = "run.presentation-instructions-set"
         instructions: str
 
@@ -189,6 +217,8 @@ class Run(CopiedCheaply, BaseAggregate[UUID]):
             run.presentation_instructions = self.instructions
 
     class FollowUpAccepted(Event):
+        """The run accepted a follow-up and gave it the next order number."""
+
         TOPIC = "run.follow-up-accepted"
         follow_up_id: str
         order: int
@@ -197,8 +227,10 @@ class Run(CopiedCheaply, BaseAggregate[UUID]):
             run.follow_up_count = self.order
 
     class Finished(Event):
+        """The run ended: completed, failed, timed out or cancelled."""
+
         TOPIC = "run.finished"
-        status: str
+        status: TerminalStatus
         final_output: JsonValue
         error: str | None
         status_detail: str | None
@@ -220,6 +252,8 @@ class Run(CopiedCheaply, BaseAggregate[UUID]):
             run.terminal_fingerprint = self.terminal_fingerprint
 
     class RestartChildCreated(Event):
+        """The ended run got its restart child."""
+
         TOPIC = "run.restart-child-created"
         child_run_id: str
         workflow_message_id: str
@@ -233,12 +267,14 @@ class Run(CopiedCheaply, BaseAggregate[UUID]):
 
         TOPIC = "run.continuation-ended"
         continuation_run_id: str
-        status: str
+        status: BadEndStatus
 
         def apply(self, run: Run) -> None:
             pass
 
     class Snapshot(LedgerSnapshot):
+        """The run's state at a version."""
+
         TOPIC = "run.snapshot"
 
     # -- commands -------------------------------------------------------------------------
@@ -252,9 +288,9 @@ class Run(CopiedCheaply, BaseAggregate[UUID]):
         input: JsonValue,
         workflow_ref: object,
         title: object,
-        status: str,
+        status: RunStatus,
         parent: Run | None,
-        lineage_kind: str | None,
+        lineage_kind: LineageKind | None,
         parent_terminal_fingerprint: str | None,
         actor: Actor,
         now: datetime,
@@ -294,7 +330,7 @@ class Run(CopiedCheaply, BaseAggregate[UUID]):
         """Record the run's origin Pi session; the first binding wins for ever."""
         if not isinstance(session_id, str) or not session_id.strip():
             raise InvalidSessionIdError()
-        if execution_mode not in ("interactive", "headless"):
+        if not is_one_of(execution_mode, EXECUTION_MODES):
             raise InvalidExecutionModeError()
         if self.origin_session_id is not None:
             return
@@ -315,7 +351,7 @@ class Run(CopiedCheaply, BaseAggregate[UUID]):
     ) -> None:
         """Move the run to running or waiting, keeping upstream's §3.4 field rules."""
         self.check_not_ended()
-        if status not in PROGRESS_STATUSES:
+        if not is_one_of(status, PROGRESS_STATUSES):
             raise InvalidRunStatusError(status, ", ".join(PROGRESS_STATUSES))
         node = _optional_text("current_node", current_node)
         attempt = _optional_text("current_attempt_id", current_attempt_id)
@@ -341,6 +377,7 @@ class Run(CopiedCheaply, BaseAggregate[UUID]):
         )
 
     def pause(self, *, status_detail: object, actor: Actor, now: datetime) -> None:
+        """Pause the run (a flag beside its status); the same detail again adds nothing."""
         self.check_not_ended()
         detail = _optional_text("status_detail", status_detail)
         if self.paused and detail == self.status_detail:
@@ -348,6 +385,7 @@ class Run(CopiedCheaply, BaseAggregate[UUID]):
         self._trigger(self.Paused, actor, now, status_detail=detail)
 
     def resume(self, *, actor: Actor, now: datetime) -> None:
+        """Clear the paused flag and its detail; a run that is not paused stays as it is."""
         self.check_not_ended()
         if not self.paused:
             return
@@ -374,7 +412,7 @@ class Run(CopiedCheaply, BaseAggregate[UUID]):
     def finish(
         self,
         *,
-        status: str,
+        status: TerminalStatus,
         final_output: JsonValue,
         error: str | None,
         status_detail: str | None,
@@ -383,6 +421,7 @@ class Run(CopiedCheaply, BaseAggregate[UUID]):
         actor: Actor,
         now: datetime,
     ) -> None:
+        """Record the run's end; ``domain.run_endings`` decides what else an end does."""
         self._trigger(
             self.Finished,
             actor,
@@ -405,6 +444,7 @@ class Run(CopiedCheaply, BaseAggregate[UUID]):
         actor: Actor,
         now: datetime,
     ) -> None:
+        """Point the ended run at its one restart child (adopted by later restarts)."""
         self._trigger(
             self.RestartChildCreated,
             actor,
@@ -415,8 +455,9 @@ class Run(CopiedCheaply, BaseAggregate[UUID]):
         )
 
     def record_continuation_ended(
-        self, continuation_run_id: str, *, status: str, actor: Actor, now: datetime
+        self, continuation_run_id: str, *, status: BadEndStatus, actor: Actor, now: datetime
     ) -> None:
+        """Note on a run still taking follow-ups that a continuation descendant ended badly."""
         self._trigger(
             self.ContinuationEnded,
             actor,
@@ -436,21 +477,55 @@ class Run(CopiedCheaply, BaseAggregate[UUID]):
 
     @property
     def has_ended(self) -> bool:
+        """Completed, failed, timed out or cancelled: the run's outcome is fixed."""
         return self.status in TERMINAL_STATUSES
 
     def check_not_ended(self) -> None:
+        """Decision 8: an ended run takes no progress, pause, resume or second end."""
         if self.has_ended:
             raise RunAlreadyEndedError(self.run_id, self.status)
 
+    @property
+    def accepts_changes(self) -> bool:
+        """Upstream §3.1: only a running or waiting run takes follow-ups."""
+        return self.status in PROGRESS_STATUSES
+
     def check_accepts_changes(self) -> None:
-        if self.status not in CHANGEABLE_STATUSES:
+        """Upstream §4.2 step 6: ``Workflow run <id> does not accept changes with status <s>``."""
+        if not self.accepts_changes:
             raise RunNotAcceptingChangesError(self.run_id, self.status)
 
+    def check_accepts_follow_up_for(self, target_session_id: object) -> str:
+        """Upstream §4.2 steps 6-7: the run takes changes, and only for its origin session."""
+        self.check_accepts_changes()
+        if self.origin_session_id is None or self.origin_session_id != target_session_id:
+            raise NotOriginSessionError()
+        return self.origin_session_id
+
+    def required_origin_session(self) -> str:
+        """The origin session that host messages go to (upstream §5.4 needs one)."""
+        if self.origin_session_id is None:
+            raise RunHasNoOriginSessionError(self.run_id)
+        return self.origin_session_id
+
     @staticmethod
-    def check_finish_status(status: object) -> str:
-        if not isinstance(status, str) or status not in FINISH_STATUSES:
-            raise InvalidRunStatusError(status, ", ".join(FINISH_STATUSES))
+    def check_finish_status(status: object) -> TerminalStatus:
+        """A run finishes with one of the terminal statuses, named in upstream's order."""
+        if not is_one_of(status, TERMINAL_STATUSES):
+            raise InvalidRunStatusError(status, ", ".join(TERMINAL_STATUSES))
         return status
+
+    def check_finish(
+        self, status: object, *, error: object, status_detail: object
+    ) -> tuple[TerminalStatus, str | None, str | None]:
+        """``finish_run``'s checks in order: the status, not ended yet, then the texts."""
+        terminal = self.check_finish_status(status)
+        self.check_not_ended()
+        return (
+            terminal,
+            _optional_text("error", error, "text or None"),
+            _optional_text("status_detail", status_detail, "text or None"),
+        )
 
     @property
     def presents_terminal_message(self) -> bool:
@@ -515,9 +590,20 @@ class Run(CopiedCheaply, BaseAggregate[UUID]):
 
     @property
     def effective_presentation_instructions(self) -> str:
+        """The instructions set on the run, else upstream's default."""
         return self.presentation_instructions or DEFAULT_PRESENTATION_INSTRUCTIONS
 
+    def to_restart_receipt(self, *, adopted: bool) -> RestartReceipt:
+        """This restart child as ``restart_run`` reports it."""
+        return RestartReceipt(
+            run_id=self.run_id,
+            parent_run_id=self.parent_run_id or self.root_run_id,
+            restart_number=self.restart_number,
+            adopted=adopted,
+        )
+
     def to_record(self) -> RunRecord:
+        """The run as ``get_run`` returns it."""
         return RunRecord(
             run_id=self.run_id,
             workflow_name=self.workflow_name,

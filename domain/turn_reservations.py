@@ -12,6 +12,7 @@ from uuid import UUID
 
 from eventsourcing.domain import BaseAggregate
 
+from runledger.domain.errors import InvalidTurnIdError
 from runledger.domain.events import CopiedCheaply, LedgerCreated, LedgerEvent, LedgerSnapshot
 from runledger.domain.ids import aggregate_id
 from runledger.domain.values import Actor
@@ -19,6 +20,15 @@ from runledger.domain.values import Actor
 
 def turn_aggregate_id(workflow_turn_id: str) -> UUID:
     return aggregate_id("workflow-turn", workflow_turn_id)
+
+
+def check_turn_id(workflow_turn_id: object) -> str | None:
+    """A caller's own turn id is non-empty text; None asks for the message's next default."""
+    if workflow_turn_id is not None and (
+        not isinstance(workflow_turn_id, str) or not workflow_turn_id
+    ):
+        raise InvalidTurnIdError()
+    return workflow_turn_id
 
 
 class TurnReservation(CopiedCheaply, BaseAggregate[UUID]):
@@ -35,9 +45,11 @@ class TurnReservation(CopiedCheaply, BaseAggregate[UUID]):
         """State is set by the Reserved event."""
 
     class Event(LedgerEvent):
-        pass
+        """Base of every TurnReservation event."""
 
     class Reserved(Event, LedgerCreated):
+        """A turn id was claimed for the message that owns the turn."""
+
         TOPIC = "workflow-turn.reserved"
         workflow_turn_id: str
         workflow_message_id: str
@@ -50,6 +62,8 @@ class TurnReservation(CopiedCheaply, BaseAggregate[UUID]):
             reservation.target_session_id = self.target_session_id
 
     class Snapshot(LedgerSnapshot):
+        """The reservation at a version."""
+
         TOPIC = "workflow-turn-reservation.snapshot"
 
     @classmethod
@@ -63,6 +77,7 @@ class TurnReservation(CopiedCheaply, BaseAggregate[UUID]):
         actor: Actor,
         now: datetime,
     ) -> TurnReservation:
+        """Claim the turn id for the message that owns the turn."""
         return cls._create(
             cls.Reserved,
             id=turn_aggregate_id(workflow_turn_id),
@@ -77,6 +92,7 @@ class TurnReservation(CopiedCheaply, BaseAggregate[UUID]):
     def matches(
         self, *, workflow_message_id: object, run_id: object, target_session_id: object
     ) -> bool:
+        """Whether a repeated start names the same message, run and session."""
         return (
             workflow_message_id == self.workflow_message_id
             and run_id == self.run_id

@@ -3,38 +3,52 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Final, Literal, TypeAlias, get_args
+from typing import Any, Final, Literal, TypeAlias, TypeGuard, TypeVar, get_args
 
 from runledger.domain.errors import InvalidActorError, UnknownActorTypeError
 
 JsonValue: TypeAlias = Any
 """A plain JSON value: dict with str keys, list, str, int, float, bool or None."""
 
+Word = TypeVar("Word", bound=str)
+
+
+def is_one_of(value: object, vocabulary: tuple[Word, ...]) -> TypeGuard[Word]:
+    """Whether ``value`` is a word of the vocabulary (so it has the vocabulary's type)."""
+    return isinstance(value, str) and value in vocabulary
+
+
 ActorType = Literal[
     "session", "host", "controller", "channel", "human", "policy", "control", "system"
 ]
-ACTOR_TYPES: Final[tuple[str, ...]] = get_args(ActorType)
+ACTOR_TYPES: Final[tuple[ActorType, ...]] = get_args(ActorType)
 
-RunStatus = Literal["queued", "running", "waiting", "completed", "failed", "timed_out", "cancelled"]
-TERMINAL_STATUSES: Final[frozenset[str]] = frozenset(
-    {"completed", "failed", "timed_out", "cancelled"}
-)
-BAD_END_STATUSES: Final[frozenset[str]] = frozenset({"failed", "timed_out", "cancelled"})
-PROGRESS_STATUSES: Final[tuple[str, ...]] = ("running", "waiting")
-FINISH_STATUSES: Final[tuple[str, ...]] = ("completed", "failed", "timed_out", "cancelled")
-CHANGEABLE_STATUSES: Final[frozenset[str]] = frozenset({"running", "waiting"})
+# Run statuses (upstream §3.1), nested so each set has exactly one name.
+ProgressStatus = Literal["running", "waiting"]
+"""A run in progress: the only statuses that accept changes and that progress records."""
+BadEndStatus = Literal["failed", "timed_out", "cancelled"]
+"""An end that cancels queued follow-ups (upstream §4.6)."""
+TerminalStatus = Literal["completed", BadEndStatus]
+"""An ended run (upstream: the last four are terminal); what ``finish_run`` takes."""
+RunStatus = Literal["queued", ProgressStatus, TerminalStatus]
+PROGRESS_STATUSES: Final[tuple[ProgressStatus, ...]] = get_args(ProgressStatus)
+BAD_END_STATUSES: Final[tuple[BadEndStatus, ...]] = get_args(BadEndStatus)
+TERMINAL_STATUSES: Final[tuple[TerminalStatus, ...]] = get_args(TerminalStatus)
 
 ExecutionMode = Literal["interactive", "headless"]
+EXECUTION_MODES: Final[tuple[ExecutionMode, ...]] = get_args(ExecutionMode)
 LineageKind = Literal["continuation", "restart"]
 FollowUpState = Literal["queued", "removed", "cancelled"]
-MessageKind = Literal["step", "decision", "notification", "terminal", "followUp"]
-MESSAGE_KINDS: Final[tuple[str, ...]] = get_args(MessageKind)
-HOST_MESSAGE_KINDS: Final[tuple[str, ...]] = ("step", "decision", "notification")
+HostMessageKind = Literal["step", "decision", "notification"]
+"""The kinds a host creates directly; follow-up and terminal messages come from commands."""
+MessageKind = Literal[HostMessageKind, "terminal", "followUp"]
+MESSAGE_KINDS: Final[tuple[MessageKind, ...]] = get_args(MessageKind)
+HOST_MESSAGE_KINDS: Final[tuple[HostMessageKind, ...]] = get_args(HostMessageKind)
 MessageStatus = Literal["pending", "sent", "cancelled"]
-Delivery = Literal["pending", "sent", "cancelled"]
 TurnState = Literal["started", "ended"]
+ViewerTargetType = Literal["graph", "timeline", "inspector"]
 StopReason = Literal["completed", "aborted", "error", "lost"]
-STOP_REASONS: Final[tuple[str, ...]] = get_args(StopReason)
+STOP_REASONS: Final[tuple[StopReason, ...]] = get_args(StopReason)
 
 RESTART_LIMIT: Final[int] = 3
 DEFAULT_PRESENTATION_INSTRUCTIONS: Final[str] = (
@@ -46,9 +60,13 @@ REMOVED_REASON: Final[str] = "Removed before delivery"
 
 @dataclass(frozen=True, slots=True)
 class Actor:
-    """Who acts: one of the upstream actor types and an optional id (None is "no id")."""
+    """Who acts: one of the upstream actor types and an optional id (None is "no id").
 
-    type: str
+    Commands take it and records return it (pydantic accepts the dataclass as a field), so
+    ``record.actor == Actor("session", "s1")`` holds.
+    """
+
+    type: ActorType
     id: str | None = None
 
     def __post_init__(self) -> None:
@@ -60,11 +78,18 @@ class Actor:
             raise InvalidActorError()
 
     def to_json(self) -> dict[str, str | None]:
+        """The ``{type, id}`` form events store."""
         return {"type": self.type, "id": self.id}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Actor:
+        """The actor of a stored ``{type, id}`` (a missing id is None)."""
         return cls(data["type"], data.get("id"))
+
+    @classmethod
+    def of_session(cls, session_id: object) -> Actor:
+        """The Pi session acting; an id that is not text is left out (the command rejects it)."""
+        return cls("session", session_id if isinstance(session_id, str) else None)
 
     @classmethod
     def coerce(cls, value: object) -> Actor:
@@ -77,3 +102,6 @@ class Actor:
 
 
 SYSTEM: Final[Actor] = Actor("system")
+"""The store itself, acting on a rule (the end-of-run cascade)."""
+HOST: Final[Actor] = Actor("host")
+"""The embedding host, the actor of every run command."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, ClassVar, Final
 from uuid import UUID
@@ -11,8 +11,12 @@ from eventsourcing.domain import BaseAggregate
 
 from runledger.domain.canonical import canonical_json, json_digest
 from runledger.domain.errors import (
+    BranchWrongSessionError,
     ConflictingEntryEvidenceError,
+    InvalidBranchEntryError,
     InvalidMessageContentError,
+    InvalidMessageIdentityError,
+    InvalidMessageKindError,
     InvalidResponseEntryError,
     InvalidStopReasonError,
     InvalidTurnBehaviourError,
@@ -26,7 +30,18 @@ from runledger.domain.errors import (
 from runledger.domain.events import CopiedCheaply, LedgerCreated, LedgerEvent, LedgerSnapshot
 from runledger.domain.ids import aggregate_id
 from runledger.domain.records import TurnRecord, WorkflowMessageRecord
-from runledger.domain.values import MESSAGE_KINDS, STOP_REASONS, Actor, JsonValue
+from runledger.domain.values import (
+    HOST_MESSAGE_KINDS,
+    MESSAGE_KINDS,
+    STOP_REASONS,
+    Actor,
+    HostMessageKind,
+    JsonValue,
+    MessageKind,
+    MessageStatus,
+    StopReason,
+    is_one_of,
+)
 
 CONTENT_SCHEMA: Final = "pi-workflows.workflow-message-content.v1"
 TURN_TRIGGERING_KINDS: Final = frozenset({"step", "terminal", "followUp"})
@@ -44,9 +59,22 @@ def message_aggregate_id(workflow_message_id: str) -> UUID:
     return aggregate_id("workflow-message", workflow_message_id)
 
 
-def check_content(kind: str, content: object) -> dict[str, Any]:
+def check_host_message(
+    kind: object, source_id: object, idempotency_key: object, content: object
+) -> tuple[HostMessageKind, str, str, dict[str, Any]]:
+    """A host message in upstream §5.4's order: its kind, its identity, then its content."""
+    if not is_one_of(kind, HOST_MESSAGE_KINDS):
+        raise InvalidMessageKindError(kind, ", ".join(HOST_MESSAGE_KINDS))
+    if not isinstance(source_id, str) or not source_id:
+        raise InvalidMessageIdentityError("source ID")
+    if not isinstance(idempotency_key, str) or not idempotency_key:
+        raise InvalidMessageIdentityError("idempotency key")
+    return kind, source_id, idempotency_key, check_content(kind, content)
+
+
+def check_content(kind: object, content: object) -> dict[str, Any]:
     """Upstream §5.4: the content shape first, then the kind's turn behaviour."""
-    if not isinstance(content, dict) or kind not in MESSAGE_KINDS:
+    if not isinstance(content, dict) or not is_one_of(kind, MESSAGE_KINDS):
         raise InvalidMessageContentError()
     if (
         content.get("schema") != CONTENT_SCHEMA
@@ -64,6 +92,35 @@ def check_content(kind: str, content: object) -> dict[str, Any]:
     if content["triggerTurn"] != (kind in TURN_TRIGGERING_KINDS):
         raise InvalidTurnBehaviourError(kind)
     return content
+
+
+def branch_entries(
+    entries: object, allowed_ids: object
+) -> tuple[list[tuple[str, str]], frozenset[str]]:
+    """A branch report's ``(message id, entry id)`` pairs and the ids it may adopt."""
+    if isinstance(entries, (str, bytes, dict)) or not isinstance(entries, Iterable):
+        raise InvalidBranchEntryError()
+    if isinstance(allowed_ids, (str, bytes)) or not isinstance(allowed_ids, Iterable):
+        raise InvalidBranchEntryError()
+    pairs = [_branch_pair(entry) for entry in entries]
+    allowed = frozenset(message_id for message_id in allowed_ids if isinstance(message_id, str))
+    return pairs, allowed
+
+
+def _branch_pair(entry: object) -> tuple[str, str]:
+    if isinstance(entry, dict):
+        pair: Sequence[object] = (
+            entry.get("workflow_message_id", entry.get("workflowMessageId")),
+            entry.get("pi_session_entry_id", entry.get("piSessionEntryId")),
+        )
+    elif isinstance(entry, (tuple, list)) and len(entry) == 2:
+        pair = entry
+    else:
+        raise InvalidBranchEntryError()
+    message_id, entry_id = pair
+    if not isinstance(message_id, str) or not isinstance(entry_id, str) or not entry_id:
+        raise InvalidBranchEntryError()
+    return message_id, entry_id
 
 
 def follow_up_content(
@@ -132,11 +189,11 @@ class WorkflowMessage(CopiedCheaply, BaseAggregate[UUID]):
     workflow_message_id: str
     run_id: str
     target_session_id: str
-    kind: str
+    kind: MessageKind
     source_id: str
     content: dict[str, Any]
     content_digest: str
-    status: str
+    status: MessageStatus
     pi_session_entry_id: str | None
     turn_ids: list[str]
     turns: dict[str, dict[str, Any]]
@@ -145,13 +202,15 @@ class WorkflowMessage(CopiedCheaply, BaseAggregate[UUID]):
         """State is set by the Created event."""
 
     class Event(LedgerEvent):
-        pass
+        """Base of every WorkflowMessage event."""
 
     class Created(Event, LedgerCreated):
+        """A message was created, pending, for its target session."""
+
         TOPIC = "workflow-message.created"
         workflow_message_id: str
         target_session_id: str
-        kind: str
+        kind: MessageKind
         source_id: str
         content: dict[str, Any]
         content_digest: str
@@ -173,18 +232,22 @@ class WorkflowMessage(CopiedCheaply, BaseAggregate[UUID]):
             message.turns = {}
 
     class Cancelled(Event):
+        """A pending message was cancelled: its source no longer needs it."""
+
         TOPIC = "workflow-message.cancelled"
         workflow_message_id: str
-        kind: str
+        kind: MessageKind
         source_id: str
 
         def apply(self, message: WorkflowMessage) -> None:
             message.status = "cancelled"
 
     class Sent(Event):
+        """Branch evidence proved the message in its target session."""
+
         TOPIC = "workflow-message.sent"
         workflow_message_id: str
-        kind: str
+        kind: MessageKind
         source_id: str
         target_session_id: str
         pi_session_entry_id: str
@@ -194,6 +257,8 @@ class WorkflowMessage(CopiedCheaply, BaseAggregate[UUID]):
             message.pi_session_entry_id = self.pi_session_entry_id
 
     class TurnStarted(Event):
+        """A model turn the sent message triggered started."""
+
         TOPIC = "workflow-turn.started"
         workflow_turn_id: str
         workflow_message_id: str
@@ -210,10 +275,12 @@ class WorkflowMessage(CopiedCheaply, BaseAggregate[UUID]):
             }
 
     class TurnEnded(Event):
+        """A model turn ended, with its stop reason and response entry."""
+
         TOPIC = "workflow-turn.ended"
         workflow_turn_id: str
         workflow_message_id: str
-        stop_reason: str
+        stop_reason: StopReason
         response_session_entry_id: str | None
 
         def apply(self, message: WorkflowMessage) -> None:
@@ -224,6 +291,8 @@ class WorkflowMessage(CopiedCheaply, BaseAggregate[UUID]):
             turn["ended_at"] = self.timestamp.isoformat()
 
     class Snapshot(LedgerSnapshot):
+        """The message's state at a version."""
+
         TOPIC = "workflow-message.snapshot"
 
     @classmethod
@@ -233,12 +302,13 @@ class WorkflowMessage(CopiedCheaply, BaseAggregate[UUID]):
         *,
         run_id: str,
         target_session_id: str,
-        kind: str,
+        kind: MessageKind,
         source_id: str,
         content: dict[str, Any],
         actor: Actor,
         now: datetime,
     ) -> WorkflowMessage:
+        """A pending message; its content digest makes creating it again checkable."""
         return cls._create(
             cls.Created,
             id=message_aggregate_id(workflow_message_id),
@@ -258,7 +328,7 @@ class WorkflowMessage(CopiedCheaply, BaseAggregate[UUID]):
         *,
         run_id: str,
         target_session_id: str,
-        kind: str,
+        kind: MessageKind,
         source_id: str,
         content: dict[str, Any],
     ) -> None:
@@ -272,6 +342,11 @@ class WorkflowMessage(CopiedCheaply, BaseAggregate[UUID]):
         ):
             raise MessageIdempotencyConflictError(self.workflow_message_id)
 
+    @property
+    def is_sent(self) -> bool:
+        """Branch evidence put it in the session, and that is final (upstream §5.2)."""
+        return self.status == "sent"
+
     def cancel_if_pending(self, *, actor: Actor, now: datetime) -> bool:
         """Sent and already-cancelled messages stay as they are."""
         if self.status != "pending":
@@ -281,7 +356,7 @@ class WorkflowMessage(CopiedCheaply, BaseAggregate[UUID]):
 
     def adopt_entry(self, pi_session_entry_id: str, *, actor: Actor, now: datetime) -> None:
         """Branch evidence wins: pending or cancelled become sent; sent must agree."""
-        if self.status == "sent":
+        if self.is_sent:
             if self.pi_session_entry_id != pi_session_entry_id:
                 raise ConflictingEntryEvidenceError()
             return
@@ -295,12 +370,19 @@ class WorkflowMessage(CopiedCheaply, BaseAggregate[UUID]):
             pi_session_entry_id=pi_session_entry_id,
         )
 
+    def check_branch_session(self, session_id: object) -> None:
+        """Only the session a message targets can report it in its branch."""
+        if self.target_session_id != session_id:
+            raise BranchWrongSessionError()
+
     def check_turn_identity(self, *, run_id: object, target_session_id: object) -> None:
+        """A turn names the message's own run and target session."""
         if run_id != self.run_id or target_session_id != self.target_session_id:
             raise TurnMessageMismatchError()
 
     def start_turn(self, workflow_turn_id: str, *, actor: Actor, now: datetime) -> None:
-        if self.status != "sent":
+        """Open a model turn on a sent message, one open turn at a time."""
+        if not self.is_sent:
             raise TurnRequiresSentMessageError()
         open_turn = self.open_turn_id
         if open_turn is not None:
@@ -322,7 +404,8 @@ class WorkflowMessage(CopiedCheaply, BaseAggregate[UUID]):
         actor: Actor,
         now: datetime,
     ) -> None:
-        if stop_reason not in STOP_REASONS:
+        """End an open turn; the same end report again adds nothing, another one conflicts."""
+        if not is_one_of(stop_reason, STOP_REASONS):
             raise InvalidStopReasonError()
         if response_session_entry_id is not None and not isinstance(response_session_entry_id, str):
             raise InvalidResponseEntryError()
@@ -357,6 +440,7 @@ class WorkflowMessage(CopiedCheaply, BaseAggregate[UUID]):
 
     @property
     def open_turn_id(self) -> str | None:
+        """The turn started and not yet ended, if any."""
         for turn_id in reversed(self.turn_ids):
             if self.turns[turn_id]["state"] == "started":
                 return turn_id
@@ -364,9 +448,11 @@ class WorkflowMessage(CopiedCheaply, BaseAggregate[UUID]):
 
     @property
     def latest_turn_id(self) -> str | None:
+        """The turn started last, if any."""
         return self.turn_ids[-1] if self.turn_ids else None
 
     def to_record(self) -> WorkflowMessageRecord:
+        """The message as ``get_workflow_message`` returns it."""
         return WorkflowMessageRecord(
             workflow_message_id=self.workflow_message_id,
             run_id=self.run_id,
@@ -382,6 +468,7 @@ class WorkflowMessage(CopiedCheaply, BaseAggregate[UUID]):
         )
 
     def turn_record(self, workflow_turn_id: str) -> TurnRecord:
+        """One of this message's turns as a record."""
         turn = self.turns[workflow_turn_id]
         return TurnRecord(
             workflow_turn_id=workflow_turn_id,

@@ -14,8 +14,9 @@ from typing import ClassVar, Final
 
 from runledger.domain.errors import InvalidPageError
 from runledger.domain.follow_ups import FollowUp
-from runledger.domain.records import ActorRecord, FollowUpQueue, FollowUpRecord
+from runledger.domain.records import FollowUpQueue, FollowUpRecord
 from runledger.domain.runs import Run
+from runledger.domain.values import Actor
 from runledger.domain.workflow_messages import WorkflowMessage
 from runledger.projections.base import ProjectedEvent, Row, Table, ViewReader, ViewWriter
 
@@ -214,7 +215,7 @@ def _record(row: Row) -> FollowUpRecord:
         request_id=row["request_id"],
         order=row["order_number"],
         target_session_id=row["target_session_id"],
-        actor=ActorRecord.model_construct(type=row["actor_type"], id=row["actor_id"]),
+        actor=Actor(row["actor_type"], row["actor_id"]),
         source=row["source"],
         prompt=row["prompt"],
         state=row["state"],

@@ -12,7 +12,9 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, ClassVar, Final
 
+from runledger.domain.lineage import MAX_LINEAGE_DEPTH
 from runledger.domain.records import WorkflowMessageRecord
+from runledger.domain.values import TERMINAL_STATUSES
 from runledger.projections.base import ProjectedEvent, Row, Table, ViewReader, ViewWriter
 
 RUNS: Final = Table(
@@ -79,9 +81,7 @@ SESSIONS: Final = Table(
 )
 """The highest order given in each session, so the next message gets one more."""
 
-TERMINAL_STATUSES: Final = frozenset({"completed", "failed", "timed_out", "cancelled"})
 ACTIVE_STATUSES: Final = ("queued", "running", "waiting")
-MAX_LINEAGE_DEPTH: Final = 100
 PAGE_SIZE: Final = 100
 
 Handler = Callable[[ProjectedEvent, ViewWriter], None]

@@ -1,8 +1,8 @@
 """Realistic event histories, generated fast for benchmarks and soak tests.
 
-The events come from the real aggregates (so they are exactly what commands would write),
-but without the application's load/save round trip per command: whole runs are built in
-memory and stored in large batches.
+The events come from the real aggregates and the same domain functions the commands call
+(so they are exactly what commands would write), but without the application's load/save
+round trip per command: whole runs are built in memory and stored in large batches.
 """
 
 from __future__ import annotations
@@ -10,21 +10,15 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Final
-from uuid import UUID
 
-from eventsourcing.domain import BaseAggregate
 from eventsourcing.persistence import StoredEvent
 
-from runledger.domain.follow_ups import FollowUp
-from runledger.domain.ids import follow_up_id_for, terminal_message_id
-from runledger.domain.outbox import accept_follow_up, terminal_message
+from runledger.domain.aggregates import AggregateSet
+from runledger.domain.outbox import queue_follow_up, remove_follow_up
+from runledger.domain.run_endings import finish_run
 from runledger.domain.runs import Run
 from runledger.domain.serialisation import LedgerMapper
-from runledger.domain.values import SYSTEM, Actor
-from runledger.domain.workflow_messages import WorkflowMessage
-
-HOST: Final = Actor("host")
+from runledger.domain.values import HOST, Actor
 
 
 class HistoryGenerator:
@@ -48,21 +42,23 @@ class HistoryGenerator:
         self.runs += 1
         run_id = f"{self.prefix}-run-{self.runs}"
         session_id = f"{self.prefix}-session-{self.runs % 50}"
-        run = Run.create(
-            run_id,
-            workflow_name="review",
-            input={"pr": self.runs, "paths": ["src/app.py", "tests/test_app.py"]},
-            workflow_ref="builtin:review",
-            title=f"Review #{self.runs}",
-            status="running",
-            parent=None,
-            lineage_kind=None,
-            parent_terminal_fingerprint=None,
-            actor=HOST,
-            now=self._tick(),
+        aggregates = AggregateSet()
+        run = aggregates.add(
+            Run.create(
+                run_id,
+                workflow_name="review",
+                input={"pr": self.runs, "paths": ["src/app.py", "tests/test_app.py"]},
+                workflow_ref="builtin:review",
+                title=f"Review #{self.runs}",
+                status="running",
+                parent=None,
+                lineage_kind=None,
+                parent_terminal_fingerprint=None,
+                actor=HOST,
+                now=self._tick(),
+            )
         )
         run.bind_origin_session(session_id, "interactive", actor=HOST, now=self._tick())
-        changed: list[BaseAggregate[UUID]] = [run]
         session = Actor("session", session_id)
         for node in ("lint", "test"):
             run.record_progress(
@@ -74,13 +70,11 @@ class HistoryGenerator:
                 actor=HOST,
                 now=self._tick(),
             )
-        queued: list[tuple[FollowUp, WorkflowMessage]] = []
         for index in range(follow_ups):
-            request_id = f"request-{index}"
-            follow_up, message = accept_follow_up(
-                run,
-                follow_up_id_for(run_id, request_id),
-                request_id=request_id,
+            queued = queue_follow_up(
+                aggregates,
+                run_id,
+                request_id=f"request-{index}",
                 target_session_id=session_id,
                 actor=session,
                 source="pi-session",
@@ -88,43 +82,28 @@ class HistoryGenerator:
                 now=self._tick(),
             )
             if self.random.random() < 0.1:
-                follow_up.remove(
-                    actor=Actor("human"), source="interactive-command", now=self._tick()
+                remove_follow_up(
+                    aggregates,
+                    run_id,
+                    queued.follow_up.follow_up_id,
+                    actor=Actor("human"),
+                    source="interactive-command",
+                    now=self._tick(),
                 )
-                message.cancel_if_pending(actor=Actor("human"), now=self.now)
-            queued.append((follow_up, message))
-            changed.extend((follow_up, message))
         failed = self.random.random() < 0.3
-        status = "failed" if failed else "completed"
-        error = "tests failed" if failed else None
-        final_output = None if failed else {"approved": True, "comments": 3}
-        fingerprint = run.fingerprint_for(status, final_output, error, None)
-        message_id = terminal_message_id(run_id, fingerprint)
-        now = self._tick()
-        run.finish(
-            status=status,
-            final_output=final_output,
-            error=error,
+        finish_run(
+            aggregates,
+            run,
+            status="failed" if failed else "completed",
+            final_output=None if failed else {"approved": True, "comments": 3},
+            error="tests failed" if failed else None,
             status_detail=None,
-            interrupted=False,
-            terminal_message_id=message_id,
             actor=HOST,
-            now=now,
+            now=self._tick(),
         )
-        if failed:
-            for follow_up, follow_up_message in queued:
-                if follow_up.state == "queued":
-                    follow_up.cancel(
-                        ended_run_id=run_id,
-                        status=status,
-                        reason="tests failed",
-                        actor=SYSTEM,
-                        now=now,
-                    )
-                    follow_up_message.cancel_if_pending(actor=SYSTEM, now=now)
-        terminal = terminal_message(run, [], actor=HOST, now=now)
-        if terminal is None:
+        if run.terminal_message_id is None:
             raise RuntimeError("a bound, interactive run always gets a terminal message")
+        terminal = aggregates.message(run.terminal_message_id)
         terminal.adopt_entry(f"entry-{self.runs}", actor=session, now=self._tick())
         turn_id = f"{self.prefix}-turn-{self.runs}"
         terminal.start_turn(turn_id, actor=session, now=self._tick())
@@ -135,8 +114,7 @@ class HistoryGenerator:
             actor=session,
             now=self._tick(),
         )
-        changed.append(terminal)
-        events = [event for aggregate in changed for event in aggregate.collect_events()]
+        events = aggregates.collect_events()
         events.sort(key=lambda event: event.timestamp)
         return [self.mapper.to_stored_event(event) for event in events]
 

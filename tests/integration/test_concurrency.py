@@ -401,7 +401,7 @@ def test_removal_racing_a_failure_leaves_each_follow_up_removed_or_cancelled_onc
                 run_id,
                 request_id=f"req-{i}",
                 target_session_id=SESSION,
-                actor=Actor(**QUEUER),
+                actor=Actor.from_json(QUEUER),
                 source=SOURCE,
                 prompt=f"Prompt {i}",
             ).follow_up.follow_up_id

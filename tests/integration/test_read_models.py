@@ -23,6 +23,7 @@ from runledger.domain.records import (
     ViewerDeltas,
     WorkflowMessageRecord,
 )
+from runledger.domain.values import ProgressStatus
 from runledger.infrastructure.cli.generated_history import HistoryGenerator
 from runledger.infrastructure.runtime import StoreRuntime, open_runtime
 from runledger.infrastructure.store import WorkflowStore
@@ -142,7 +143,7 @@ def test_a13_a_continuation_child_without_an_origin_binding_has_no_queue_range(
 
 @pytest.mark.parametrize("status", ["running", "waiting"])
 def test_f1_a_running_or_waiting_run_has_no_terminal_data(
-    store: WorkflowStore, status: str
+    store: WorkflowStore, status: ProgressStatus
 ) -> None:
     running_run(store)
     store.record_progress(RUN, status=status, waiting_on="wait" if status == "waiting" else None)

@@ -17,7 +17,7 @@ from runledger.domain.records import (
     RunRecord,
     WorkflowMessageRecord,
 )
-from runledger.domain.values import Actor, JsonValue
+from runledger.domain.values import Actor, ExecutionMode, JsonValue, ProgressStatus
 from runledger.infrastructure.store import WorkflowStore
 
 RUN: Final = "run-1"
@@ -38,7 +38,7 @@ def create(
     run_id: str = RUN,
     *,
     parent_run_id: str | None = None,
-    status: str = "running",
+    status: ProgressStatus = "running",
     input: JsonValue = None,
 ) -> RunRecord:
     """A run that exists but is bound to no session."""
@@ -57,7 +57,7 @@ def running_run(
     run_id: str = RUN,
     *,
     session_id: str = SESSION,
-    execution_mode: str = "interactive",
+    execution_mode: ExecutionMode = "interactive",
     node: str = "hold",
     parent_run_id: str | None = None,
     input: JsonValue = None,

@@ -27,7 +27,7 @@ from runledger.domain.follow_ups import (
     check_source,
     follow_up_aggregate_id,
 )
-from runledger.domain.values import SYSTEM, Actor
+from runledger.domain.values import SYSTEM, Actor, BadEndStatus
 from tests.support.specification import Event, events_of, given
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -74,7 +74,7 @@ def removed_by(actor: Actor, source: str) -> FollowUpCommand:
     return lambda follow_up: follow_up.remove(actor=actor, source=source, now=LATER)
 
 
-def cancelled(reason: str = "boom", status: str = "failed") -> FollowUpCommand:
+def cancelled(reason: str = "boom", status: BadEndStatus = "failed") -> FollowUpCommand:
     return lambda follow_up: follow_up.cancel(
         ended_run_id="run-1", status=status, reason=reason, actor=SYSTEM, now=LATER
     )
@@ -185,7 +185,7 @@ def test_a_blank_prompt_over_the_byte_limit_is_reported_as_empty() -> None:
 
 def test_an_actor_of_an_unknown_type_is_rejected() -> None:
     with pytest.raises(UnknownActorTypeError) as raised:
-        Actor("robot", "r2")
+        Actor("robot", "r2")  # type: ignore[arg-type]
     assert str(raised.value) == "Unknown saved actor type: robot"
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from runledger.domain.errors import InvalidPageError
 from runledger.domain.records import FollowUpQueue
-from runledger.domain.values import Actor
+from runledger.domain.values import Actor, TerminalStatus
 from runledger.projections.base import Projection, Table
 from runledger.projections.events import projected
 from runledger.projections.follow_up_queue import (
@@ -229,7 +229,9 @@ def test_a_removed_follow_up_stays_removed_when_its_run_is_cancelled(
 # -- A13 and lineage -----------------------------------------------------------------------
 
 
-def continue_into_child(store: StoreWithLog, *, status: str, error: str | None = None) -> None:
+def continue_into_child(
+    store: StoreWithLog, *, status: TerminalStatus, error: str | None = None
+) -> None:
     """P waits with a human follow-up; the engine continues it into child C, which ends."""
     waiting_run(store, "parent")
     queue(

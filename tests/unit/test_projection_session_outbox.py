@@ -14,6 +14,7 @@ import pytest
 
 from runledger.domain.ids import follow_up_message_id
 from runledger.domain.records import WorkflowMessageRecord
+from runledger.domain.values import ProgressStatus
 from runledger.projections.base import ProjectedEvent
 from runledger.projections.events import projected
 from runledger.projections.session_outbox import (
@@ -430,7 +431,9 @@ def test_another_active_run_of_the_session_blocks_a_follow_up(store: StoreWithLo
 
 
 @pytest.mark.parametrize("status", ["running", "waiting"])
-def test_an_active_run_of_another_session_does_not_block(store: StoreWithLog, status: str) -> None:
+def test_an_active_run_of_another_session_does_not_block(
+    store: StoreWithLog, status: ProgressStatus
+) -> None:
     running_run(store)
     message_id = queue_message(store, "follow-1")
     complete_and_present(store)

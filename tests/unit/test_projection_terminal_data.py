@@ -8,6 +8,8 @@ from collections.abc import Iterator
 import pytest
 
 from runledger.domain.records import TerminalData
+from runledger.domain.runs import Run
+from runledger.domain.values import TerminalStatus
 from runledger.projections.base import Projection
 from runledger.projections.events import projected
 from runledger.projections.terminal_data import TerminalDataProjection, terminal_data
@@ -121,7 +123,7 @@ def test_an_error_that_looks_like_json_stays_text(store: StoreWithLog) -> None:
 
 @pytest.mark.parametrize("status", ["timed_out", "cancelled"])
 def test_a_run_ending_timed_out_or_cancelled_has_terminal_data(
-    store: StoreWithLog, status: str
+    store: StoreWithLog, status: TerminalStatus
 ) -> None:
     running_run(store)
 
@@ -180,7 +182,7 @@ def test_terminal_data_agrees_with_the_run_aggregate(store: StoreWithLog) -> Non
     assert run is not None
     assert ended_data(store) == TerminalData(
         run_id=run.run_id,
-        status=run.status,
+        status=Run.check_finish_status(run.status),
         status_detail=run.status_detail,
         input=run.input,
         final_output=run.final_output,

@@ -26,7 +26,7 @@ from runledger.domain.errors import (
     RunOfAnotherSessionError,
 )
 from runledger.domain.runs import Run, check_run_id, run_aggregate_id
-from runledger.domain.values import Actor
+from runledger.domain.values import Actor, LineageKind, RunStatus, TerminalStatus
 from tests.support.specification import Event, events_of, given
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -46,9 +46,9 @@ def new_run(
     input: Any = None,
     workflow_ref: Any = None,
     title: Any = None,
-    status: str = "running",
+    status: RunStatus = "running",
     parent: Run | None = None,
-    lineage_kind: str | None = None,
+    lineage_kind: LineageKind | None = None,
     parent_terminal_fingerprint: str | None = None,
     now: datetime = NOW,
 ) -> Run:
@@ -105,7 +105,7 @@ def instructed(instructions: object) -> RunCommand:
 
 
 def finished(
-    status: str = "completed",
+    status: TerminalStatus = "completed",
     *,
     final_output: Any = None,
     error: str | None = None,
@@ -125,7 +125,7 @@ def finished(
     )
 
 
-def ended_run(run_id: str, status: str, error: str | None = None, **create: Any) -> Run:
+def ended_run(run_id: str, status: TerminalStatus, error: str | None = None, **create: Any) -> Run:
     run = new_run(run_id, **create)
     finished(status, error=error)(run)
     run.collect_events()
@@ -746,7 +746,7 @@ def test_a_run_that_has_not_ended_passes_the_not_ended_check() -> None:
 
 
 @pytest.mark.parametrize("status", ["completed", "failed", "timed_out", "cancelled"])
-def test_an_ended_run_fails_the_not_ended_check(status: str) -> None:
+def test_an_ended_run_fails_the_not_ended_check(status: TerminalStatus) -> None:
     given(Run, history(finished(status))).when(lambda run: run.check_not_ended()).then_raises(
         RunAlreadyEndedError, f"Workflow run run-1 already ended with status {status}"
     )

@@ -1,0 +1,82 @@
+"""A run's lineage: new root and continuation runs, and the walks up a run's parents."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Final
+
+from runledger.domain.aggregates import Aggregates
+from runledger.domain.errors import (
+    InvalidRunFieldError,
+    ParentRunMissingError,
+    RunAlreadyExistsError,
+)
+from runledger.domain.runs import Run
+from runledger.domain.values import PROGRESS_STATUSES, Actor, JsonValue, is_one_of
+
+MAX_LINEAGE_DEPTH: Final = 100
+
+
+def create_run(
+    aggregates: Aggregates,
+    run_id: str,
+    *,
+    workflow_name: object,
+    input: JsonValue,
+    workflow_ref: object,
+    title: object,
+    parent_run_id: object,
+    status: object,
+    actor: Actor,
+    now: datetime,
+) -> Run:
+    """A root run, or a continuation child of ``parent_run_id`` (upstream §3.5 A, in order).
+
+    ``run_id`` has passed ``check_run_id`` before the command started.
+    """
+    check_run_id_unused(aggregates, run_id)
+    if not is_one_of(status, PROGRESS_STATUSES):
+        raise InvalidRunFieldError("status", "running or waiting")
+    parent = None
+    if parent_run_id is not None:
+        parent = aggregates.run(parent_run_id, missing=ParentRunMissingError)
+    run = Run.create(
+        run_id,
+        workflow_name=workflow_name,
+        input=input,
+        workflow_ref=workflow_ref,
+        title=title,
+        status=status,
+        parent=parent,
+        lineage_kind=None if parent is None else "continuation",
+        parent_terminal_fingerprint=None,
+        actor=actor,
+        now=now,
+    )
+    return aggregates.add(run)
+
+
+def check_run_id_unused(aggregates: Aggregates, run_id: str) -> None:
+    """A run id names one run for ever, whether a host or a restart chose it."""
+    if aggregates.find_run(run_id) is not None:
+        raise RunAlreadyExistsError(run_id)
+
+
+def ancestors(run: Run, aggregates: Aggregates) -> list[Run]:
+    """The run's ancestors through any lineage link, nearest first."""
+    chain: list[Run] = []
+    current = run
+    while current.parent_run_id is not None and len(chain) < MAX_LINEAGE_DEPTH:
+        current = aggregates.run(current.parent_run_id)
+        chain.append(current)
+    return chain
+
+
+def continuation_chain(run: Run, aggregates: Aggregates) -> list[Run]:
+    """The run and its continuation ancestors, nearest first: a restart link ends the chain."""
+    chain = [run]
+    current = run
+    while current.lineage_kind == "continuation" and current.parent_run_id is not None:
+        current = aggregates.run(current.parent_run_id)
+        chain.append(current)
+    return chain
