@@ -37,6 +37,8 @@ from eventsourcing.utils import Environment
 from runledger.domain.errors import (
     BranchWrongSessionError,
     ConcurrencyError,
+    DecisionNotFoundError,
+    DecisionRunMissingError,
     FollowUpNotFoundError,
     InvalidBranchEntryError,
     InvalidMessageIdentityError,
@@ -68,7 +70,17 @@ from runledger.domain.follow_ups import (
     follow_up_aggregate_id,
     follow_ups_of_run_key,
 )
+from runledger.domain.human_decisions import (
+    HumanDecision,
+    check_cancel_provenance,
+    check_flag,
+    check_identifier,
+    check_request,
+    decision_aggregate_id,
+)
 from runledger.domain.ids import (
+    continuation_run_id_for,
+    decision_id_for,
     default_turn_id,
     follow_up_id_for,
     restart_run_id,
@@ -79,7 +91,9 @@ from runledger.domain.outbox import accept_follow_up, terminal_message
 from runledger.domain.ports import EventStorage
 from runledger.domain.records import (
     ActorRecord,
+    DecisionSubmission,
     FollowUpRecord,
+    HumanDecisionRecord,
     LoggedEvent,
     QueuedFollowUp,
     RestartReceipt,
@@ -798,6 +812,166 @@ class WorkflowRuns(Application[UUID]):
             return message.turn_record(reservation.workflow_turn_id)
 
         return self.execute(command)
+
+    # -- human decisions ------------------------------------------------------------------
+
+    def request_human_decision(
+        self, run_id: str, *, node_id: str, attempt_id: str, request: dict[str, Any]
+    ) -> HumanDecisionRecord:
+        """Open the decision of a node attempt; the same request again is adopted (§9.3)."""
+        if not isinstance(run_id, str):
+            raise DecisionRunMissingError(run_id)
+        node = check_identifier("node ID", node_id)
+        attempt = check_identifier("attempt ID", attempt_id)
+        checked = check_request(request)
+        decision_id = decision_id_for(run_id, node, attempt)
+
+        def command(unit: UnitOfWork) -> HumanDecisionRecord:
+            prior = unit.get(HumanDecision, decision_aggregate_id(decision_id))
+            if prior is not None:
+                prior.check_same_request(checked)
+                return prior.to_record(adopted=True)
+            unit.run(run_id, missing=DecisionRunMissingError)
+            decision = HumanDecision.open(
+                decision_id,
+                run_id=run_id,
+                node_id=node,
+                attempt_id=attempt,
+                request=checked,
+                actor=HOST,
+                now=unit.now,
+            )
+            return unit.add(decision).to_record()
+
+        return self.execute(command)
+
+    def answer_human_decision(
+        self,
+        decision_id: str,
+        *,
+        actor: Actor,
+        response: dict[str, Any],
+        submission_id: str,
+        continue_run: bool = False,
+    ) -> DecisionSubmission:
+        """Submit an answer; the first accepted one wins (decision 26).
+
+        With ``continue_run`` an answer that won (or its retry) also creates the continuation
+        child, in the same commit as ``decision.accepted``.
+        """
+        answerer = Actor.coerce(actor)
+        submission = check_identifier("submission ID", submission_id)
+        check_flag("continue_run", continue_run)
+
+        def command(unit: UnitOfWork) -> DecisionSubmission:
+            decision = self._decision(unit, decision_id)
+            outcome = decision.submit(submission, response, actor=answerer, now=unit.now)
+            child = None
+            if continue_run and outcome in ("won", "adopted"):
+                child = self._continue_after(unit, decision, None).to_record()
+            return DecisionSubmission(
+                decision_id=decision.decision_id,
+                submission_id=submission,
+                outcome=outcome,
+                decision=decision.to_record(),
+                continuation=child,
+            )
+
+        return self.execute(command)
+
+    def apply_decision_timeout(
+        self, decision_id: str, *, continue_run: bool = False
+    ) -> HumanDecisionRecord:
+        """At the deadline: accept the default answer, or cancel without one."""
+        check_flag("continue_run", continue_run)
+
+        def command(unit: UnitOfWork) -> HumanDecisionRecord:
+            decision = self._decision(unit, decision_id)
+            decision.apply_timeout(now=unit.now)
+            if continue_run and decision.status == "accepted":
+                self._continue_after(unit, decision, None)
+            return decision.to_record()
+
+        return self.execute(command)
+
+    def cancel_human_decision(
+        self, decision_id: str, *, provenance: str = "explicit_cancel"
+    ) -> HumanDecisionRecord:
+        """Cancel a pending decision (``explicit_cancel`` or ``expired_no_default``)."""
+        checked = check_cancel_provenance(provenance)
+
+        def command(unit: UnitOfWork) -> HumanDecisionRecord:
+            decision = self._decision(unit, decision_id)
+            decision.cancel(checked, now=unit.now)
+            return decision.to_record()
+
+        return self.execute(command)
+
+    def continue_after_decision(self, decision_id: str, *, run_id: str | None = None) -> RunRecord:
+        """Create (once) the continuation child of an accepted decision, with its receipt.
+
+        ``run_id`` names the child; by default ``continuation-<decision id without "decision-">``.
+        """
+        if run_id is not None:
+            check_run_id(run_id)
+
+        def command(unit: UnitOfWork) -> RunRecord:
+            decision = self._decision(unit, decision_id)
+            return self._continue_after(unit, decision, run_id).to_record()
+
+        return self.execute(command)
+
+    def get_human_decision(self, decision_id: str) -> HumanDecisionRecord | None:
+        if not isinstance(decision_id, str):
+            return None
+        decision = self.load(HumanDecision, decision_aggregate_id(decision_id))
+        return None if decision is None else decision.to_record()
+
+    @staticmethod
+    def _decision(unit: UnitOfWork, decision_id: object) -> HumanDecision:
+        found = (
+            unit.get(HumanDecision, decision_aggregate_id(decision_id))
+            if isinstance(decision_id, str)
+            else None
+        )
+        if found is None:
+            raise DecisionNotFoundError(decision_id)
+        return found
+
+    @staticmethod
+    def _continue_after(unit: UnitOfWork, decision: HumanDecision, run_id: str | None) -> Run:
+        """The decision's continuation child: created with the receipt, or the existing one."""
+        decision.check_accepted()
+        child_id = run_id or continuation_run_id_for(decision.decision_id)
+        if decision.continued_into(child_id):
+            return unit.run(child_id)
+        if unit.get(Run, run_aggregate_id(child_id)) is not None:
+            raise RunAlreadyExistsError(child_id)
+        parent = unit.run(decision.run_id)
+        # The same creation as create_run's continuation (lineage, root and restart number
+        # inherited), reserved as upstream's host queue does: queued, bound like its parent.
+        child = unit.add(
+            Run.create(
+                child_id,
+                workflow_name=parent.workflow_name,
+                input=parent.input,
+                workflow_ref=parent.workflow_ref,
+                title=parent.title,
+                status="queued",
+                parent=parent,
+                lineage_kind="continuation",
+                parent_terminal_fingerprint=None,
+                actor=HOST,
+                now=unit.now,
+                human_decision=decision.receipt(),
+            )
+        )
+        if parent.origin_session_id is not None and parent.execution_mode is not None:
+            child.bind_origin_session(
+                parent.origin_session_id, parent.execution_mode, actor=HOST, now=unit.now
+            )
+        decision.record_continuation(child_id, actor=HOST, now=unit.now)
+        return child
 
     # -- consistent reads -----------------------------------------------------------------
 

@@ -63,6 +63,8 @@ class Run(CopiedCheaply, BaseAggregate[UUID]):
 
     TOPIC = "run"
     DATETIME_FIELDS: ClassVar[tuple[str, ...]] = ("finished_at",)
+    # Version 2 holds the human-decision receipt of a continuation child.
+    class_version = 2
 
     run_id: str
     workflow_name: str
@@ -90,15 +92,23 @@ class Run(CopiedCheaply, BaseAggregate[UUID]):
     follow_up_count: int
     terminal_message_id: str | None
     terminal_fingerprint: str | None
+    human_decision: dict[str, JsonValue] | None
 
     def __init__(self) -> None:
         """State is set by the Created event."""
+
+    @staticmethod
+    def upcast_v1_v2(state: dict[str, Any]) -> None:
+        """A snapshot taken before receipts existed is of a run created without one."""
+        state["human_decision"] = None
 
     class Event(LedgerEvent):
         pass
 
     class Created(Event, LedgerCreated):
         TOPIC = "run.created"
+        # Version 2 added ``human_decision``: the §3.7 receipt of a continuation child.
+        class_version = 2
         workflow_name: str
         workflow_ref: str
         title: str | None
@@ -109,6 +119,12 @@ class Run(CopiedCheaply, BaseAggregate[UUID]):
         lineage_kind: str | None
         restart_number: int
         parent_terminal_fingerprint: str | None
+        human_decision: dict[str, JsonValue] | None
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            """Runs created before receipts existed came from no decision."""
+            state["human_decision"] = None
 
         def apply(self, run: Run) -> None:
             run.run_id = self.run_id
@@ -139,6 +155,7 @@ class Run(CopiedCheaply, BaseAggregate[UUID]):
             run.follow_up_count = 0
             run.terminal_message_id = None
             run.terminal_fingerprint = None
+            run.human_decision = self.human_decision
 
     class SessionBound(Event):
         TOPIC = "run.session-bound"
@@ -258,8 +275,12 @@ class Run(CopiedCheaply, BaseAggregate[UUID]):
         parent_terminal_fingerprint: str | None,
         actor: Actor,
         now: datetime,
+        human_decision: dict[str, JsonValue] | None = None,
     ) -> Run:
-        """Start a root run, or a child of ``parent`` (continuation or restart)."""
+        """Start a root run, or a child of ``parent`` (continuation or restart).
+
+        A continuation prepared from an accepted human decision carries its receipt.
+        """
         if not isinstance(workflow_name, str) or not workflow_name.strip():
             raise InvalidWorkflowNameError()
         ref = _optional_text("workflow_ref", workflow_ref)
@@ -286,6 +307,7 @@ class Run(CopiedCheaply, BaseAggregate[UUID]):
             lineage_kind=lineage_kind,
             restart_number=restart_number,
             parent_terminal_fingerprint=parent_terminal_fingerprint,
+            human_decision=human_decision,
         )
 
     def bind_origin_session(
@@ -543,4 +565,5 @@ class Run(CopiedCheaply, BaseAggregate[UUID]):
             created_at=self.created_on,
             updated_at=self.modified_on,
             finished_at=self.finished_at,
+            human_decision=self.human_decision,
         )

@@ -77,3 +77,9 @@ class Actor:
 
 
 SYSTEM: Final[Actor] = Actor("system")
+
+
+DecisionStatus = Literal["pending", "accepted", "cancelled"]
+DecisionProvenance = Literal["human", "timeout_policy", "explicit_cancel", "expired_no_default"]
+CANCEL_PROVENANCES: Final[tuple[str, ...]] = ("explicit_cancel", "expired_no_default")
+SubmissionOutcome = Literal["won", "adopted", "already_resolved", "conflict"]

@@ -17,13 +17,17 @@ from runledger.domain.application import Clock, WorkflowRuns, utc_now
 from runledger.domain.errors import InvalidStoreUrlError, ProjectionStalledError
 from runledger.domain.ports import EventStorage
 from runledger.domain.records import (
+    DecisionSubmission,
     FollowUpQueue,
+    HumanDecisionRecord,
     ProjectionStatus,
+    RunRecord,
     SnapshotRequired,
     TerminalData,
     ViewerDeltas,
     WorkflowMessageRecord,
 )
+from runledger.domain.values import Actor
 from runledger.infrastructure.views.projector import Progress, Projector
 from runledger.infrastructure.views.rebuild import rebuild_in_processes, split
 from runledger.infrastructure.views.store import MemoryViewStore, ViewReaderBase, ViewStore
@@ -154,6 +158,54 @@ class WorkflowStore(WorkflowRuns):
 
     def next_deliverable(self, session_id: str) -> WorkflowMessageRecord | None:
         return session_outbox.next_deliverable(self._read("session_outbox"), session_id)
+
+    # -- human decisions --------------------------------------------------------------------
+
+    def request_human_decision(
+        self, run_id: str, *, node_id: str, attempt_id: str, request: dict[str, Any]
+    ) -> HumanDecisionRecord:
+        """Open the decision of a node attempt; the same request again is adopted."""
+        return super().request_human_decision(
+            run_id, node_id=node_id, attempt_id=attempt_id, request=request
+        )
+
+    def answer_human_decision(
+        self,
+        decision_id: str,
+        *,
+        actor: Actor,
+        response: dict[str, Any],
+        submission_id: str,
+        continue_run: bool = False,
+    ) -> DecisionSubmission:
+        """Submit an answer: won, adopted, already_resolved or conflict."""
+        return super().answer_human_decision(
+            decision_id,
+            actor=actor,
+            response=response,
+            submission_id=submission_id,
+            continue_run=continue_run,
+        )
+
+    def apply_decision_timeout(
+        self, decision_id: str, *, continue_run: bool = False
+    ) -> HumanDecisionRecord:
+        """At the deadline: accept the default answer, or cancel without one."""
+        return super().apply_decision_timeout(decision_id, continue_run=continue_run)
+
+    def cancel_human_decision(
+        self, decision_id: str, *, provenance: str = "explicit_cancel"
+    ) -> HumanDecisionRecord:
+        """Cancel a pending decision with its provenance."""
+        return super().cancel_human_decision(decision_id, provenance=provenance)
+
+    def continue_after_decision(self, decision_id: str, *, run_id: str | None = None) -> RunRecord:
+        """The continuation child of an accepted decision, created once with its receipt."""
+        return super().continue_after_decision(decision_id, run_id=run_id)
+
+    def get_human_decision(self, decision_id: str) -> HumanDecisionRecord | None:
+        """The decision, or None for an unknown id."""
+        return super().get_human_decision(decision_id)
 
     # -- operations -------------------------------------------------------------------------
 
