@@ -73,10 +73,12 @@ from runledger.domain.follow_ups import (
 from runledger.domain.human_decisions import (
     HumanDecision,
     check_cancel_provenance,
+    check_decision_run_id,
     check_flag,
     check_identifier,
     check_request,
     decision_aggregate_id,
+    is_decision_id,
 )
 from runledger.domain.ids import (
     continuation_run_id_for,
@@ -819,8 +821,7 @@ class WorkflowRuns(Application[UUID]):
         self, run_id: str, *, node_id: str, attempt_id: str, request: dict[str, Any]
     ) -> HumanDecisionRecord:
         """Open the decision of a node attempt; the same request again is adopted (§9.3)."""
-        if not isinstance(run_id, str):
-            raise DecisionRunMissingError(run_id)
+        check_decision_run_id(run_id)
         node = check_identifier("node ID", node_id)
         attempt = check_identifier("attempt ID", attempt_id)
         checked = check_request(request)
@@ -922,7 +923,7 @@ class WorkflowRuns(Application[UUID]):
         return self.execute(command)
 
     def get_human_decision(self, decision_id: str) -> HumanDecisionRecord | None:
-        if not isinstance(decision_id, str):
+        if not is_decision_id(decision_id):
             return None
         decision = self.load(HumanDecision, decision_aggregate_id(decision_id))
         return None if decision is None else decision.to_record()
@@ -931,7 +932,7 @@ class WorkflowRuns(Application[UUID]):
     def _decision(unit: UnitOfWork, decision_id: object) -> HumanDecision:
         found = (
             unit.get(HumanDecision, decision_aggregate_id(decision_id))
-            if isinstance(decision_id, str)
+            if is_decision_id(decision_id)
             else None
         )
         if found is None:

@@ -7,9 +7,10 @@ outcome, and an accepted decision leads to one continuation child carrying its r
 
 from __future__ import annotations
 
+import re
 from copy import deepcopy
 from datetime import datetime
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, TypeGuard
 from uuid import UUID
 
 from eventsourcing.domain import BaseAggregate
@@ -23,6 +24,7 @@ from runledger.domain.errors import (
     DecisionNotAcceptedError,
     DecisionRequestConflictError,
     DecisionResponseNotAChoiceError,
+    DecisionRunMissingError,
     DecisionTimeoutNotEligibleError,
     InvalidCancellationProvenanceError,
     InvalidDecisionFieldError,
@@ -34,6 +36,7 @@ from runledger.domain.errors import (
 from runledger.domain.events import CopiedCheaply, LedgerCreated, LedgerEvent, LedgerSnapshot
 from runledger.domain.ids import aggregate_id, decision_subject
 from runledger.domain.records import ActorRecord, HumanDecisionRecord, SubmissionRecord
+from runledger.domain.runs import RUN_ID_PATTERN
 from runledger.domain.values import (
     CANCEL_PROVENANCES,
     Actor,
@@ -44,6 +47,7 @@ from runledger.domain.values import (
 )
 
 RECEIPT_SCHEMA: Final = "pi-workflows.human-decision-receipt.v1"
+DECISION_ID_PATTERN: Final = re.compile(r"decision-[0-9a-f]{40}")
 MAX_IDENTIFIER_LENGTH: Final = 512
 MAX_JSON_DEPTH: Final = 64
 MAX_JSON_BYTES: Final = 65536
@@ -53,6 +57,18 @@ CONTROL: Final = Actor("control")
 
 def decision_aggregate_id(decision_id: str) -> UUID:
     return aggregate_id("decision", decision_id)
+
+
+def is_decision_id(decision_id: object) -> TypeGuard[str]:
+    """Only ``decision_id_for`` makes decision ids, so anything else names no decision."""
+    return isinstance(decision_id, str) and DECISION_ID_PATTERN.fullmatch(decision_id) is not None
+
+
+def check_decision_run_id(run_id: object) -> str:
+    """A run id no run can have names a missing run (upstream's message, not a format error)."""
+    if not isinstance(run_id, str) or RUN_ID_PATTERN.fullmatch(run_id) is None:
+        raise DecisionRunMissingError(run_id)
+    return run_id
 
 
 # -- input rules (pure; checked before anything is loaded) --------------------------------
