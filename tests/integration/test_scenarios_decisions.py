@@ -41,6 +41,7 @@ from tests.support.assertions import (
 )
 from tests.support.clock import FakeClock
 from tests.support.scenario import RUN, SESSION, create, running_run
+from tests.support.workers import Op, run_race
 
 ALICE = Actor("human", "alice")
 BOB = Actor("human", "bob")
@@ -50,6 +51,7 @@ REQUEST: dict[str, Any] = {
     "expiresAt": "2026-01-01T01:00:00+00:00",
 }
 WITH_DEFAULT = {**REQUEST, "defaultResponse": {"choice": "hold"}}
+REQUEST_NO_DEADLINE = {"title": "Ship the release?", "choices": ["ship", "hold"]}
 SHIP = {"choice": "ship"}
 HOLD = {"choice": "hold"}
 DECISION = decision_id_for(RUN, "approve", "attempt-1")
@@ -692,3 +694,62 @@ def test_every_decision_argument_of_a_wrong_type_is_a_workflow_error_writing_not
     assert not bare, "\n".join(bare)
     assert [e.wire_name for e in whole_log(store)[len(before) :]] == []
     assert decision_of(store).status == "pending"
+
+
+# -- two processes answer at once ---------------------------------------------------------
+
+
+RACE_ROUNDS = 6
+
+
+def answer_op(decision_id: str, worker: int, response: dict[str, Any]) -> Op:
+    return {
+        "op": "answer",
+        "decision_id": decision_id,
+        "actor": {"type": "human", "id": f"human-{worker}"},
+        "response": response,
+        "submission_id": f"{decision_id}-worker-{worker}",
+    }
+
+
+def test_two_processes_answering_differently_at_once_give_one_winner_and_one_conflict(
+    durable_url: str,
+) -> None:
+    with open_store(durable_url) as store:
+        running_run(store)
+        decisions = [
+            store.request_human_decision(
+                RUN, node_id="approve", attempt_id=f"attempt-{n}", request={**REQUEST_NO_DEADLINE}
+            ).decision_id
+            for n in range(RACE_ROUNDS)
+        ]
+        rounds = [
+            [[answer_op(decision_id, 0, SHIP)], [answer_op(decision_id, 1, HOLD)]]
+            for decision_id in decisions
+        ]
+
+        race = run_race(durable_url, rounds)
+
+        assert race.rounds_run >= 1
+        overlapped = [
+            max(o.started for o in race.round(n)) < min(o.ended for o in race.round(n))
+            for n in range(race.rounds_run)
+        ]
+        assert any(overlapped), "the two processes never answered at the same time"
+        log = whole_log(store)
+        for number in range(race.rounds_run):
+            outcomes = race.round(number)
+            failed = [o.describe() for o in outcomes if not o.ok]
+            assert not failed, "\n".join(failed)
+            by_outcome = {o.result["outcome"]: o for o in outcomes if o.result is not None}
+            assert sorted(by_outcome) == ["conflict", "won"], [o.describe() for o in outcomes]
+            decision = decision_of(store, decisions[number])
+            assert decision.response == by_outcome["won"].op["response"]
+            accepted_events = [
+                e
+                for e in log
+                if e.wire_name == "decision.accepted"
+                and e.payload["decision_id"] == decisions[number]
+            ]
+            assert len(accepted_events) == 1
+            assert sorted(s.outcome for s in decision.submissions) == ["conflict", "won"]
