@@ -549,14 +549,10 @@ class WorkflowRuns(Application[UUID]):
             if unit.get(Run, run_aggregate_id(child_id)) is not None:
                 raise RunAlreadyExistsError(child_id)
             actor = Actor("session", session_id)
+            # The source's origin session is the requesting one, in interactive mode (checked).
             child = unit.add(
-                Run.create(
+                Run.reserve_child(
                     child_id,
-                    workflow_name=source.workflow_name,
-                    input=source.input,
-                    workflow_ref=source.workflow_ref,
-                    title=source.title,
-                    status="queued",
                     parent=source,
                     lineage_kind="restart",
                     parent_terminal_fingerprint=fingerprint,
@@ -564,7 +560,6 @@ class WorkflowRuns(Application[UUID]):
                     now=unit.now,
                 )
             )
-            child.bind_origin_session(session_id, "interactive", actor=actor, now=unit.now)
             source.record_restart_child(
                 child_id,
                 workflow_message_id=workflow_message_id,
@@ -949,28 +944,19 @@ class WorkflowRuns(Application[UUID]):
         if unit.get(Run, run_aggregate_id(child_id)) is not None:
             raise RunAlreadyExistsError(child_id)
         parent = unit.run(decision.run_id)
-        # The same creation as create_run's continuation (lineage, root and restart number
-        # inherited), reserved as upstream's host queue does: queued, bound like its parent.
+        # Run.create's continuation (lineage, root and restart number inherited, as in
+        # create_run), reserved as upstream's host queue does. Settings scopes move to the
+        # child wherever create_run moves them to a continuation (issue 10).
         child = unit.add(
-            Run.create(
+            Run.reserve_child(
                 child_id,
-                workflow_name=parent.workflow_name,
-                input=parent.input,
-                workflow_ref=parent.workflow_ref,
-                title=parent.title,
-                status="queued",
                 parent=parent,
                 lineage_kind="continuation",
-                parent_terminal_fingerprint=None,
                 actor=HOST,
                 now=unit.now,
                 human_decision=decision.receipt(),
             )
         )
-        if parent.origin_session_id is not None and parent.execution_mode is not None:
-            child.bind_origin_session(
-                parent.origin_session_id, parent.execution_mode, actor=HOST, now=unit.now
-            )
         decision.record_continuation(child_id, actor=HOST, now=unit.now)
         return child
 

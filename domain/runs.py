@@ -310,6 +310,43 @@ class Run(CopiedCheaply, BaseAggregate[UUID]):
             human_decision=human_decision,
         )
 
+    @classmethod
+    def reserve_child(
+        cls,
+        child_id: str,
+        *,
+        parent: Run,
+        lineage_kind: str,
+        actor: Actor,
+        now: datetime,
+        parent_terminal_fingerprint: str | None = None,
+        human_decision: dict[str, JsonValue] | None = None,
+    ) -> Run:
+        """A child no worker has started yet, as upstream's host queue reserves one (§3.8).
+
+        It repeats the parent's workflow and input, is ``queued`` (it starts with
+        ``record_progress(status="running")``) and has the parent's origin session.
+        """
+        child = cls.create(
+            child_id,
+            workflow_name=parent.workflow_name,
+            input=parent.input,
+            workflow_ref=parent.workflow_ref,
+            title=parent.title,
+            status="queued",
+            parent=parent,
+            lineage_kind=lineage_kind,
+            parent_terminal_fingerprint=parent_terminal_fingerprint,
+            actor=actor,
+            now=now,
+            human_decision=human_decision,
+        )
+        if parent.origin_session_id is not None and parent.execution_mode is not None:
+            child.bind_origin_session(
+                parent.origin_session_id, parent.execution_mode, actor=actor, now=now
+            )
+        return child
+
     def bind_origin_session(
         self, session_id: object, execution_mode: object, *, actor: Actor, now: datetime
     ) -> None:

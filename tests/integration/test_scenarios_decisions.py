@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,7 +25,6 @@ from runledger.domain.errors import (
     DecisionRunMissingError,
     DecisionTimeoutNotEligibleError,
     RunAlreadyExistsError,
-    WorkflowError,
 )
 from runledger.domain.ids import continuation_run_id_for, decision_id_for
 from runledger.domain.records import DecisionSubmission, HumanDecisionRecord, RunRecord
@@ -34,6 +32,7 @@ from runledger.domain.values import Actor
 from runledger.infrastructure.store import WorkflowStore, open_store
 from tests.support.assertions import (
     assert_rejected,
+    bare_errors,
     payload_fields,
     recording,
     whole_log,
@@ -97,6 +96,16 @@ def accepted(store: WorkflowStore) -> HumanDecisionRecord:
     waiting(store)
     requested(store)
     return answer(store).decision
+
+
+def expired(
+    store: WorkflowStore, clock: FakeClock, request: dict[str, Any] | None = None
+) -> HumanDecisionRecord:
+    """R waits on a decision still pending when its deadline has passed."""
+    waiting(store)
+    decision = requested(store, request)
+    clock.advance(PAST_DEADLINE)
+    return decision
 
 
 def decision_of(store: WorkflowStore, decision_id: str = DECISION) -> HumanDecisionRecord:
@@ -267,9 +276,7 @@ def test_an_answer_that_is_not_one_of_the_choices_is_refused(store: WorkflowStor
 
 
 def test_an_answer_after_the_deadline_is_refused(store: WorkflowStore, clock: FakeClock) -> None:
-    waiting(store)
-    requested(store)
-    clock.advance(PAST_DEADLINE)
+    expired(store, clock)
     assert_rejected(
         store,
         DecisionExpiredError,
@@ -297,9 +304,7 @@ def test_the_timeout_before_the_deadline_is_not_eligible(store: WorkflowStore) -
 def test_the_timeout_after_the_deadline_accepts_the_default_by_policy(
     store: WorkflowStore, clock: FakeClock
 ) -> None:
-    waiting(store)
-    requested(store, WITH_DEFAULT)
-    clock.advance(PAST_DEADLINE)
+    expired(store, clock, WITH_DEFAULT)
     with recording(store) as recorded:
         decision = store.apply_decision_timeout(DECISION)
 
@@ -318,9 +323,7 @@ def test_the_timeout_after_the_deadline_accepts_the_default_by_policy(
 def test_the_timeout_after_the_deadline_without_a_default_cancels_it(
     store: WorkflowStore, clock: FakeClock
 ) -> None:
-    waiting(store)
-    requested(store)
-    clock.advance(PAST_DEADLINE)
+    expired(store, clock)
     with recording(store) as recorded:
         decision = store.apply_decision_timeout(DECISION)
 
@@ -445,9 +448,7 @@ def test_continuing_again_returns_the_same_child_and_writes_nothing(
 def test_a_continuation_after_the_timeout_policy_says_timeout(
     store: WorkflowStore, clock: FakeClock
 ) -> None:
-    waiting(store)
-    requested(store, WITH_DEFAULT)
-    clock.advance(PAST_DEADLINE)
+    expired(store, clock, WITH_DEFAULT)
     store.apply_decision_timeout(DECISION)
     child = store.continue_after_decision(DECISION)
     assert child.human_decision is not None
@@ -562,9 +563,7 @@ def test_a_conflicting_answer_asked_to_continue_does_not_continue(store: Workflo
 def test_the_timeout_asked_to_continue_commits_acceptance_and_child_together(
     store: WorkflowStore, clock: FakeClock
 ) -> None:
-    waiting(store)
-    requested(store, WITH_DEFAULT)
-    clock.advance(PAST_DEADLINE)
+    expired(store, clock, WITH_DEFAULT)
     with recording(store) as recorded:
         decision = store.apply_decision_timeout(DECISION, continue_run=True)
     assert recorded.wire_names == [
@@ -592,20 +591,6 @@ def test_decision_times_come_from_the_injected_clock(store_url: str) -> None:
         won = answer(store).decision
     assert opened.created_at == clock.current - timedelta(minutes=5)
     assert won.resolved_at == won.updated_at == clock.current
-
-
-@pytest.fixture(
-    params=[
-        pytest.param("sqlite", id="sqlite"),
-        pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgres),
-    ]
-)
-def durable_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A new store that a second store object can open (memory stores are private)."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'durable.db'}"
-    url: str = request.getfixturevalue("postgres_store_url")
-    return url
 
 
 def test_a_decision_reads_back_the_same_from_another_store(durable_url: str) -> None:
@@ -683,14 +668,7 @@ def test_every_decision_argument_of_a_wrong_type_is_a_workflow_error_writing_not
     waiting(store)
     requested(store)
     before = whole_log(store)
-    bare: list[str] = []
-    for name, call in calls_with(value):
-        try:
-            call(store)
-        except WorkflowError:
-            pass
-        except Exception as error:
-            bare.append(f"{name}: {type(error).__name__}: {error}")
+    bare = bare_errors(store, calls_with(value))
     assert not bare, "\n".join(bare)
     assert [e.wire_name for e in whole_log(store)[len(before) :]] == []
     assert decision_of(store).status == "pending"
