@@ -36,7 +36,13 @@ from eventsourcing.utils import Environment
 
 from runledger.domain import lineage, outbox, restarts, run_endings
 from runledger.domain.aggregates import Aggregates
-from runledger.domain.errors import ConcurrencyError, InvalidPageError, RunNotFoundError
+from runledger.domain.errors import (
+    ConcurrencyError,
+    DecisionNotFoundError,
+    DecisionRunMissingError,
+    InvalidPageError,
+    RunNotFoundError,
+)
 from runledger.domain.follow_ups import (
     FollowUp,
     check_prompt,
@@ -45,10 +51,22 @@ from runledger.domain.follow_ups import (
     follow_up_aggregate_id,
     follow_ups_of_run_key,
 )
-from runledger.domain.ids import workflow_message_id_for
+from runledger.domain.human_decisions import (
+    HumanDecision,
+    check_cancel_provenance,
+    check_decision_run_id,
+    check_flag,
+    check_identifier,
+    check_request,
+    decision_aggregate_id,
+    is_decision_id,
+)
+from runledger.domain.ids import decision_id_for, workflow_message_id_for
 from runledger.domain.ports import EventStorage
 from runledger.domain.records import (
+    DecisionSubmission,
     FollowUpRecord,
+    HumanDecisionRecord,
     LoggedEvent,
     QueuedFollowUp,
     RestartReceipt,
@@ -521,6 +539,132 @@ class WorkflowRuns(Application[UUID]):
             return message.turn_record(reservation.workflow_turn_id)
 
         return self.execute(command)
+
+    # -- human decisions ------------------------------------------------------------------
+
+    def request_human_decision(
+        self, run_id: str, *, node_id: str, attempt_id: str, request: dict[str, Any]
+    ) -> HumanDecisionRecord:
+        """Open the decision of a node attempt; the same request again is adopted (§9.3)."""
+        check_decision_run_id(run_id)
+        node = check_identifier("node ID", node_id)
+        attempt = check_identifier("attempt ID", attempt_id)
+        checked = check_request(request)
+        decision_id = decision_id_for(run_id, node, attempt)
+
+        def command(unit: UnitOfWork) -> HumanDecisionRecord:
+            prior = unit.get(HumanDecision, decision_aggregate_id(decision_id))
+            if prior is not None:
+                prior.check_same_request(checked)
+                return prior.to_record(adopted=True)
+            unit.run(run_id, missing=DecisionRunMissingError)
+            decision = HumanDecision.open(
+                decision_id,
+                run_id=run_id,
+                node_id=node,
+                attempt_id=attempt,
+                request=checked,
+                actor=HOST,
+                now=unit.now,
+            )
+            return unit.add(decision).to_record()
+
+        return self.execute(command)
+
+    def answer_human_decision(
+        self,
+        decision_id: str,
+        *,
+        actor: Actor,
+        response: dict[str, Any],
+        submission_id: str,
+        continue_run: bool = False,
+    ) -> DecisionSubmission:
+        """Submit an answer; the first accepted one wins (decision 26).
+
+        With ``continue_run`` an answer that won (or its retry) also creates the continuation
+        child, in the same commit as ``decision.accepted``.
+        """
+        answerer = Actor.coerce(actor)
+        submission = check_identifier("submission ID", submission_id)
+        check_flag("continue_run", continue_run)
+
+        def command(unit: UnitOfWork) -> DecisionSubmission:
+            decision = self._decision(unit, decision_id)
+            outcome = decision.submit(submission, response, actor=answerer, now=unit.now)
+            child = None
+            if continue_run and outcome in ("won", "adopted"):
+                child = lineage.continue_after_decision(
+                    unit, decision, None, now=unit.now
+                ).to_record()
+            return DecisionSubmission(
+                decision_id=decision.decision_id,
+                submission_id=submission,
+                outcome=outcome,
+                decision=decision.to_record(),
+                continuation=child,
+            )
+
+        return self.execute(command)
+
+    def apply_decision_timeout(
+        self, decision_id: str, *, continue_run: bool = False
+    ) -> HumanDecisionRecord:
+        """At the deadline: accept the default answer, or cancel without one."""
+        check_flag("continue_run", continue_run)
+
+        def command(unit: UnitOfWork) -> HumanDecisionRecord:
+            decision = self._decision(unit, decision_id)
+            decision.apply_timeout(now=unit.now)
+            if continue_run and decision.status == "accepted":
+                lineage.continue_after_decision(unit, decision, None, now=unit.now)
+            return decision.to_record()
+
+        return self.execute(command)
+
+    def cancel_human_decision(
+        self, decision_id: str, *, provenance: str = "explicit_cancel"
+    ) -> HumanDecisionRecord:
+        """Cancel a pending decision (``explicit_cancel`` or ``expired_no_default``)."""
+        checked = check_cancel_provenance(provenance)
+
+        def command(unit: UnitOfWork) -> HumanDecisionRecord:
+            decision = self._decision(unit, decision_id)
+            decision.cancel(checked, now=unit.now)
+            return decision.to_record()
+
+        return self.execute(command)
+
+    def continue_after_decision(self, decision_id: str, *, run_id: str | None = None) -> RunRecord:
+        """Create (once) the continuation child of an accepted decision, with its receipt.
+
+        ``run_id`` names the child; by default ``continuation-<decision id without "decision-">``.
+        """
+        if run_id is not None:
+            check_run_id(run_id)
+
+        def command(unit: UnitOfWork) -> RunRecord:
+            decision = self._decision(unit, decision_id)
+            return lineage.continue_after_decision(unit, decision, run_id, now=unit.now).to_record()
+
+        return self.execute(command)
+
+    def get_human_decision(self, decision_id: str) -> HumanDecisionRecord | None:
+        if not is_decision_id(decision_id):
+            return None
+        decision = self.load(HumanDecision, decision_aggregate_id(decision_id))
+        return None if decision is None else decision.to_record()
+
+    @staticmethod
+    def _decision(unit: UnitOfWork, decision_id: object) -> HumanDecision:
+        found = (
+            unit.get(HumanDecision, decision_aggregate_id(decision_id))
+            if is_decision_id(decision_id)
+            else None
+        )
+        if found is None:
+            raise DecisionNotFoundError(decision_id)
+        return found
 
     # -- consistent reads -----------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from eventsourcing.domain import BaseAggregate
 
 from runledger.domain.events import AGGREGATE_CLASSES, LedgerEvent, LedgerSnapshot
 from runledger.domain.follow_ups import FollowUp
+from runledger.domain.human_decisions import HumanDecision
 from runledger.domain.runs import Run
 from runledger.domain.turn_reservations import TurnReservation
 from runledger.domain.workflow_messages import WorkflowMessage
@@ -22,6 +23,7 @@ AGGREGATES: Final[tuple[type[BaseAggregate[UUID]], ...]] = (
     FollowUp,
     WorkflowMessage,
     TurnReservation,
+    HumanDecision,
 )
 
 DOMAIN_EVENTS: Final[tuple[type[LedgerEvent], ...]] = (
@@ -44,6 +46,11 @@ DOMAIN_EVENTS: Final[tuple[type[LedgerEvent], ...]] = (
     WorkflowMessage.TurnStarted,
     WorkflowMessage.TurnEnded,
     TurnReservation.Reserved,
+    HumanDecision.Requested,
+    HumanDecision.AnswerSubmitted,
+    HumanDecision.Accepted,
+    HumanDecision.Cancelled,
+    HumanDecision.ContinuationCreated,
 )
 
 SNAPSHOTS: Final[tuple[type[LedgerSnapshot], ...]] = (
@@ -51,6 +58,7 @@ SNAPSHOTS: Final[tuple[type[LedgerSnapshot], ...]] = (
     FollowUp.Snapshot,
     WorkflowMessage.Snapshot,
     TurnReservation.Snapshot,
+    HumanDecision.Snapshot,
 )
 
 WIRE_NAMES: Final[tuple[str, ...]] = tuple(event.TOPIC for event in DOMAIN_EVENTS)

@@ -368,3 +368,89 @@ class UnknownStoredEventError(WorkflowError):
 class InvalidStoreUrlError(WorkflowError):
     code = "store.invalid-url"
     template = "Unsupported store URL {!r}: use sqlite:///path, postgresql://… or memory://"
+
+
+# -- human decisions ----------------------------------------------------------------------
+
+
+class DecisionRunMissingError(WorkflowError):
+    code = "decision.run-missing"
+    template = "Human decision run is missing: {}"
+
+
+class DecisionNotFoundError(WorkflowError):
+    code = "decision.not-found"
+    template = "Human decision not found: {}"
+
+
+class InvalidDecisionFieldError(WorkflowError):
+    code = "decision.invalid-field"
+    template = "Human decision {} must be a non-empty string of at most 512 characters"
+
+
+class InvalidDecisionFlagError(WorkflowError):
+    code = "decision.invalid-flag"
+    template = "Human decision option {} must be True or False"
+
+
+class InvalidDecisionJsonError(WorkflowError):
+    code = "decision.invalid-json"
+    template = (
+        "Human decision {} must be plain JSON: valid UTF-8 text, at most 64 levels deep "
+        "and 65536 bytes"
+    )
+
+
+class InvalidDecisionRequestError(WorkflowError):
+    code = "decision.invalid-request"
+    template = "Human decision request {}"
+
+
+class DecisionRequestConflictError(WorkflowError):
+    code = "decision.request-conflict"
+    template = "Immutable human decision request conflicts"
+
+
+class InvalidDecisionResponseError(WorkflowError):
+    code = "decision.invalid-response"
+    template = "Human decision response must be a JSON object"
+
+
+class DecisionResponseNotAChoiceError(WorkflowError):
+    code = "decision.response-not-a-choice"
+    template = "Human decision response is not one of the choices"
+
+
+class DecisionExpiredError(WorkflowError):
+    code = "decision.expired"
+    template = "Human decision request expired before the answer was accepted"
+
+
+class DecisionTimeoutNotEligibleError(WorkflowError):
+    code = "decision.timeout-not-eligible"
+    template = "Human decision timeout default is not eligible yet"
+
+
+class InvalidCancellationProvenanceError(WorkflowError):
+    code = "decision.invalid-cancellation-provenance"
+    template = "Human decision cancellation provenance must be one of: {}"
+
+
+class DecisionHasTimeoutDefaultError(WorkflowError):
+    code = "decision.has-timeout-default"
+    template = "Human decision has a timeout default; apply the timeout policy instead: {}"
+
+
+class DecisionAlreadyAcceptedError(WorkflowError):
+    code = "decision.already-accepted"
+    template = "Human decision is already accepted: {}"
+
+
+class DecisionNotAcceptedError(WorkflowError):
+    code = "decision.not-accepted"
+    template = "Human decision is not accepted: {}"
+
+
+class DecisionContinuationConflictError(WorkflowError):
+    code = "decision.continuation-conflict"
+    template = "Immutable human decision continuation conflicts"

@@ -11,7 +11,7 @@ from uuid import NAMESPACE_URL, UUID, uuid5
 
 from runledger.domain.canonical import canonical_json, sha256hex
 
-AggregateKind = Literal["run", "follow-up", "workflow-message", "workflow-turn"]
+AggregateKind = Literal["run", "follow-up", "workflow-message", "workflow-turn", "decision"]
 
 FOLLOW_UP_MESSAGE_KEY: Final[str] = "initial"
 
@@ -59,3 +59,19 @@ def resource_id_for(resource_type: str, aggregate_key: str) -> str:
 def session_request_id(client_id: str, idempotency_key: str) -> str:
     """The request id the upstream host derives for a Pi session's follow-up command."""
     return "session-" + sha256hex(f"{client_id}\0{idempotency_key}")
+
+
+def decision_subject(run_id: str, node_id: str, attempt_id: str) -> dict[str, str]:
+    """What a human decision is about: one attempt of one node of a run (decision 20)."""
+    return {"attemptId": attempt_id, "nodeId": node_id, "runId": run_id}
+
+
+def decision_id_for(run_id: str, node_id: str, attempt_id: str) -> str:
+    """One decision per node attempt: ``decision-`` + 40 hex of the subject's digest."""
+    subject = canonical_json(decision_subject(run_id, node_id, attempt_id))
+    return "decision-" + sha256hex(subject)[:40]
+
+
+def continuation_run_id_for(decision_id: str) -> str:
+    """The continuation child an accepted decision leads to (upstream §9.3)."""
+    return "continuation-" + decision_id.removeprefix("decision-")

@@ -11,8 +11,10 @@ from runledger.domain.errors import (
     ParentRunMissingError,
     RunAlreadyExistsError,
 )
+from runledger.domain.human_decisions import HumanDecision
+from runledger.domain.ids import continuation_run_id_for
 from runledger.domain.runs import Run
-from runledger.domain.values import PROGRESS_STATUSES, Actor, JsonValue, is_one_of
+from runledger.domain.values import HOST, PROGRESS_STATUSES, Actor, JsonValue, is_one_of
 
 MAX_LINEAGE_DEPTH: Final = 100
 
@@ -54,6 +56,34 @@ def create_run(
         now=now,
     )
     return aggregates.add(run)
+
+
+def continue_after_decision(
+    aggregates: Aggregates, decision: HumanDecision, run_id: str | None, *, now: datetime
+) -> Run:
+    """The accepted decision's continuation child, created with the receipt, or the existing one.
+
+    The child is a continuation (lineage, root and restart number inherited, as in
+    ``create_run``), reserved as upstream's host queue does.
+    """
+    decision.check_accepted()
+    child_id = run_id or continuation_run_id_for(decision.decision_id)
+    if decision.continued_into(child_id):
+        return aggregates.run(child_id)
+    check_run_id_unused(aggregates, child_id)
+    parent = aggregates.run(decision.run_id)
+    child = aggregates.add(
+        Run.reserve_child(
+            child_id,
+            parent=parent,
+            lineage_kind="continuation",
+            actor=HOST,
+            now=now,
+            human_decision=decision.receipt(),
+        )
+    )
+    decision.record_continuation(child_id, actor=HOST, now=now)
+    return child
 
 
 def check_run_id_unused(aggregates: Aggregates, run_id: str) -> None:

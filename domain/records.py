@@ -9,6 +9,8 @@ from pydantic import BaseModel, ConfigDict
 
 from runledger.domain.values import (
     Actor,
+    DecisionProvenance,
+    DecisionStatus,
     ExecutionMode,
     FollowUpState,
     JsonValue,
@@ -17,6 +19,7 @@ from runledger.domain.values import (
     MessageStatus,
     RunStatus,
     StopReason,
+    SubmissionOutcome,
     TerminalStatus,
     TurnState,
     ViewerTargetType,
@@ -56,6 +59,8 @@ class RunRecord(Record):
     created_at: datetime
     updated_at: datetime
     finished_at: datetime | None
+    human_decision: dict[str, Any] | None = None
+    """The §3.7 receipt of the decision this continuation child was created from."""
 
 
 class FollowUpRecord(Record):
@@ -195,3 +200,50 @@ class ProjectionStatus(Record):
     position: int
     lag: int
     last_error: str | None = None
+
+
+class SubmissionRecord(Record):
+    """One answer submitted to a human decision, and what it achieved."""
+
+    submission_id: str
+    actor: Actor
+    answer_digest: str
+    outcome: SubmissionOutcome
+    submitted_at: datetime
+
+
+class HumanDecisionRecord(Record):
+    """A human decision of one node attempt: its request, resolution and continuation."""
+
+    decision_id: str
+    run_id: str
+    node_id: str
+    attempt_id: str
+    request: dict[str, Any]
+    request_digest: str
+    expires_at: datetime | None
+    default_response: dict[str, Any] | None
+    status: DecisionStatus
+    provenance: DecisionProvenance | None
+    response: dict[str, Any] | None
+    answer_digest: str | None
+    resolved_at: datetime | None
+    revision: int | None
+    """The decision's version when it was accepted (the receipt's ``revision``)."""
+    continuation_run_id: str | None
+    submissions: list[SubmissionRecord]
+    created_at: datetime
+    updated_at: datetime
+    adopted: bool = False
+    """Set by ``request_human_decision`` when the same request was already open."""
+
+
+class DecisionSubmission(Record):
+    """What one ``answer_human_decision`` call achieved (decision 26)."""
+
+    decision_id: str
+    submission_id: str
+    outcome: SubmissionOutcome
+    decision: HumanDecisionRecord
+    continuation: RunRecord | None = None
+    """The continuation child, when the answer was asked to continue the run."""

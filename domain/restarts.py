@@ -59,14 +59,10 @@ def restart_run(
     child_id = restart_run_id(message.workflow_message_id)
     check_run_id_unused(aggregates, child_id)
     actor = Actor.of_session(session_id)
+    # The source's origin session is the requesting one, in interactive mode (checked above).
     child = aggregates.add(
-        Run.create(
+        Run.reserve_child(
             child_id,
-            workflow_name=source.workflow_name,
-            input=source.input,
-            workflow_ref=source.workflow_ref,
-            title=source.title,
-            status="queued",
             parent=source,
             lineage_kind="restart",
             parent_terminal_fingerprint=fingerprint,
@@ -74,7 +70,6 @@ def restart_run(
             now=now,
         )
     )
-    child.bind_origin_session(session_id, "interactive", actor=actor, now=now)
     source.record_restart_child(
         child_id,
         workflow_message_id=message.workflow_message_id,

@@ -79,6 +79,8 @@ class Run(CopiedCheaply, BaseAggregate[UUID]):
 
     TOPIC = "run"
     DATETIME_FIELDS: ClassVar[tuple[str, ...]] = ("finished_at",)
+    # Version 2 holds the human-decision receipt of a continuation child.
+    class_version = 2
 
     run_id: str
     workflow_name: str
@@ -106,9 +108,15 @@ class Run(CopiedCheaply, BaseAggregate[UUID]):
     follow_up_count: int
     terminal_message_id: str | None
     terminal_fingerprint: str | None
+    human_decision: dict[str, JsonValue] | None
 
     def __init__(self) -> None:
         """State is set by the Created event."""
+
+    @staticmethod
+    def upcast_v1_v2(state: dict[str, Any]) -> None:
+        """A snapshot taken before receipts existed is of a run created without one."""
+        state["human_decision"] = None
 
     class Event(LedgerEvent):
         """Base of every Run event."""
@@ -117,6 +125,8 @@ class Run(CopiedCheaply, BaseAggregate[UUID]):
         """A root run, or a continuation or restart child, was created."""
 
         TOPIC = "run.created"
+        # Version 2 added ``human_decision``: the §3.7 receipt of a continuation child.
+        class_version = 2
         workflow_name: str
         workflow_ref: str
         title: str | None
@@ -127,6 +137,12 @@ class Run(CopiedCheaply, BaseAggregate[UUID]):
         lineage_kind: LineageKind | None
         restart_number: int
         parent_terminal_fingerprint: str | None
+        human_decision: dict[str, JsonValue] | None
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            """Runs created before receipts existed came from no decision."""
+            state["human_decision"] = None
 
         def apply(self, run: Run) -> None:
             run.run_id = self.run_id
@@ -157,6 +173,7 @@ class Run(CopiedCheaply, BaseAggregate[UUID]):
             run.follow_up_count = 0
             run.terminal_message_id = None
             run.terminal_fingerprint = None
+            run.human_decision = self.human_decision
 
     class SessionBound(Event):
         """The run was bound to its origin Pi session and execution mode."""
@@ -294,8 +311,12 @@ class Run(CopiedCheaply, BaseAggregate[UUID]):
         parent_terminal_fingerprint: str | None,
         actor: Actor,
         now: datetime,
+        human_decision: dict[str, JsonValue] | None = None,
     ) -> Run:
-        """Start a root run, or a child of ``parent`` (continuation or restart)."""
+        """Start a root run, or a child of ``parent`` (continuation or restart).
+
+        A continuation prepared from an accepted human decision carries its receipt.
+        """
         if not isinstance(workflow_name, str) or not workflow_name.strip():
             raise InvalidWorkflowNameError()
         ref = _optional_text("workflow_ref", workflow_ref)
@@ -322,7 +343,45 @@ class Run(CopiedCheaply, BaseAggregate[UUID]):
             lineage_kind=lineage_kind,
             restart_number=restart_number,
             parent_terminal_fingerprint=parent_terminal_fingerprint,
+            human_decision=human_decision,
         )
+
+    @classmethod
+    def reserve_child(
+        cls,
+        child_id: str,
+        *,
+        parent: Run,
+        lineage_kind: LineageKind,
+        actor: Actor,
+        now: datetime,
+        parent_terminal_fingerprint: str | None = None,
+        human_decision: dict[str, JsonValue] | None = None,
+    ) -> Run:
+        """A child no worker has started yet, as upstream's host queue reserves one (§3.8).
+
+        It repeats the parent's workflow and input, is ``queued`` (it starts with
+        ``record_progress(status="running")``) and has the parent's origin session.
+        """
+        child = cls.create(
+            child_id,
+            workflow_name=parent.workflow_name,
+            input=parent.input,
+            workflow_ref=parent.workflow_ref,
+            title=parent.title,
+            status="queued",
+            parent=parent,
+            lineage_kind=lineage_kind,
+            parent_terminal_fingerprint=parent_terminal_fingerprint,
+            actor=actor,
+            now=now,
+            human_decision=human_decision,
+        )
+        if parent.origin_session_id is not None and parent.execution_mode is not None:
+            child.bind_origin_session(
+                parent.origin_session_id, parent.execution_mode, actor=actor, now=now
+            )
+        return child
 
     def bind_origin_session(
         self, session_id: object, execution_mode: object, *, actor: Actor, now: datetime
@@ -629,4 +688,5 @@ class Run(CopiedCheaply, BaseAggregate[UUID]):
             created_at=self.created_on,
             updated_at=self.modified_on,
             finished_at=self.finished_at,
+            human_decision=self.human_decision,
         )

@@ -105,3 +105,9 @@ SYSTEM: Final[Actor] = Actor("system")
 """The store itself, acting on a rule (the end-of-run cascade)."""
 HOST: Final[Actor] = Actor("host")
 """The embedding host, the actor of every run command."""
+
+
+DecisionStatus = Literal["pending", "accepted", "cancelled"]
+DecisionProvenance = Literal["human", "timeout_policy", "explicit_cancel", "expired_no_default"]
+CANCEL_PROVENANCES: Final[tuple[str, ...]] = ("explicit_cancel", "expired_no_default")
+SubmissionOutcome = Literal["won", "adopted", "already_resolved", "conflict"]

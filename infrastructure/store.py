@@ -110,6 +110,28 @@ class WorkflowStore(ClosedOnExit):
         "Create the host's notification, step or decision message for the run's origin session.",
     )
 
+    # -- human decisions --------------------------------------------------------------------
+
+    request_human_decision = _command(
+        WorkflowRuns.request_human_decision,
+        "Open the decision of a node attempt; the same request again is adopted.",
+    )
+    answer_human_decision = _command(
+        WorkflowRuns.answer_human_decision,
+        "Submit an answer: won, adopted, already_resolved or conflict.",
+    )
+    apply_decision_timeout = _command(
+        WorkflowRuns.apply_decision_timeout,
+        "At the deadline: accept the default answer, or cancel without one.",
+    )
+    cancel_human_decision = _command(
+        WorkflowRuns.cancel_human_decision, "Cancel a pending decision with its provenance."
+    )
+    continue_after_decision = _command(
+        WorkflowRuns.continue_after_decision,
+        "The continuation child of an accepted decision, created once with its receipt.",
+    )
+
     # -- consistent reads from aggregates ---------------------------------------------------
 
     get_run = _command(WorkflowRuns.get_run, "The run, or None for an unknown id.")
@@ -120,6 +142,9 @@ class WorkflowStore(ClosedOnExit):
         WorkflowRuns.get_workflow_message, "The workflow message, or None for an unknown id."
     )
     get_turn = _command(WorkflowRuns.get_turn, "The workflow turn, or None for an unknown id.")
+    get_human_decision = _command(
+        WorkflowRuns.get_human_decision, "The human decision, or None for an unknown id."
+    )
     event_log = _command(
         WorkflowRuns.event_log,
         "The stored events in log order; with run_id, only that run's and its children's.",

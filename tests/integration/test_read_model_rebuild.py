@@ -14,7 +14,6 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -442,20 +441,6 @@ def test_i4_a_viewer_at_the_current_revision_gets_no_deltas(rich: Built) -> None
 
 
 # -- views across store openings: stale versions, two stores on one database -------------------
-
-
-@pytest.fixture(
-    params=[
-        pytest.param("sqlite", id="sqlite"),
-        pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgres),
-    ]
-)
-def durable_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A new, empty store that outlives the stores opened on it: a SQLite file or a database."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'runledger.db'}"
-    url: str = request.getfixturevalue("postgres_store_url")
-    return url
 
 
 def execute_sql(url: str, statement: str) -> None:

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from runledger.domain.errors import WorkflowError
 from runledger.domain.values import Actor
 from runledger.infrastructure.store import WorkflowStore
+from tests.support.assertions import bare_errors
 
 WRONG = [None, 42, 4.5, b"bytes", ["list"], {"a": 1}, object()]
 SESSION = Actor("session", "session-1")
@@ -149,14 +149,7 @@ def test_no_command_or_query_answers_a_wrong_type_with_a_bare_type_error(
 ) -> None:
     prepared(store)
     before = store.event_log()
-    bare: list[str] = []
-    for name, call in call_with(value):
-        try:
-            call(store)
-        except WorkflowError:
-            pass
-        except Exception as error:
-            bare.append(f"{name}: {type(error).__name__}: {error}")
+    bare = bare_errors(store, call_with(value))
     assert not bare, "\n".join(bare)
     if value is not None:  # None is a valid value of the optional arguments above
         changed = [event.wire_name for event in store.event_log()[len(before) :]]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,6 +59,21 @@ def assert_rejected(
     assert type(caught.value) is error_class
     assert str(caught.value) == message
     return caught.value
+
+
+def bare_errors(
+    store: WorkflowStore, calls: Iterable[tuple[str, Callable[[Any], object]]]
+) -> list[str]:
+    """Each named call that failed with anything but a WorkflowError (a bare TypeError...)."""
+    bare: list[str] = []
+    for name, call in calls:
+        try:
+            call(store)
+        except WorkflowError:
+            pass
+        except Exception as error:
+            bare.append(f"{name}: {type(error).__name__}: {error}")
+    return bare
 
 
 @dataclass

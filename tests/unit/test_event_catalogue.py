@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
+import orjson
 import pytest
 from eventsourcing.domain import Snapshot
 from eventsourcing.persistence import StoredEvent
@@ -20,7 +21,10 @@ from runledger.domain import catalogue
 from runledger.domain.errors import JsonIntegerTooLargeError, UnknownStoredEventError
 from runledger.domain.events import LedgerEvent, LedgerSnapshot
 from runledger.domain.follow_ups import FollowUp
+from runledger.domain.human_decisions import HumanDecision
 from runledger.domain.ids import (
+    continuation_run_id_for,
+    decision_id_for,
     follow_up_id_for,
     follow_up_message_id,
     restart_run_id,
@@ -57,6 +61,11 @@ WIRE_NAMES = (
     "workflow-turn.started",
     "workflow-turn.ended",
     "workflow-turn.reserved",
+    "decision.requested",
+    "decision.answer-submitted",
+    "decision.accepted",
+    "decision.cancelled",
+    "decision.continuation-created",
 )
 
 AGGREGATE_TOPICS = {
@@ -64,6 +73,7 @@ AGGREGATE_TOPICS = {
     FollowUp: "follow-up",
     WorkflowMessage: "workflow-message",
     TurnReservation: "workflow-turn-reservation",
+    HumanDecision: "decision",
 }
 
 SNAPSHOT_TOPICS = (
@@ -71,6 +81,7 @@ SNAPSHOT_TOPICS = (
     "follow-up.snapshot",
     "workflow-message.snapshot",
     "workflow-turn-reservation.snapshot",
+    "decision.snapshot",
 )
 
 
@@ -221,6 +232,33 @@ def build_samples() -> dict[str, LedgerEvent]:
     parent.record_continuation_ended(RUN_ID, status="failed", actor=Actor("system"), now=now())
     events += parent.collect_events()
 
+    decision = HumanDecision.open(
+        decision_id_for(RUN_ID, "approve", "attempt-1"),
+        run_id=RUN_ID,
+        node_id="approve",
+        attempt_id="attempt-1",
+        request={"title": "Ship it?", "choices": ["yes", "no"]},
+        actor=HOST,
+        now=now(),
+    )
+    decision.submit("submission-1", {"choice": "yes"}, actor=Actor("human", "user-1"), now=now())
+    decision.record_continuation(
+        continuation_run_id_for(decision.decision_id), actor=HOST, now=now()
+    )
+    events += decision.collect_events()
+    cancelled = HumanDecision.open(
+        decision_id_for(RUN_ID, "approve", "attempt-2"),
+        run_id=RUN_ID,
+        node_id="approve",
+        attempt_id="attempt-2",
+        request={"title": "Ship it?"},
+        actor=HOST,
+        now=now(),
+    )
+    cancelled.collect_events()
+    cancelled.cancel("explicit_cancel", now=now())
+    events += cancelled.collect_events()
+
     samples: dict[str, LedgerEvent] = {}
     for event in events:
         samples.setdefault(type(event).TOPIC, event)
@@ -233,11 +271,11 @@ EXPECTED: dict[str, tuple[str, int, str | None, str | None, bytes]] = {
         1,
         "run-1",
         None,
-        b'{"timestamp":"2026-01-01T00:00:00.001000+00:00","originator_topic":"run",'
-        b'"actor":{"type":"host","id":null},"run_id":"run-1","workflow_name":"echo",'
-        b'"workflow_ref":"builtin:echo","title":"Reply","input":{"task":"reply"},'
-        b'"status":"running","parent_run_id":null,"root_run_id":"run-1","lineage_kind":null,'
-        b'"restart_number":0,"parent_terminal_fingerprint":null}',
+        b'{"timestamp":"2026-01-01T00:00:00.001000+00:00","originator_topic":"run","actor":{"typ'
+        b'e":"host","id":null},"run_id":"run-1","workflow_name":"echo","workflow_ref":"builtin:e'
+        b'cho","title":"Reply","input":{"task":"reply"},"status":"running","parent_run_id":null,'
+        b'"root_run_id":"run-1","lineage_kind":null,"restart_number":0,"parent_terminal_fingerpr'
+        b'int":null,"human_decision":null,"class_version":2}',
     ),
     "run.session-bound": (
         "331bfa57-196a-55de-8a1a-9598fcebd302",
@@ -432,6 +470,55 @@ EXPECTED: dict[str, tuple[str, int, str | None, str | None, bytes]] = {
         b'"workflow_message_id":"workflow-message-82ff9b0652009b4ee765acd5dc4e349ff67a46a490b3'
         b'739e080d90b5cece5789",'
         b'"target_session_id":"session-1"}',
+    ),
+    "decision.requested": (
+        "f3635c77-eaa3-581a-8e4e-82813bffa9e4",
+        1,
+        "run-1",
+        None,
+        b'{"timestamp":"2026-01-01T00:00:00.023000+00:00","originator_topic":"decision","actor":'
+        b'{"type":"host","id":null},"run_id":"run-1","decision_id":"decision-6080c2d2c197b128705'
+        b'97b67e812a1ab4f1a8e25","node_id":"approve","attempt_id":"attempt-1","request":{"title"'
+        b':"Ship it?","choices":["yes","no"]},"request_digest":"69933f31e386d3a086bfa7da49468034'
+        b'712a50a00c258f33153288297814a72a"}',
+    ),
+    "decision.answer-submitted": (
+        "f3635c77-eaa3-581a-8e4e-82813bffa9e4",
+        2,
+        "run-1",
+        None,
+        b'{"timestamp":"2026-01-01T00:00:00.024000+00:00","actor":{"type":"human","id":"user-1"}'
+        b',"run_id":"run-1","decision_id":"decision-6080c2d2c197b12870597b67e812a1ab4f1a8e25","s'
+        b'ubmission_id":"submission-1","response":{"choice":"yes"},"answer_digest":"b84d24ba8de9'
+        b'f13caa5ac3863ee331d23754bdf6b3f92a11fb52848bc1449487","outcome":"won"}',
+    ),
+    "decision.accepted": (
+        "f3635c77-eaa3-581a-8e4e-82813bffa9e4",
+        3,
+        "run-1",
+        None,
+        b'{"timestamp":"2026-01-01T00:00:00.024000+00:00","actor":{"type":"human","id":"user-1"}'
+        b',"run_id":"run-1","decision_id":"decision-6080c2d2c197b12870597b67e812a1ab4f1a8e25","p'
+        b'rovenance":"human","submission_id":"submission-1","response":{"choice":"yes"},"answer_'
+        b'digest":"b84d24ba8de9f13caa5ac3863ee331d23754bdf6b3f92a11fb52848bc1449487"}',
+    ),
+    "decision.cancelled": (
+        "2994dd72-7d26-51dc-a13e-fc6e00174dcc",
+        2,
+        "run-1",
+        None,
+        b'{"timestamp":"2026-01-01T00:00:00.027000+00:00","actor":{"type":"control","id":null},"'
+        b'run_id":"run-1","decision_id":"decision-f45abc40cc355312f06f055e947e6b363a491f3d","pro'
+        b'venance":"explicit_cancel"}',
+    ),
+    "decision.continuation-created": (
+        "f3635c77-eaa3-581a-8e4e-82813bffa9e4",
+        4,
+        "run-1",
+        None,
+        b'{"timestamp":"2026-01-01T00:00:00.025000+00:00","actor":{"type":"host","id":null},"run'
+        b'_id":"run-1","decision_id":"decision-6080c2d2c197b12870597b67e812a1ab4f1a8e25","contin'
+        b'uation_run_id":"continuation-6080c2d2c197b12870597b67e812a1ab4f1a8e25"}',
     ),
 }
 """wire name -> (originator id, version, run id column, lookup key column, state bytes)."""
@@ -681,3 +768,47 @@ def test_a_workflow_message_snapshot_round_trip_keeps_its_turns() -> None:
     assert rebuilt == message
     assert isinstance(rebuilt, WorkflowMessage)
     assert rebuilt.turn_record("turn-1").started_at == T0 + timedelta(seconds=1)
+
+
+# -- run.created version 1 (before human-decision receipts) ----------------------------------
+
+RUN_CREATED_V1_STATE = (
+    b'{"timestamp":"2026-01-01T00:00:00.001000+00:00","originator_topic":"run",'
+    b'"actor":{"type":"host","id":null},"run_id":"run-1","workflow_name":"echo",'
+    b'"workflow_ref":"builtin:echo","title":"Reply","input":{"task":"reply"},'
+    b'"status":"running","parent_run_id":null,"root_run_id":"run-1","lineage_kind":null,'
+    b'"restart_number":0,"parent_terminal_fingerprint":null}'
+)
+"""The bytes every run.created had before version 2 added ``human_decision``."""
+
+
+def test_a_version_1_run_created_reads_back_as_a_run_without_a_receipt() -> None:
+    stored = StoredEvent(
+        originator_id=UUID("331bfa57-196a-55de-8a1a-9598fcebd302"),
+        originator_version=1,
+        topic="run.created",
+        state=RUN_CREATED_V1_STATE,
+    )
+    event = MAPPER.to_domain_event(stored)
+    assert event == SAMPLES["run.created"]
+    run = event.mutate(None)
+    assert isinstance(run, Run)
+    assert run.to_record().human_decision is None
+
+
+def test_a_version_1_run_snapshot_restores_a_run_without_a_receipt() -> None:
+    run = ended_waiting_run()
+    stored = MAPPER.to_stored_event(Run.Snapshot.take(run))
+    state = orjson.loads(stored.state)
+    assert state["state"].pop("class_version") == 2
+    del state["state"]["human_decision"]
+    old = StoredEvent(
+        originator_id=stored.originator_id,
+        originator_version=stored.originator_version,
+        topic=stored.topic,
+        state=orjson.dumps(state),
+    )
+    rebuilt = restored(old)
+    assert isinstance(rebuilt, Run)
+    assert rebuilt.human_decision is None
+    assert rebuilt == run

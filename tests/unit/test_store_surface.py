@@ -32,11 +32,18 @@ DESIGNED_API = frozenset(
         "start_turn",
         "end_turn",
         "create_workflow_message",
+        # human decisions
+        "request_human_decision",
+        "answer_human_decision",
+        "apply_decision_timeout",
+        "cancel_human_decision",
+        "continue_after_decision",
         # consistent reads from aggregates
         "get_run",
         "get_follow_up",
         "get_workflow_message",
         "get_turn",
+        "get_human_decision",
         "event_log",
         # read models
         "follow_up_queue",
