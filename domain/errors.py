@@ -151,6 +151,7 @@ class RunHasNoOriginSessionError(WorkflowError):
 class ConcurrencyError(WorkflowError):
     code = "store.kept-conflicting"
     template = "Workflow state kept changing under concurrent commands; retry the request"
+    retryable = True
 
 
 # -- restarts -----------------------------------------------------------------------------
