@@ -16,6 +16,8 @@ class WorkflowError(Exception):
 
     code: ClassVar[str] = "workflow-error"
     template: ClassVar[str] = "{message}"
+    retryable: ClassVar[bool] = False
+    """Whether the same call may succeed later unchanged (a host retries only those)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         message = self.template.format(*args, **kwargs)
@@ -149,6 +151,7 @@ class RunHasNoOriginSessionError(WorkflowError):
 class ConcurrencyError(WorkflowError):
     code = "store.kept-conflicting"
     template = "Workflow state kept changing under concurrent commands; retry the request"
+    retryable = True
 
 
 # -- restarts -----------------------------------------------------------------------------
@@ -335,6 +338,32 @@ class InvalidTurnIdError(WorkflowError):
 class InvalidStopReasonError(WorkflowError):
     code = "workflow-turn.invalid-stop-reason"
     template = "Workflow turn stop reason must be one of: completed, aborted, error, lost"
+
+
+# -- storage ------------------------------------------------------------------------------
+
+
+class StorageUnavailableError(WorkflowError):
+    """The database could not serve the call now; the same call may succeed once it can."""
+
+    code = "store.unavailable"
+    template = "Storage at {endpoint} is unavailable: {cause}{detail}"
+    retryable = True
+
+    def __init__(self, cause: str, endpoint: str, detail: str = "") -> None:
+        super().__init__(cause=cause, endpoint=endpoint, detail=f" ({detail})" if detail else "")
+        self.cause = cause
+        self.endpoint = endpoint
+
+
+class StoreClosedError(WorkflowError):
+    code = "store.closed"
+    template = "The store is closed"
+
+
+class InvalidStoreParameterError(WorkflowError):
+    code = "store.invalid-parameter"
+    template = "Store URL parameter {}: {}"
 
 
 # -- reads --------------------------------------------------------------------------------

@@ -12,14 +12,20 @@ import os
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from types import TracebackType
 from typing import Any, Final, Self
 
 from runledger.domain.application import Clock, WorkflowRuns, utc_now
-from runledger.domain.errors import InvalidStoreUrlError, ProjectionStalledError
+from runledger.domain.errors import (
+    InvalidStoreUrlError,
+    ProjectionStalledError,
+    StoreClosedError,
+)
 from runledger.domain.ports import EventStorage
 from runledger.domain.records import ProjectionStatus
+from runledger.infrastructure.storage.urls import redact_url
 from runledger.infrastructure.views.projector import Progress, Projector
 from runledger.infrastructure.views.rebuild import rebuild_in_processes, split
 from runledger.infrastructure.views.store import ViewReaderBase, ViewStore
@@ -64,6 +70,40 @@ class ClosedOnExit(ABC):
         self.close()
 
 
+class _Calls:
+    """The calls in progress on a store: closing waits for them and refuses new ones.
+
+    Connections must not close under a running statement (sqlite3 can crash the interpreter
+    when another thread closes the connection it is reading from).
+    """
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._running = 0
+        self._closed = False
+
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        """Hold the store open for one call; ``StoreClosedError`` once it is closing."""
+        with self._changed:
+            if self._closed:
+                raise StoreClosedError()
+            self._running += 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._running -= 1
+                if not self._running:
+                    self._changed.notify_all()
+
+    def close(self) -> None:
+        """Refuse new calls, then wait for the running ones to end."""
+        with self._changed:
+            self._closed = True
+            self._changed.wait_for(lambda: self._running == 0)
+
+
 class StoreRuntime(ClosedOnExit):
     """One open store's parts: the application, event storage, views, projector and follower."""
 
@@ -88,6 +128,7 @@ class StoreRuntime(ClosedOnExit):
         )
         self._reader = views.reader()
         self._closed = False
+        self._calls = _Calls()
         self._wake = threading.Event()
         self._closing = threading.Event()
         self._follower: threading.Thread | None = None
@@ -97,6 +138,18 @@ class StoreRuntime(ClosedOnExit):
                 target=self._follow, name="runledger-projections", daemon=True
             )
             self._follower.start()
+
+    def __repr__(self) -> str:
+        return f"StoreRuntime({redact_url(self.url)!r})"
+
+    @property
+    def printable_url(self) -> str:
+        """The store URL as it may be printed or logged: without its password."""
+        return redact_url(self.url)
+
+    def running(self) -> AbstractContextManager[None]:
+        """Hold the store open for one call (``StoreClosedError`` once it is closing)."""
+        return self._calls.running()
 
     @property
     def backend(self) -> str:
@@ -208,14 +261,18 @@ class StoreRuntime(ClosedOnExit):
         return read
 
     def close(self) -> None:
-        """Stop the follower, project what it had not reached, then close every connection."""
+        """Refuse new calls and wait for running ones, stop the follower, project what it had
+        not reached, then close every connection."""
         if self._closed:
             return
         self._closed = True
+        self._calls.close()
         self._closing.set()
         self._wake.set()
         if self._follower is not None:
-            self._follower.join(timeout=30)
+            # No timeout: closing connections under a follower still reading is the crash
+            # this order exists to prevent.
+            self._follower.join()
             # What the last commands wrote may not have reached the follower before it stopped.
             self.catch_up()
         self.app.close()
@@ -250,7 +307,7 @@ def open_backend(url: str) -> tuple[EventStorage, ViewStore]:
         from runledger.infrastructure.views.memory import MemoryViewStore
 
         return MemoryStorage(), MemoryViewStore()
-    raise InvalidStoreUrlError(url)
+    raise InvalidStoreUrlError(redact_url(url))
 
 
 def open_runtime(

@@ -28,7 +28,8 @@ def _forward(
 
     @functools.wraps(target)
     def forward(store: WorkflowStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        return target(subject(store), *args, **kwargs)
+        with store._runtime.running():
+            return target(subject(store), *args, **kwargs)
 
     forward.__qualname__ = f"WorkflowStore.{target.__name__}"
     forward.__module__ = __name__
@@ -63,6 +64,9 @@ class WorkflowStore(ClosedOnExit):
 
     def __init__(self, runtime: StoreRuntime) -> None:
         self._runtime = runtime
+
+    def __repr__(self) -> str:
+        return f"WorkflowStore({self._runtime.printable_url!r})"
 
     # -- commands ---------------------------------------------------------------------------
 
@@ -187,15 +191,18 @@ class WorkflowStore(ClosedOnExit):
 
     def projection_names(self) -> list[str]:
         """The names of the projections this store keeps."""
-        return self._runtime.projection_names()
+        with self._runtime.running():
+            return self._runtime.projection_names()
 
     def projection_status(self) -> list[ProjectionStatus]:
         """Each projection's name, version, position, lag behind the log and last error."""
-        return self._runtime.projection_status()
+        with self._runtime.running():
+            return self._runtime.projection_status()
 
     def rebuild_projection(self, name: str, *, progress: Progress | None = None) -> int:
         """Drop the projection's view and replay the whole log into it; returns events read."""
-        return self._runtime.rebuild_projection(name, progress=progress)
+        with self._runtime.running():
+            return self._runtime.rebuild_projection(name, progress=progress)
 
     def close(self) -> None:
         """Stop projecting and close every connection; closing again does nothing."""

@@ -21,6 +21,7 @@ from runledger.infrastructure.cli.bench_report import print_bench, run_bench
 from runledger.infrastructure.cli.demo_story import run_demo
 from runledger.infrastructure.cli.operations import print_status, rebuild, run_worker
 from runledger.infrastructure.runtime import open_runtime, resolve_url
+from runledger.infrastructure.storage.urls import redact_url
 from runledger.infrastructure.store import open_store
 
 _P = ParamSpec("_P")
@@ -80,7 +81,7 @@ def demo(url: UrlOption = None) -> None:
     out = console()
     resolved = resolve_url(url)
     with open_store(resolved) as store:
-        run_demo(store, out, url=resolved)
+        run_demo(store, out, url=redact_url(resolved))
 
 
 projections_app = typer.Typer(

@@ -30,6 +30,7 @@ from runledger.domain.errors import InvalidStoreUrlError
 from runledger.domain.values import Actor
 from runledger.infrastructure.cli.generated_history import HistoryGenerator
 from runledger.infrastructure.runtime import open_runtime
+from runledger.infrastructure.storage.urls import libpq_url, redact_url
 from runledger.infrastructure.store import WorkflowStore, open_store
 
 PAYLOAD: Final = os.urandom(600)
@@ -73,7 +74,7 @@ class Scratch:
         elif url.startswith(("postgresql://", "postgres://")):
             self.backend = "postgresql"
         else:
-            raise InvalidStoreUrlError(url)
+            raise InvalidStoreUrlError(redact_url(url))
         self.url = url
         self._folder = tempfile.TemporaryDirectory(prefix="runledger-bench-")
         self._databases: list[str] = []
@@ -85,7 +86,7 @@ class Scratch:
             self._databases.append(str(path))
             return f"sqlite:///{path}"
         name = f"runledger_bench_{os.getpid()}_{secrets.token_hex(4)}"
-        with psycopg.connect(self.url, autocommit=True) as admin:
+        with psycopg.connect(libpq_url(self.url), autocommit=True) as admin:
             admin.execute(SQL("CREATE DATABASE {}").format(Identifier(name)))
         self._databases.append(name)
         return urlunsplit(urlsplit(self.url)._replace(path=f"/{name}"))
@@ -93,7 +94,7 @@ class Scratch:
     def close(self) -> None:
         """Drop every database made here, and the temporary folder."""
         if self.backend == "postgresql":
-            with psycopg.connect(self.url, autocommit=True) as admin:
+            with psycopg.connect(libpq_url(self.url), autocommit=True) as admin:
                 for name in self._databases:
                     admin.execute(
                         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
@@ -131,7 +132,7 @@ class Raw:
             finally:
                 connection.close()
         else:
-            with psycopg.connect(self.url, autocommit=True) as server:
+            with psycopg.connect(libpq_url(self.url), autocommit=True) as server:
                 server.execute(
                     "CREATE TABLE IF NOT EXISTS bench_raw (id BIGSERIAL PRIMARY KEY, payload BYTEA)"
                 )
@@ -227,7 +228,7 @@ def _queue_worker(
 
 
 def _raw_insert_worker(url: str, seconds: float, start: Any, results: Any) -> None:
-    with psycopg.connect(url, autocommit=True) as connection:
+    with psycopg.connect(libpq_url(url), autocommit=True) as connection:
         start.wait()
         count = 0
         began = time.perf_counter()

@@ -31,7 +31,7 @@ def print_status(runtime: StoreRuntime, out: Console, *, as_json: bool) -> None:
     if as_json:
         out.print_json(json.dumps([status.model_dump() for status in statuses]))
         return
-    out.print(projection_status_table(statuses, title=f"Projections of {runtime.url}"))
+    out.print(projection_status_table(statuses, title=f"Projections of {runtime.printable_url}"))
 
 
 class _RateColumn(ProgressColumn):
@@ -68,7 +68,7 @@ def run_worker(runtime: StoreRuntime, out: Console, *, poll_seconds: float) -> N
     """Follow the log until SIGINT or SIGTERM; the page in flight is committed or rolled back."""
     worker = ProjectionWorker(runtime, poll_seconds=poll_seconds)
     previous = {sig: signal.signal(sig, worker.stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-    out.print(f"projection worker following {runtime.url} (poll every {poll_seconds}s)")
+    out.print(f"projection worker following {runtime.printable_url} (poll every {poll_seconds}s)")
     try:
         worker.run()
     finally:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Final, ParamSpec, TypeVar, cast
-from urllib.parse import urlsplit, urlunsplit
 from uuid import UUID
 
 import psycopg
+import psycopg_pool
 from eventsourcing.persistence import (
     ApplicationRecorder,
     InterfaceError,
@@ -24,12 +25,11 @@ from eventsourcing.postgres import (
     PostgresDatastore,
 )
 from eventsourcing.utils import retry
-from psycopg import Cursor
-from psycopg.conninfo import conninfo_to_dict
+from psycopg import Connection, Cursor
 from psycopg.rows import DictRow, tuple_row
 from psycopg.sql import SQL, Identifier
 
-from runledger.domain.errors import InvalidStoreUrlError
+from runledger.domain.errors import StorageUnavailableError
 from runledger.domain.ports import LogEntry
 from runledger.infrastructure.storage.base import (
     EVENTS_TABLE,
@@ -41,6 +41,7 @@ from runledger.infrastructure.storage.base import (
     as_uuid,
     index_columns,
 )
+from runledger.infrastructure.storage.urls import REDACTED, PostgresSettings, read_postgres_url
 
 LOCK_TIMEOUT_SECONDS = 5
 """How long an insert waits for the events table lock before the attempt fails (and is retried)."""
@@ -55,23 +56,147 @@ def _retried(func: Callable[_P, _R]) -> Callable[_P, _R]:
     return cast(Callable[_P, _R], decorated)
 
 
-def _without_password(url: str) -> str:
-    # Error messages end up in logs; the password must not.
-    try:
-        parts = urlsplit(url)
-        password = parts.password
-    except ValueError:
-        return "postgresql://…"
-    if password is None:
-        return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{password}@", ":***@", 1)))
+REFUSED: Final = "refused"
+UNKNOWN_DATABASE: Final = "unknown database"
+AUTHENTICATION_FAILED: Final = "authentication failed"
+SERVER_FULL: Final = "server full (too many connections)"
+SERVER_STARTING_OR_STOPPING: Final = "server starting up or shutting down"
+CONNECTION_LOST: Final = "connection lost"
+POOL_EXHAUSTED: Final = "pool exhausted"
+TIMED_OUT: Final = "timed out"
+
+_CAUSES_BY_SQLSTATE: Final = {
+    "53300": SERVER_FULL,
+    "3D000": UNKNOWN_DATABASE,
+    "28000": AUTHENTICATION_FAILED,
+    "28P01": AUTHENTICATION_FAILED,
+    "57P01": CONNECTION_LOST,
+    "57P02": CONNECTION_LOST,
+    "57P03": SERVER_STARTING_OR_STOPPING,
+}
+# libpq reports connection failures without a SQLSTATE: its (English) messages decide.
+_CAUSES_BY_MESSAGE: Final = (
+    ("too many clients", SERVER_FULL),
+    ("remaining connection slots are reserved", SERVER_FULL),
+    ("too many connections", SERVER_FULL),
+    ("password authentication failed", AUTHENTICATION_FAILED),
+    ("no pg_hba.conf entry", AUTHENTICATION_FAILED),
+    ("authentication failed", AUTHENTICATION_FAILED),
+    ('role "', AUTHENTICATION_FAILED),
+    ('database "', UNKNOWN_DATABASE),
+    ("connection refused", REFUSED),
+    ("no such file or directory", REFUSED),
+    ("timeout expired", TIMED_OUT),
+    ("timed out", TIMED_OUT),
+    ("the database system is", SERVER_STARTING_OR_STOPPING),
+)
+
+
+def _psycopg_cause(error: BaseException) -> psycopg.Error | None:
+    """The psycopg error under the library's translation of it, if there is one."""
+    while error is not None and not isinstance(error, psycopg.Error):
+        error = error.__cause__ or error.__context__  # type: ignore[assignment]
+    return error
+
+
+def connection_fault(error: psycopg.Error) -> str | None:
+    """The cause of a connection or server fault as hosts read it, or None for any other
+    error (a broken constraint, a lock timeout, a deadlock: the library's retries own those)."""
+    if isinstance(error, psycopg_pool.PoolTimeout):
+        return POOL_EXHAUSTED
+    if error.sqlstate is not None:
+        return _CAUSES_BY_SQLSTATE.get(error.sqlstate)
+    if not isinstance(error, psycopg.OperationalError | psycopg.InterfaceError):
+        return None
+    message = str(error).lower()
+    for fragment, cause in _CAUSES_BY_MESSAGE:
+        if fragment in message:
+            return cause
+    # Without a SQLSTATE the server never answered: the connection itself failed.
+    return CONNECTION_LOST
+
+
+def _detail(error: psycopg.Error, password: str) -> str:
+    """The first line of libpq's or the server's own words, without its framing."""
+    line = (str(error).strip().splitlines() or [""])[0]
+    line = line.rpartition(" failed: ")[2].removeprefix("FATAL:").strip()
+    return line.replace(password, REDACTED) if password else line
+
+
+class ConnectionLostError(StorageUnavailableError, OperationalError):
+    """A connection failed under a statement: the library's recorders retry such a call on a
+    fresh connection, and only when their attempts run out does it reach the caller."""
 
 
 class _ArrayRowsDatastore(PostgresDatastore):
-    """A datastore without the library's composite row types: rows travel as column arrays."""
+    """The library's datastore, configured from a store URL, without its composite row types
+    (rows travel as column arrays), whose connection faults are ``StorageUnavailableError``."""
+
+    def __init__(self, settings: PostgresSettings, *, lock_timeout: int, schema: str) -> None:
+        super().__init__(
+            dbname=settings.dbname,
+            host=settings.host,
+            port=settings.port,
+            user=settings.user,
+            password=settings.password,
+            # The library's "connect_timeout" is how long a call waits for a pooled connection.
+            connect_timeout=settings.pool_timeout,
+            idle_in_transaction_session_timeout=5,
+            pool_size=settings.pool_size,
+            max_overflow=settings.max_overflow,
+            lock_timeout=lock_timeout,
+            schema=schema,
+        )
+        self.settings = settings
+        # The library passes five parameters; the URL's others (sslmode, options, ...) and the
+        # connect timeout reach libpq through the pool's conninfo.
+        self.pool.conninfo = settings.conninfo
+        # A slot whose reconnection keeps failing is given up after this, so a call after an
+        # outage grows the pool afresh rather than waiting out the pool's doubling back-off.
+        self.pool.reconnect_timeout = max(2.0 * settings.pool_timeout, settings.connect_timeout)
 
     def register_type_adapters(self) -> None:
         """Nothing to register (and so no query while recorders are constructed)."""
+
+    @contextmanager
+    def get_connection(self) -> Iterator[Connection[DictRow]]:
+        try:
+            with super().get_connection() as connection:
+                yield connection
+        except (OperationalError, InterfaceError) as error:
+            cause = _psycopg_cause(error)
+            fault = None if cause is None else connection_fault(cause)
+            if cause is None or fault is None:
+                raise
+            raise self._unavailable(cause, fault) from error
+
+    def _unavailable(self, error: psycopg.Error, fault: str) -> StorageUnavailableError:
+        if fault == POOL_EXHAUSTED:
+            # The pool only says it waited: a direct attempt tells a dead server from a busy
+            # pool, and names the server's reason.
+            reason = self.diagnose()
+            if reason is not None:
+                return reason
+            detail = (
+                f"no connection free within {self.settings.pool_timeout:g}s; pool_size="
+                f"{self.settings.pool_size}, max_overflow={self.settings.max_overflow}"
+            )
+            return StorageUnavailableError(fault, self.settings.endpoint, detail)
+        detail = _detail(error, self.settings.password)
+        if fault == CONNECTION_LOST:
+            return ConnectionLostError(fault, self.settings.endpoint, detail)
+        return StorageUnavailableError(fault, self.settings.endpoint, detail)
+
+    def diagnose(self) -> StorageUnavailableError | None:
+        """Connect once outside the pool: why the server refuses, or None if it accepts."""
+        try:
+            psycopg.connect(self.settings.conninfo).close()
+        except psycopg.Error as error:
+            fault = connection_fault(error) or CONNECTION_LOST
+            return StorageUnavailableError(
+                fault, self.settings.endpoint, _detail(error, self.settings.password)
+            )
+        return None
 
 
 STORED_EVENT_COLUMNS: Final = (
@@ -281,32 +406,29 @@ class PostgresStorage(RecorderBackedStorage[PostgresEventRecorder, PostgresSnaps
         url: str,
         *,
         schema: str | None = None,
-        pool_size: int = 5,
-        max_overflow: int = 10,
+        pool_size: int | None = None,
+        max_overflow: int | None = None,
         lock_timeout: int = LOCK_TIMEOUT_SECONDS,
-        connect_timeout: float = 10.0,
+        connect_timeout: int | None = None,
+        pool_timeout: float | None = None,
     ) -> None:
-        try:
-            params = conninfo_to_dict(url)
-        except psycopg.ProgrammingError as error:
-            raise InvalidStoreUrlError(_without_password(url)) from error
-        self.schema = schema or "public"
-        self.datastore = _ArrayRowsDatastore(
-            dbname=str(params.get("dbname") or ""),
-            host=str(params.get("host") or ""),
-            port=str(params.get("port") or ""),
-            user=str(params.get("user") or ""),
-            password=str(params.get("password") or ""),
-            connect_timeout=connect_timeout,
-            idle_in_transaction_session_timeout=5,
+        # Keyword arguments win over the URL's parameters, which win over the defaults.
+        settings = read_postgres_url(url).with_overrides(
             pool_size=pool_size,
             max_overflow=max_overflow,
-            lock_timeout=lock_timeout,
-            schema=self.schema,
+            connect_timeout=connect_timeout,
+            pool_timeout=pool_timeout,
         )
-        # The datastore takes only five parameters; the URL's others (sslmode, options, ...)
-        # still reach libpq through the pool's conninfo.
-        self.datastore.pool.conninfo = url
+        self.schema = schema or "public"
+        self.datastore = _ArrayRowsDatastore(
+            settings, lock_timeout=lock_timeout, schema=self.schema
+        )
+        # Fail fast and say why: the pool would only report, after its timeout, that it got
+        # no connection.
+        unreachable = self.datastore.diagnose()
+        if unreachable is not None:
+            self.datastore.close()
+            raise unreachable
         try:
             super().__init__(
                 PostgresEventRecorder(self.datastore), PostgresSnapshotRecorder(self.datastore)
@@ -393,6 +515,9 @@ class PostgresStorage(RecorderBackedStorage[PostgresEventRecorder, PostgresSnaps
         return {
             gap for gap, writers in self._gaps.items() if not still_writing.intersection(writers)
         }
+
+    def __repr__(self) -> str:
+        return f"PostgresStorage({self.datastore.settings.endpoint!r}, schema={self.schema!r})"
 
     def close(self) -> None:
         """Close the connection pool."""

@@ -30,6 +30,27 @@ from runledger.infrastructure.storage.base import (
 LOCK_TIMEOUT_SECONDS = 5
 """How long a writer waits for another connection's (or process's) write lock."""
 
+PRIVATE_FILE_MODE = 0o600
+"""A new database holds prompts and outputs: only its owner may read it."""
+
+
+def create_private_file(path: str) -> None:
+    """Create the database file owner-only if it does not exist yet, whatever the umask.
+
+    SQLite gives the ``-wal`` and ``-shm`` files it makes the mode of the database file, so
+    they follow. An existing file keeps the mode its owner gave it.
+    """
+    if path in ("", ":memory:") or path.startswith("file:"):
+        return
+    try:
+        descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, PRIVATE_FILE_MODE)
+    except FileExistsError:
+        return
+    try:
+        os.fchmod(descriptor, PRIVATE_FILE_MODE)
+    finally:
+        os.close(descriptor)
+
 
 class SQLiteEventRecorder(SqlLogQueries, SQLiteApplicationRecorder):
     """The event log; ``position`` is the rowid, so positions follow commit order."""
@@ -163,6 +184,7 @@ class SQLiteStorage(RecorderBackedStorage[SQLiteEventRecorder, SQLiteSnapshotRec
         pool_size: int = 5,
     ) -> None:
         self.path = os.fspath(path)
+        create_private_file(self.path)
         self.datastore = SQLiteDatastore(
             self.path, lock_timeout=lock_timeout, pool_size=pool_size, originator_id_type="uuid"
         )
@@ -181,6 +203,9 @@ class SQLiteStorage(RecorderBackedStorage[SQLiteEventRecorder, SQLiteSnapshotRec
         with self.datastore.transaction(commit=False) as c:
             c.execute(self._read_log_statement, (after, limit))
             return [LogEntry(*row) for row in c.fetchall()]
+
+    def __repr__(self) -> str:
+        return f"SQLiteStorage({self.path!r})"
 
     def close(self) -> None:
         """Close every pooled connection to the file."""

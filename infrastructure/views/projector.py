@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Final
 
-from runledger.domain.errors import UnknownProjectionError
+from runledger.domain.errors import StorageUnavailableError, UnknownProjectionError
 from runledger.domain.ports import EventStorage, LogEntry
 from runledger.infrastructure.views.store import (
     PageCommit,
@@ -259,6 +259,12 @@ class Projector:
                     continue
                 try:
                     runner.apply(event)
+                except StorageUnavailableError:
+                    # The database failed, not the projection: forget the page, so the next
+                    # catch-up projects it again, rather than stalling a sound projection.
+                    for each in active:
+                        each.abandon(each._page_start)
+                    raise
                 except Exception as error:  # a broken projection must not stop the others
                     runner.failure = (
                         f"at position {event.position}: {type(error).__name__}: {error}"

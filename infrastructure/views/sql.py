@@ -22,6 +22,7 @@ from eventsourcing.persistence import PersistenceError
 from eventsourcing.postgres import PostgresDatastore
 from psycopg.rows import tuple_row
 
+from runledger.infrastructure.storage.sqlite import create_private_file
 from runledger.infrastructure.views.store import (
     EncodedRow,
     PageCommit,
@@ -338,6 +339,7 @@ class SQLiteViewStore(SqlViewStore):
 
     def __init__(self, path: str, *, busy_timeout: float = 30.0) -> None:
         self.path = path
+        create_private_file(path)
         self.busy_timeout = busy_timeout
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []

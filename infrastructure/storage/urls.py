@@ -1,0 +1,182 @@
+"""Store URLs: how any of them is printed, and what runledger reads from a PostgreSQL one.
+
+A PostgreSQL URL may carry runledger's pool parameters in its query (``pool_size``,
+``max_overflow``, ``connect_timeout``, ``pool_timeout``); they are taken out before the URL
+reaches libpq, which takes every other parameter of its own (``sslmode``, ``application_name``,
+…). A parameter neither knows is refused, so a typo never goes unnoticed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.pq import Conninfo
+
+from runledger.domain.errors import InvalidStoreParameterError, InvalidStoreUrlError
+
+REDACTED: Final = "***"
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its password (in the user info or a ``password`` parameter) as ``***``.
+
+    Every URL that is printed, logged, put in an error or a ``repr`` goes through here. It
+    works on the text, so even a URL no parser accepts is printed without its password.
+    """
+    scheme, separator, rest = url.partition("://")
+    if not separator:
+        return url
+    authority_end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    authority, tail = rest[:authority_end], rest[authority_end:]
+    userinfo, at, hosts = authority.rpartition("@")
+    if at and ":" in userinfo:
+        authority = f"{userinfo.partition(':')[0]}:{REDACTED}@{hosts}"
+    path, question, query = tail.partition("?")
+    if question:
+        query, hash_mark, fragment = query.partition("#")
+        fields = [
+            f"{field.partition('=')[0]}={REDACTED}"
+            if unquote(field.partition("=")[0]).lower() == "password"
+            else field
+            for field in query.split("&")
+        ]
+        tail = f"{path}?{'&'.join(fields)}{hash_mark}{fragment}"
+    return f"{scheme}://{authority}{tail}"
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
+def _natural_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError(text)
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    value = float(text)
+    if not value > 0 or value == float("inf"):
+        raise ValueError(text)
+    return value
+
+
+POOL_PARAMETERS: Final[Mapping[str, tuple[Callable[[str], Any], str]]] = {
+    "pool_size": (_positive_int, "a whole number of at least 1"),
+    "max_overflow": (_natural_int, "a whole number of at least 0"),
+    "connect_timeout": (_positive_int, "whole seconds, at least 1"),
+    "pool_timeout": (_positive_seconds, "seconds above 0"),
+}
+"""runledger's query parameters: how each is read, and what it must be."""
+
+
+@dataclass(frozen=True)
+class PostgresSettings:
+    """A PostgreSQL store URL, read: libpq's connection string and runledger's pool knobs."""
+
+    # The connection string and the password stay out of the repr: it may be logged.
+    conninfo: str = field(repr=False)
+    """What libpq connects with: the URL without runledger's parameters, plus the timeout."""
+    host: str
+    port: str
+    dbname: str
+    user: str
+    password: str = field(repr=False)
+    pool_size: int = 5
+    """Connections the pool keeps open."""
+    max_overflow: int = 10
+    """Connections it may open beyond ``pool_size`` under load."""
+    connect_timeout: int = 5
+    """Seconds one connection attempt may take (libpq's own ``connect_timeout``)."""
+    pool_timeout: float = 5.0
+    """Seconds a call waits for a free pooled connection before it fails."""
+
+    @property
+    def endpoint(self) -> str:
+        """Who connects where, as errors name it: ``user@host:port/database``, no password."""
+        return (
+            f"{self.user or '(default user)'}@{self.host or '(default host)'}:"
+            f"{self.port or '5432'}/{self.dbname or '(default database)'}"
+        )
+
+    def with_overrides(self, **overrides: Any) -> PostgresSettings:
+        """These settings with every override that is not None."""
+        return dataclasses.replace(
+            self, **{name: value for name, value in overrides.items() if value is not None}
+        )
+
+
+def _libpq_keywords() -> frozenset[str]:
+    return frozenset(option.keyword.decode() for option in Conninfo.get_defaults())
+
+
+def _split_query(url: str) -> tuple[str, dict[str, Any]]:
+    """The URL without runledger's parameters, and those parameters read."""
+    try:
+        parts = urlsplit(url)
+        fields = parse_qsl(parts.query, keep_blank_values=True)
+    except ValueError as error:
+        raise InvalidStoreUrlError(redact_url(url)) from error
+    known = _libpq_keywords()
+    ours: dict[str, Any] = {}
+    kept: list[tuple[str, str]] = []
+    for name, text in fields:
+        if name in POOL_PARAMETERS:
+            read, expected = POOL_PARAMETERS[name]
+            try:
+                ours[name] = read(text)
+            except ValueError as error:
+                invalid = InvalidStoreParameterError(f"{name}={text!r}", f"must be {expected}")
+                raise invalid from error
+        elif name in known:
+            kept.append((name, text))
+        else:
+            raise InvalidStoreParameterError(
+                repr(name),
+                "unknown; runledger reads " + ", ".join(POOL_PARAMETERS) + " and libpq its own "
+                "connection parameters (sslmode, application_name, …)",
+            )
+    return urlunsplit(parts._replace(query=urlencode(kept))), ours
+
+
+def read_postgres_url(url: str) -> PostgresSettings:
+    """The settings a ``postgresql://`` URL names, or a ``WorkflowError`` saying what is wrong."""
+    libpq_url, ours = _split_query(url)
+    try:
+        params = conninfo_to_dict(libpq_url)
+    except psycopg.ProgrammingError as error:
+        raise InvalidStoreUrlError(redact_url(url)) from error
+    connect_timeout = ours.get("connect_timeout", PostgresSettings.connect_timeout)
+    return PostgresSettings(
+        conninfo=make_conninfo(libpq_url, connect_timeout=connect_timeout),
+        host=str(params.get("host") or ""),
+        port=str(params.get("port") or ""),
+        dbname=str(params.get("dbname") or ""),
+        user=str(params.get("user") or ""),
+        password=str(params.get("password") or ""),
+        **ours,
+    )
+
+
+def libpq_url(url: str) -> str:
+    """The URL as libpq takes it: runledger's own parameters taken out."""
+    return _split_query(url)[0]
+
+
+__all__: Sequence[str] = [
+    "POOL_PARAMETERS",
+    "PostgresSettings",
+    "libpq_url",
+    "read_postgres_url",
+    "redact_url",
+]
