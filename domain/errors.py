@@ -365,6 +365,55 @@ class UnknownStoredEventError(WorkflowError):
     template = "Stored event topic {!r} is not in the runledger event catalogue"
 
 
+class CorruptEventError(WorkflowError):
+    """A stored event or snapshot that does not decode: repair the store, retrying cannot help.
+
+    ``position`` is the event's log position where the read path knows it (log reads,
+    projections, rebuilds); an aggregate load names the aggregate id and version, which
+    identify the row as exactly. ``wire_name`` is None when the history as a whole is wrong
+    (it replays to another kind of aggregate than its id was made for).
+    """
+
+    code = "store.corrupt-event"
+    template = "{where} is corrupt: {reason}; repair the store"
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        wire_name: str | None,
+        aggregate_id: object,
+        version: object,
+        position: int | None = None,
+    ) -> None:
+        # Stored text is untrusted: shown through repr (escapes surrogates), never at length.
+        if wire_name is None:
+            where = f"Stored history of aggregate {_shown(aggregate_id)} up to version {version!r}"
+        else:
+            where = f"{_shown(wire_name)} of aggregate {_shown(aggregate_id)} version {version!r}"
+            where = (
+                f"Stored event {where}"
+                if position is None
+                else (f"Stored event at position {position} ({where})")
+            )
+        super().__init__(where=where, reason=reason)
+        self.reason = reason
+        self.wire_name = wire_name
+        self.aggregate_id = aggregate_id
+        self.version = version
+        self.position = position
+
+
+def _shown(value: object, limit: int = 80) -> str:
+    text = repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class RebuildFailedError(WorkflowError):
+    code = "projection.rebuild-failed"
+    template = "Rebuilding the projections failed: {}"
+
+
 class InvalidStoreUrlError(WorkflowError):
     code = "store.invalid-url"
     template = "Unsupported store URL {!r}: use sqlite:///path, postgresql://… or memory://"

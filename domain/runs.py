@@ -25,7 +25,13 @@ from runledger.domain.errors import (
     RunNotAcceptingChangesError,
     RunOfAnotherSessionError,
 )
-from runledger.domain.events import CopiedCheaply, LedgerCreated, LedgerEvent, LedgerSnapshot
+from runledger.domain.events import (
+    CopiedCheaply,
+    LedgerCreated,
+    LedgerEvent,
+    LedgerSnapshot,
+    OwnsNestedEvents,
+)
 from runledger.domain.ids import aggregate_id
 from runledger.domain.records import RunRecord
 from runledger.domain.values import (
@@ -58,7 +64,7 @@ def _optional_text(name: str, value: object) -> str | None:
     return value
 
 
-class Run(CopiedCheaply, BaseAggregate[UUID]):
+class Run(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
     """A workflow run. Follow-ups queue on it, so it serialises them and numbers them."""
 
     TOPIC = "run"

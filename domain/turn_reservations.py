@@ -12,7 +12,13 @@ from uuid import UUID
 
 from eventsourcing.domain import BaseAggregate
 
-from runledger.domain.events import CopiedCheaply, LedgerCreated, LedgerEvent, LedgerSnapshot
+from runledger.domain.events import (
+    CopiedCheaply,
+    LedgerCreated,
+    LedgerEvent,
+    LedgerSnapshot,
+    OwnsNestedEvents,
+)
 from runledger.domain.ids import aggregate_id
 from runledger.domain.values import Actor
 
@@ -21,7 +27,7 @@ def turn_aggregate_id(workflow_turn_id: str) -> UUID:
     return aggregate_id("workflow-turn", workflow_turn_id)
 
 
-class TurnReservation(CopiedCheaply, BaseAggregate[UUID]):
+class TurnReservation(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
     """Maps one turn id to the message that owns the turn."""
 
     TOPIC = "workflow-turn-reservation"
