@@ -138,7 +138,7 @@ def decoded_state(
         except orjson.JSONDecodeError as error:
             raise _MalformedError(f"its payload is not valid JSON ({error})") from None
         if type(data) is not dict:
-            raise _MalformedError(f"its payload is JSON {_json_kind(data)}, not an object")
+            raise _MalformedError(f"its payload is {_json_kind(data)}, not a JSON object")
         _upcast_checked(event_class, data)
         _shape(event_class).check(data)
     except _MalformedError as fault:

@@ -6,9 +6,10 @@ and new positions of all projections are committed in one transaction. If anothe
 worker, another embedded host) moved a projection meanwhile, the page is thrown away, the
 cache is dropped and the page is recomputed from the new position: nothing is applied twice.
 
-A stored event that does not decode (``CorruptEventError``) stalls every projection that reads
-its wire name (all of them for a wire name outside the catalogue): the stall is recorded with
-the error, queries report it, and a rebuild that meets it raises it. Nothing steps over it.
+Every event is decoded and checked, also those no projection here consumes: one that does not
+decode (``CorruptEventError``) stalls every projection, since a changed wire name may hide an
+event any of them needed. The stall is recorded with the error, queries report it, and a
+rebuild that meets it raises it. Nothing steps over it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Final
 
-from runledger.domain.catalogue import EVENT_CLASSES
 from runledger.domain.errors import (
     CorruptEventError,
     ProjectionStalledError,
@@ -144,11 +144,6 @@ class ProjectionRunner:
             self.projection.apply(event, page)
         self.position = event.position
 
-    def reads(self, wire_name: str) -> bool:
-        """Whether this projection must decode events of ``wire_name`` (an unknown one: yes,
-        whoever it was meant for)."""
-        return wire_name in self.projection.topics or wire_name not in EVENT_CLASSES
-
     def fail(self, error: Exception, position: int) -> None:
         """Stall at the page's start with ``error``, recorded where every process sees it."""
         self.failure = f"at position {position}: {type(error).__name__}: {error}"
@@ -161,11 +156,6 @@ class ProjectionRunner:
         if isinstance(self.cause, CorruptEventError):
             return self.cause
         return ProjectionStalledError(self.name, self.failure)
-
-    def skip(self, position: int) -> None:
-        """Move past an event this projection does not consume."""
-        if self._page is not None and position > self.position:
-            self.position = position
 
     def end_page(self) -> PageCommit | None:
         """The page's commit, or None if the page moved nothing."""
@@ -273,25 +263,15 @@ class Projector:
         deadline = time.monotonic() + self.page_seconds
         for runner in active:
             runner.begin_page()
-        wanted = frozenset().union(*(runner.projection.topics for runner in active))
         applied = 0
         for entry in entries:
-            if entry.topic not in wanted and entry.topic in EVENT_CLASSES:
-                # Nobody here reads it: move past it without decoding its JSON.
-                for runner in active:
-                    runner.skip(entry.position)
-                applied += 1
-                continue
             try:
                 event = projected(entry)
             except CorruptEventError as error:
                 for runner in active:
-                    if runner.failure is None and runner.reads(entry.topic):
+                    if runner.failure is None:
                         runner.fail(error, entry.position)
-                    else:
-                        runner.skip(entry.position)
-                applied += 1
-                continue
+                break
             for runner in active:
                 if runner.failure is not None:
                     continue
