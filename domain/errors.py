@@ -387,14 +387,15 @@ class CorruptEventError(WorkflowError):
         position: int | None = None,
     ) -> None:
         # Stored text is untrusted: shown through repr (escapes surrogates), never at length.
+        aggregate = f"aggregate {clipped_repr(aggregate_id)}"
         if wire_name is None:
-            where = f"Stored history of aggregate {_shown(aggregate_id)} up to version {version!r}"
+            where = f"Stored history of {aggregate} up to version {version!r}"
+        elif position is None:
+            where = f"Stored event {clipped_repr(wire_name)} of {aggregate} version {version!r}"
         else:
-            where = f"{_shown(wire_name)} of aggregate {_shown(aggregate_id)} version {version!r}"
             where = (
-                f"Stored event {where}"
-                if position is None
-                else (f"Stored event at position {position} ({where})")
+                f"Stored event at position {position} "
+                f"({clipped_repr(wire_name)} of {aggregate} version {version!r})"
             )
         super().__init__(where=where, reason=reason)
         self.reason = reason
@@ -404,7 +405,8 @@ class CorruptEventError(WorkflowError):
         self.position = position
 
 
-def _shown(value: object, limit: int = 80) -> str:
+def clipped_repr(value: object, limit: int = 80) -> str:
+    """Untrusted stored text as it may be shown: repr (surrogates escaped), at most ``limit``."""
     text = repr(value) if isinstance(value, str) else str(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 

@@ -22,7 +22,7 @@ from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import Mapper, Notification, StoredEvent, Transcoder
 
 from runledger.domain.catalogue import EVENT_CLASSES
-from runledger.domain.errors import CorruptEventError, UnknownStoredEventError
+from runledger.domain.errors import CorruptEventError, UnknownStoredEventError, clipped_repr
 from runledger.domain.events import (
     EVENT_OWNERS,
     LedgerCreated,
@@ -131,7 +131,9 @@ def decoded_state(
     try:
         event_class = EVENT_CLASSES.get(topic)
         if event_class is None:
-            raise _MalformedError(f"wire name {topic!r} is not in the runledger event catalogue")
+            raise _MalformedError(
+                f"wire name {clipped_repr(topic)} is not in the runledger event catalogue"
+            )
         _check_versions(event_class, originator_id, version)
         try:
             data = orjson.loads(state)
@@ -200,7 +202,7 @@ class _Shape:
             if missing:
                 raise _MalformedError(f"field {missing[0]!r} is missing")
             unexpected = sorted(data.keys() - self.fields)
-            raise _MalformedError(f"field {_clipped(unexpected[0])} is not one of its fields")
+            raise _MalformedError(f"field {clipped_repr(unexpected[0])} is not one of its fields")
         for name, check in self.checks:
             wanted = check(self.event_class, data[name])
             if wanted is not None:
@@ -264,11 +266,6 @@ def _json_kind(value: object) -> str:
     if type(value) is int:
         return "a number"
     return _KIND_NAMES.get(type(value), type(value).__name__)
-
-
-def _clipped(text: str, limit: int = 60) -> str:
-    shown = repr(text)
-    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
 
 
 def _check_time(_: EventClass, value: Any) -> str | None:
