@@ -30,6 +30,7 @@ from runledger.domain.events import (
     LedgerSnapshot,
     upcast,
 )
+from runledger.domain.ports import LogEntry
 from runledger.domain.values import ACTOR_TYPES
 
 
@@ -84,14 +85,7 @@ class LedgerMapper(Mapper[UUID]):
         )
 
     def to_domain_event(self, stored_event: StoredEvent) -> DomainEventProtocol[UUID]:
-        position = stored_event.id if isinstance(stored_event, Notification) else None
-        event_class, state = decoded_state(
-            stored_event.topic,
-            stored_event.originator_id,
-            stored_event.originator_version,
-            stored_event.state,
-            position=position,
-        )
+        event_class, state = decoded_state(stored_event)
         # decoded_state has checked both: the conversions below cannot fail.
         state["timestamp"] = datetime.fromisoformat(state["timestamp"])
         if issubclass(event_class, LedgerSnapshot):
@@ -113,21 +107,20 @@ class _MalformedError(Exception):
     """Why a stored event does not decode; ``decoded_state`` names the event around it."""
 
 
-def decoded_state(
-    topic: str,
-    originator_id: UUID | str,
-    version: int,
-    state: bytes,
-    *,
-    position: int | None = None,
-) -> tuple[EventClass, dict[str, Any]]:
+def decoded_state(stored: StoredEvent | LogEntry) -> tuple[EventClass, dict[str, Any]]:
     """The catalogue class and the checked payload (upcast, times still ISO text) of a stored
-    event, or ``CorruptEventError`` naming it and what is wrong.
+    event, or ``CorruptEventError`` naming it (with its position when read from the log) and
+    what is wrong.
 
     The class comes from the wire name alone; every field, its type, the actor's shape, the
     time and the versions are checked here, so no later step meets a surprise (a missing
     attribute, a wrong type in a record) and nothing in the payload picks code.
     """
+    topic, originator_id, version = stored.topic, stored.originator_id, stored.originator_version
+    if isinstance(stored, LogEntry):
+        position: int | None = stored.position
+    else:
+        position = stored.id if isinstance(stored, Notification) else None
     try:
         event_class = EVENT_CLASSES.get(topic)
         if event_class is None:
@@ -136,7 +129,7 @@ def decoded_state(
             )
         _check_versions(event_class, originator_id, version)
         try:
-            data = orjson.loads(state)
+            data = orjson.loads(stored.state)
         except orjson.JSONDecodeError as error:
             raise _MalformedError(f"its payload is not valid JSON ({error})") from None
         if type(data) is not dict:
