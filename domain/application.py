@@ -38,6 +38,7 @@ from runledger.domain import lineage, outbox, restarts, run_endings
 from runledger.domain.aggregates import Aggregates
 from runledger.domain.errors import (
     ConcurrencyError,
+    CorruptEventError,
     DecisionNotFoundError,
     DecisionRunMissingError,
     InvalidPageError,
@@ -195,7 +196,16 @@ class WorkflowRuns(Application[UUID]):
             aggregate: BaseAggregate[UUID] = self.repository.get(aggregate_id)
         except AggregateNotFoundError:
             return None
-        return aggregate if isinstance(aggregate, cls) else None
+        if not isinstance(aggregate, cls):
+            # Ids are derived per kind of aggregate, so another kind under this id means the
+            # stored rows were changed; answering "not found" would hide them.
+            raise CorruptEventError(
+                f"it replays to a {type(aggregate).__name__}, not a {cls.__name__}",
+                wire_name=None,
+                aggregate_id=aggregate_id,
+                version=aggregate.version,
+            )
+        return aggregate
 
     def now(self) -> datetime:
         moment = self.clock()
@@ -713,7 +723,7 @@ class WorkflowRuns(Application[UUID]):
         """One stored event as ``event_log`` returns it."""
         event = self.mapper.to_domain_event(notification)
         state = vars(event)
-        actor = state.get("actor")
+        actor = state["actor"]  # checked by the mapper: {type, id}
         return LoggedEvent(
             position=notification.id,
             wire_name=notification.topic,

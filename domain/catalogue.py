@@ -11,7 +11,7 @@ from uuid import UUID
 
 from eventsourcing.domain import BaseAggregate
 
-from runledger.domain.events import AGGREGATE_CLASSES, LedgerEvent, LedgerSnapshot
+from runledger.domain.events import LedgerEvent, LedgerSnapshot
 from runledger.domain.follow_ups import FollowUp
 from runledger.domain.human_decisions import HumanDecision
 from runledger.domain.runs import Run
@@ -67,5 +67,3 @@ EVENT_CLASSES: Final[dict[str, type[LedgerEvent] | type[LedgerSnapshot]]] = {
     **{event.TOPIC: event for event in DOMAIN_EVENTS},
     **{snapshot.TOPIC: snapshot for snapshot in SNAPSHOTS},
 }
-
-AGGREGATE_CLASSES.update({str(getattr(cls, "TOPIC")): cls for cls in AGGREGATES})  # noqa: B009

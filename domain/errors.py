@@ -394,6 +394,57 @@ class UnknownStoredEventError(WorkflowError):
     template = "Stored event topic {!r} is not in the runledger event catalogue"
 
 
+class CorruptEventError(WorkflowError):
+    """A stored event or snapshot that does not decode: repair the store, retrying cannot help.
+
+    ``position`` is the event's log position where the read path knows it (log reads,
+    projections, rebuilds); an aggregate load names the aggregate id and version, which
+    identify the row as exactly. ``wire_name`` is None when the history as a whole is wrong
+    (it replays to another kind of aggregate than its id was made for).
+    """
+
+    code = "store.corrupt-event"
+    template = "{where} is corrupt: {reason}; repair the store"
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        wire_name: str | None,
+        aggregate_id: object,
+        version: object,
+        position: int | None = None,
+    ) -> None:
+        # Stored text is untrusted: shown through repr (escapes surrogates), never at length.
+        aggregate = f"aggregate {clipped_repr(aggregate_id)}"
+        if wire_name is None:
+            where = f"Stored history of {aggregate} up to version {version!r}"
+        elif position is None:
+            where = f"Stored event {clipped_repr(wire_name)} of {aggregate} version {version!r}"
+        else:
+            where = (
+                f"Stored event at position {position} "
+                f"({clipped_repr(wire_name)} of {aggregate} version {version!r})"
+            )
+        super().__init__(where=where, reason=reason)
+        self.reason = reason
+        self.wire_name = wire_name
+        self.aggregate_id = aggregate_id
+        self.version = version
+        self.position = position
+
+
+def clipped_repr(value: object, limit: int = 80) -> str:
+    """Untrusted stored text as it may be shown: repr (surrogates escaped), at most ``limit``."""
+    text = repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class RebuildFailedError(WorkflowError):
+    code = "projection.rebuild-failed"
+    template = "Rebuilding the projections failed: {}"
+
+
 class InvalidStoreUrlError(WorkflowError):
     code = "store.invalid-url"
     template = "Unsupported store URL {!r}: use sqlite:///path, postgresql://… or memory://"

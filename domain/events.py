@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 from uuid import UUID
 
 from eventsourcing.domain import (
@@ -20,7 +20,7 @@ from eventsourcing.domain import (
     DomainEvent,
 )
 
-from runledger.domain.errors import UnknownStoredEventError
+from runledger.domain.errors import CorruptEventError
 
 
 class LedgerEvent(AggregateEvent):
@@ -42,9 +42,45 @@ class LedgerEvent(AggregateEvent):
         """A natural key the store indexes this event under (None: not indexed)."""
         return None
 
+    def mutate(self, aggregate: Any) -> Any:
+        # A history whose rows decode one by one can still be impossible as a sequence: an
+        # event of another aggregate type, or a version that does not follow. Checked here,
+        # where the library would raise its own errors or apply it to the wrong class.
+        owner = EVENT_OWNERS.get(type(self))
+        if aggregate is None:
+            if not isinstance(self, LedgerCreated):
+                raise corrupt(self, "its aggregate has no first event before it")
+        elif owner is None or type(aggregate) is not owner:
+            raise corrupt(self, f"it does not belong to a {type(aggregate).__name__}")
+        elif self.originator_version != aggregate.version + 1:
+            raise corrupt(self, f"it does not follow version {aggregate.version}")
+        return super().mutate(aggregate)
+
+
+def corrupt(event: DomainEvent, reason: str) -> CorruptEventError:
+    """The error for a decoded ``event`` that cannot be part of its aggregate's history."""
+    return CorruptEventError(
+        reason,
+        wire_name=getattr(type(event), "TOPIC", type(event).__qualname__),
+        aggregate_id=event.originator_id,
+        version=event.originator_version,
+    )
+
 
 class LedgerCreated(AggregateCreated):
-    """Marker base of each aggregate's first event."""
+    """Base of each aggregate's first event: builds the aggregate that declares its class."""
+
+    def mutate(self, _: Any) -> Any:
+        # Unlike the library's, never resolves ``originator_topic``: a stored payload must not
+        # choose a class (the mapper has checked the field against the catalogue already).
+        owner = EVENT_OWNERS.get(type(self))
+        if owner is None:
+            raise corrupt(self, "its class belongs to no aggregate of the catalogue")
+        created = owner.__new__(owner)
+        created.__base_init__(self.originator_id, self.originator_version, self.timestamp)
+        # Aggregates' __init__ takes nothing and does nothing: state comes from apply().
+        self.apply(created)
+        return created
 
 
 def upcast(cls: type[Any] | None, state: dict[str, Any]) -> None:
@@ -65,9 +101,9 @@ class LedgerSnapshot(CanSnapshotAggregate[UUID], DomainEvent):
     state: dict[str, Any]
 
     def mutate(self, _: None) -> BaseAggregate[UUID]:
-        aggregate_class = AGGREGATE_CLASSES.get(self.topic)
+        aggregate_class = EVENT_OWNERS.get(type(self))
         if aggregate_class is None:
-            raise UnknownStoredEventError(self.topic)
+            raise corrupt(self, "its class belongs to no aggregate of the catalogue")
         state = dict(self.state)
         upcast(aggregate_class, state)
         state["_id"] = self.originator_id
@@ -95,5 +131,16 @@ class CopiedCheaply:
         return clone
 
 
-AGGREGATE_CLASSES: dict[str, type[BaseAggregate[UUID]]] = {}
-"""Aggregate TOPIC -> class; filled by ``domain.catalogue``."""
+EVENT_OWNERS: dict[type[Any], type[BaseAggregate[UUID]]] = {}
+"""Event or snapshot class -> the aggregate class that declares it; see ``OwnsNestedEvents``."""
+
+
+class OwnsNestedEvents:
+    """Mixed into each aggregate: the event and snapshot classes declared in its body are its
+    own, so decoding and replay find an event's aggregate from code, never from stored data."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for value in vars(cls).values():
+            if isinstance(value, type) and issubclass(value, (LedgerEvent, LedgerSnapshot)):
+                EVENT_OWNERS[value] = cast("type[BaseAggregate[UUID]]", cls)

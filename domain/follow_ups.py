@@ -19,7 +19,13 @@ from runledger.domain.errors import (
     InvalidSourceError,
     PromptTooLargeError,
 )
-from runledger.domain.events import CopiedCheaply, LedgerCreated, LedgerEvent, LedgerSnapshot
+from runledger.domain.events import (
+    CopiedCheaply,
+    LedgerCreated,
+    LedgerEvent,
+    LedgerSnapshot,
+    OwnsNestedEvents,
+)
 from runledger.domain.ids import aggregate_id
 from runledger.domain.records import FollowUpRecord
 from runledger.domain.values import REMOVED_REASON, Actor, BadEndStatus, FollowUpState
@@ -61,7 +67,7 @@ def check_prompt(prompt: object) -> str:
     return prompt
 
 
-class FollowUp(CopiedCheaply, BaseAggregate[UUID]):
+class FollowUp(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
     """One follow-up; its state changes are queue, remove and cascade-cancel."""
 
     TOPIC = "follow-up"

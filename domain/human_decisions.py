@@ -33,7 +33,13 @@ from runledger.domain.errors import (
     InvalidDecisionRequestError,
     InvalidDecisionResponseError,
 )
-from runledger.domain.events import CopiedCheaply, LedgerCreated, LedgerEvent, LedgerSnapshot
+from runledger.domain.events import (
+    CopiedCheaply,
+    LedgerCreated,
+    LedgerEvent,
+    LedgerSnapshot,
+    OwnsNestedEvents,
+)
 from runledger.domain.ids import aggregate_id, decision_subject
 from runledger.domain.records import HumanDecisionRecord, SubmissionRecord
 from runledger.domain.runs import RUN_ID_PATTERN
@@ -189,7 +195,7 @@ def _shallow_and_encodable(value: object, depth: int) -> bool:
 # -- the aggregate ------------------------------------------------------------------------
 
 
-class HumanDecision(CopiedCheaply, BaseAggregate[UUID]):
+class HumanDecision(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
     """One decision; its resolution is accepted (an answer or the timeout default) or cancelled."""
 
     TOPIC = "decision"

@@ -27,7 +27,13 @@ from runledger.domain.errors import (
     RunNotAcceptingChangesError,
     RunOfAnotherSessionError,
 )
-from runledger.domain.events import CopiedCheaply, LedgerCreated, LedgerEvent, LedgerSnapshot
+from runledger.domain.events import (
+    CopiedCheaply,
+    LedgerCreated,
+    LedgerEvent,
+    LedgerSnapshot,
+    OwnsNestedEvents,
+)
 from runledger.domain.ids import aggregate_id
 from runledger.domain.records import RestartReceipt, RunRecord
 from runledger.domain.values import (
@@ -74,7 +80,7 @@ def _optional_text(name: str, value: object, expected: str = "a string or None")
     return value
 
 
-class Run(CopiedCheaply, BaseAggregate[UUID]):
+class Run(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
     """A workflow run. Follow-ups queue on it, so it serialises them and numbers them."""
 
     TOPIC = "run"

@@ -13,7 +13,13 @@ from uuid import UUID
 from eventsourcing.domain import BaseAggregate
 
 from runledger.domain.errors import InvalidTurnIdError
-from runledger.domain.events import CopiedCheaply, LedgerCreated, LedgerEvent, LedgerSnapshot
+from runledger.domain.events import (
+    CopiedCheaply,
+    LedgerCreated,
+    LedgerEvent,
+    LedgerSnapshot,
+    OwnsNestedEvents,
+)
 from runledger.domain.ids import aggregate_id
 from runledger.domain.values import Actor
 
@@ -31,7 +37,7 @@ def check_turn_id(workflow_turn_id: object) -> str | None:
     return workflow_turn_id
 
 
-class TurnReservation(CopiedCheaply, BaseAggregate[UUID]):
+class TurnReservation(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
     """Maps one turn id to the message that owns the turn."""
 
     TOPIC = "workflow-turn-reservation"

@@ -27,7 +27,13 @@ from runledger.domain.errors import (
     TurnRequiresSentMessageError,
     WorkflowError,
 )
-from runledger.domain.events import CopiedCheaply, LedgerCreated, LedgerEvent, LedgerSnapshot
+from runledger.domain.events import (
+    CopiedCheaply,
+    LedgerCreated,
+    LedgerEvent,
+    LedgerSnapshot,
+    OwnsNestedEvents,
+)
 from runledger.domain.ids import aggregate_id
 from runledger.domain.records import TurnRecord, WorkflowMessageRecord
 from runledger.domain.values import (
@@ -177,7 +183,7 @@ def terminal_content(
     }
 
 
-class WorkflowMessage(CopiedCheaply, BaseAggregate[UUID]):
+class WorkflowMessage(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
     """Pending until branch evidence proves it in the session; turns hang off sent ones."""
 
     TOPIC = "workflow-message"

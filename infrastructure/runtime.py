@@ -256,8 +256,13 @@ class StoreRuntime(ClosedOnExit):
         if workers <= 1 or self.backend == "memory":
             return self.projector.rebuild(chosen, progress=progress)
         with self.projector.paused():
-            read = rebuild_in_processes(rebuild_group, self.url, split(chosen, workers), progress)
-            self.projector.reload(chosen)
+            try:
+                read = rebuild_in_processes(
+                    rebuild_group, self.url, split(chosen, workers), progress
+                )
+            finally:
+                # Even a failed rebuild moved the views: take their positions and stalls.
+                self.projector.reload(chosen)
         return read
 
     def close(self) -> None:

@@ -2,24 +2,22 @@
 
 from __future__ import annotations
 
-import orjson
 from eventsourcing.persistence import Notification
 
-from runledger.domain.catalogue import EVENT_CLASSES
-from runledger.domain.events import upcast
 from runledger.domain.ports import LogEntry
+from runledger.domain.serialisation import decoded_state
 from runledger.projections.base import ProjectedEvent
 
 
 def projected(entry: LogEntry | Notification) -> ProjectedEvent:
     """The projection view of a stored event read with ``read_log`` or ``select_log``.
 
-    Stored data of an older ``class_version`` goes through the event class's upcasters, as
-    the domain's mapper does, so projections only ever see an event's current shape.
+    It is decoded and checked as the domain's mapper does (``CorruptEventError`` for an event
+    that does not decode), and stored data of an older ``class_version`` goes through the
+    event class's upcasters, so projections only ever see an event's current, valid shape.
     """
     position = entry.position if isinstance(entry, LogEntry) else entry.id
-    data = orjson.loads(entry.state)
-    upcast(EVENT_CLASSES.get(entry.topic), data)
+    _, data = decoded_state(entry)
     return ProjectedEvent(
         position=position,
         wire_name=entry.topic,

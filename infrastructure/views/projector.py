@@ -5,6 +5,11 @@ decoded once and given to every projection that has not seen it; the resulting r
 and new positions of all projections are committed in one transaction. If another writer (a
 worker, another embedded host) moved a projection meanwhile, the page is thrown away, the
 cache is dropped and the page is recomputed from the new position: nothing is applied twice.
+
+Every event is decoded and checked, also those no projection here consumes: one that does not
+decode (``CorruptEventError``) stalls every projection, since a changed wire name may hide an
+event any of them needed. The stall is recorded with the error, queries report it, and a
+rebuild that meets it raises it. Nothing steps over it.
 """
 
 from __future__ import annotations
@@ -16,7 +21,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Final
 
-from runledger.domain.errors import StorageUnavailableError, UnknownProjectionError
+from runledger.domain.errors import (
+    CorruptEventError,
+    ProjectionStalledError,
+    StorageUnavailableError,
+    UnknownProjectionError,
+)
 from runledger.domain.ports import EventStorage, LogEntry
 from runledger.infrastructure.views.store import (
     PageCommit,
@@ -82,6 +92,7 @@ class ProjectionRunner:
         self.cache_rows = cache_rows
         self.position = 0
         self.failure: str | None = None
+        self.cause: Exception | None = None
         # While rebuilding from an empty view, every row that exists is in the cache, so a
         # miss means "no row" and needs no database round trip.
         self.authoritative = False
@@ -134,10 +145,18 @@ class ProjectionRunner:
             self.projection.apply(event, page)
         self.position = event.position
 
-    def skip(self, position: int) -> None:
-        """Move past an event this projection does not consume."""
-        if self._page is not None and position > self.position:
-            self.position = position
+    def fail(self, error: Exception, position: int) -> None:
+        """Stall at the page's start with ``error``, recorded where every process sees it."""
+        self.failure = f"at position {position}: {type(error).__name__}: {error}"
+        self.cause = error
+        self.abandon(self._page_start)
+        self.views.record_error(self.name, self.failure)
+
+    def stall_error(self) -> Exception:
+        """What a caller that needed this projection current should raise for its stall."""
+        if isinstance(self.cause, CorruptEventError):
+            return self.cause
+        return ProjectionStalledError(self.name, self.failure)
 
     def end_page(self) -> PageCommit | None:
         """The page's commit, or None if the page moved nothing."""
@@ -170,6 +189,7 @@ class ProjectionRunner:
         self._cache.clear()
         self.position = 0
         self.failure = None
+        self.cause = None
 
 
 class Projector:
@@ -244,16 +264,15 @@ class Projector:
         deadline = time.monotonic() + self.page_seconds
         for runner in active:
             runner.begin_page()
-        wanted = frozenset().union(*(runner.projection.topics for runner in active))
         applied = 0
         for entry in entries:
-            if entry.topic not in wanted:
-                # Nobody here reads it: move past it without decoding its JSON.
+            try:
+                event = projected(entry)
+            except CorruptEventError as error:
                 for runner in active:
-                    runner.skip(entry.position)
-                applied += 1
-                continue
-            event = projected(entry)
+                    if runner.failure is None:
+                        runner.fail(error, entry.position)
+                break
             for runner in active:
                 if runner.failure is not None:
                     continue
@@ -266,11 +285,7 @@ class Projector:
                         each.abandon(each._page_start)
                     raise
                 except Exception as error:  # a broken projection must not stop the others
-                    runner.failure = (
-                        f"at position {event.position}: {type(error).__name__}: {error}"
-                    )
-                    runner.abandon(runner._page_start)
-                    self.views.record_error(runner.name, runner.failure)
+                    runner.fail(error, event.position)
             applied += 1
             if time.monotonic() > deadline:
                 break
@@ -334,15 +349,24 @@ class Projector:
             runner.abandon(positions.get(runner.name, 0))
 
     def rebuild(self, names: Sequence[str], *, progress: Progress | None = None) -> int:
-        """Drop the named projections' views and replay the whole log into them, together."""
+        """Drop the named projections' views and replay the whole log into them, together.
+
+        A projection that stalls on the way stops the rebuild with its error (the
+        ``CorruptEventError`` itself for an event that does not decode): a rebuild never
+        ends quietly short of the log's end.
+        """
         with self._lock:
             runners = [self.runner(name) for name in names]
             for runner in runners:
                 runner.reset(defer_indexes=True)
                 runner.authoritative = True
             try:
-                return self.catch_up(names, progress=progress)
+                read = self.catch_up(names, progress=progress)
             finally:
                 for runner in runners:
                     runner.abandon(runner.position)
                     self.views.create_indexes(runner.projection)
+            for runner in runners:
+                if runner.failure is not None:
+                    raise runner.stall_error()
+            return read

@@ -12,6 +12,8 @@ import queue
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
+from runledger.domain.errors import RebuildFailedError
+
 # Relative cost of replaying each projection, measured with cProfile on generated histories.
 WEIGHTS: Final = {"viewer_deltas": 3, "session_outbox": 2, "follow_up_queue": 2, "terminal_data": 1}
 
@@ -69,5 +71,6 @@ def rebuild_in_processes(
         for process in processes:
             process.join(timeout=60)
     if errors:
-        raise RuntimeError("parallel rebuild failed: " + "; ".join(errors))
+        # A WorkflowError, so the CLI reports it (a corrupt event among them) and exits 1.
+        raise RebuildFailedError("; ".join(errors))
     return max(finished, default=0)

@@ -18,7 +18,11 @@ from eventsourcing.domain import Snapshot
 from eventsourcing.persistence import StoredEvent
 
 from runledger.domain import catalogue
-from runledger.domain.errors import JsonIntegerTooLargeError, UnknownStoredEventError
+from runledger.domain.errors import (
+    CorruptEventError,
+    JsonIntegerTooLargeError,
+    UnknownStoredEventError,
+)
 from runledger.domain.events import LedgerEvent, LedgerSnapshot
 from runledger.domain.follow_ups import FollowUp
 from runledger.domain.human_decisions import HumanDecision
@@ -550,6 +554,15 @@ def test_stored_topics_resolve_only_to_catalogue_events_and_snapshots() -> None:
     assert tuple(catalogue.EVENT_CLASSES) == WIRE_NAMES + SNAPSHOT_TOPICS
 
 
+def test_every_catalogued_event_knows_the_aggregate_that_declares_it() -> None:
+    # Decoding builds an event's aggregate from this map, never from stored data: an aggregate
+    # that forgot OwnsNestedEvents could not be loaded at all.
+    from runledger.domain.events import EVENT_OWNERS
+
+    unowned = [topic for topic, cls in catalogue.EVENT_CLASSES.items() if cls not in EVENT_OWNERS]
+    assert unowned == []
+
+
 @pytest.mark.parametrize("aggregate", list(AGGREGATE_TOPICS), ids=lambda cls: cls.__name__)
 def test_every_event_an_aggregate_declares_is_in_the_catalogue(aggregate: type) -> None:
     declared = {
@@ -640,35 +653,37 @@ def unknown(topic: str, state: bytes = b"{}") -> StoredEvent:
     )
 
 
-def test_a_stored_topic_outside_the_catalogue_is_an_error() -> None:
-    with pytest.raises(UnknownStoredEventError) as raised:
+def test_a_stored_topic_outside_the_catalogue_is_a_corrupt_event() -> None:
+    with pytest.raises(CorruptEventError) as raised:
         MAPPER.to_domain_event(unknown("os:system"))
     assert str(raised.value) == (
-        "Stored event topic 'os:system' is not in the runledger event catalogue"
+        "Stored event 'os:system' of aggregate 331bfa57-196a-55de-8a1a-9598fcebd302 version 1"
+        " is corrupt: wire name 'os:system' is not in the runledger event catalogue;"
+        " repair the store"
     )
 
 
 def test_a_stored_topic_naming_a_module_never_imports_it() -> None:
     assert "this" not in sys.modules  # importing "this" would print the Zen of Python
-    with pytest.raises(UnknownStoredEventError):
+    with pytest.raises(CorruptEventError):
         MAPPER.to_domain_event(unknown("this:s"))
     assert "this" not in sys.modules
 
 
 def test_a_stored_topic_naming_a_real_library_event_class_is_still_an_error() -> None:
-    with pytest.raises(UnknownStoredEventError) as raised:
+    with pytest.raises(CorruptEventError) as raised:
         MAPPER.to_domain_event(unknown("eventsourcing.domain:Snapshot"))
-    assert str(raised.value) == (
-        "Stored event topic 'eventsourcing.domain:Snapshot' is not in the runledger event catalogue"
+    assert raised.value.reason == (
+        "wire name 'eventsourcing.domain:Snapshot' is not in the runledger event catalogue"
     )
 
 
 def test_a_snapshot_of_an_aggregate_outside_the_catalogue_is_an_error() -> None:
     state = b'{"timestamp":"2026-01-01T00:00:00+00:00","topic":"os:system","state":{}}'
-    with pytest.raises(UnknownStoredEventError) as raised:
+    with pytest.raises(CorruptEventError) as raised:
         MAPPER.to_domain_event(unknown("run.snapshot", state))
-    assert str(raised.value) == (
-        "Stored event topic 'os:system' is not in the runledger event catalogue"
+    assert (
+        raised.value.reason == "field 'topic' must be 'run', the aggregate of this event, not text"
     )
 
 

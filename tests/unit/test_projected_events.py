@@ -15,7 +15,15 @@ def entry(topic: str, state: dict[str, Any]) -> LogEntry:
     return LogEntry(7, topic, uuid4(), 3, orjson.dumps(state))
 
 
+PAUSED: dict[str, Any] = {
+    "timestamp": "2026-01-01T00:00:00+00:00",
+    "actor": {"type": "system", "id": None},
+    "run_id": "r",
+    "status_detail": "x",
+}
+
+
 def test_a_current_event_is_handed_over_as_stored() -> None:
-    event = projected(entry("run.paused", {"timestamp": "t", "run_id": "r", "status_detail": "x"}))
+    event = projected(entry("run.paused", PAUSED))
     assert (event.position, event.wire_name, event.version) == (7, "run.paused", 3)
     assert event["status_detail"] == "x"

@@ -59,6 +59,7 @@ class PausedV2(Run.Paused):
     """As if run.paused had gained a ``reason`` field in version 2."""
 
     class_version = 2
+    reason: str
 
     @staticmethod
     def upcast_v1_v2(state: dict[str, Any]) -> None:
