@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -30,6 +31,20 @@ def store_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
         return "memory://"
     if backend == "sqlite":
         return f"sqlite:///{tmp_path_factory.mktemp('store') / 'runledger.db'}"
+    url: str = request.getfixturevalue("postgres_store_url")
+    return url
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("sqlite", id="sqlite-file"),
+        pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgres),
+    ]
+)
+def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A new, empty store that several processes can open at once."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'shared.db'}"
     url: str = request.getfixturevalue("postgres_store_url")
     return url
 

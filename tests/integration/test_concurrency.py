@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,20 +32,6 @@ PACES = (0.0, 0.002, 0.015)
 """Seconds each queuing process waits between two queue calls, by round (round n: n % 3)."""
 RACE_BUDGET_SECONDS = 2.0
 """Rounds of a repeated race start only within this many seconds of the first one."""
-
-
-@pytest.fixture(
-    params=[
-        pytest.param("sqlite", id="sqlite-file"),
-        pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgres),
-    ]
-)
-def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A new, empty store that several processes can open at once."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'shared.db'}"
-    url: str = request.getfixturevalue("postgres_store_url")
-    return url
 
 
 @pytest.fixture
