@@ -11,11 +11,17 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 
 import psycopg
 import pytest
+from eventsourcing.persistence import StoredEvent
 
+from runledger.domain.application import HOST, WorkflowRuns
+from runledger.domain.runs import Run
+from runledger.domain.serialisation import LedgerMapper
+from runledger.infrastructure.storage.base import index_columns
 from runledger.infrastructure.storage.postgres import PostgresStorage, writer_lock_key
 
 pytestmark = pytest.mark.postgres
@@ -184,3 +190,146 @@ def test_concurrent_writers_with_rollbacks_lose_nothing_for_a_follower(
             break
     assert followed == sorted(committed_positions), "the follower skipped or repeated events"
     assert len(committed_positions) > 100, "the writers barely wrote; the race was not exercised"
+
+
+# -- event_log and the library's notification log page as safely as the follower ----------
+
+INSERT_STORED = (
+    "INSERT INTO runledger_events "
+    "(originator_id, originator_version, topic, state, run_id, lookup_key) "
+    "VALUES (%s, %s, %s, %s, %s, %s) RETURNING position"
+)
+LOG_WRITERS = 10
+
+
+def created_events(count: int) -> list[StoredEvent]:
+    """Stored ``run.created`` events of new runs, exactly as the application maps them."""
+    mapper = LedgerMapper()
+    now = datetime(2025, 1, 1, tzinfo=UTC)
+    stored: list[StoredEvent] = []
+    for _ in range(count):
+        run = Run.create(
+            f"run-{uuid.uuid4()}",
+            workflow_name="gaps",
+            input={},
+            workflow_ref=None,
+            title=None,
+            status="running",
+            parent=None,
+            lineage_kind=None,
+            parent_terminal_fingerprint=None,
+            actor=HOST,
+            now=now,
+        )
+        stored.extend(mapper.to_stored_event(event) for event in run.collect_events())
+    return stored
+
+
+def insert_stored(connection: psycopg.Connection[tuple[object, ...]], event: StoredEvent) -> int:
+    row = connection.execute(
+        INSERT_STORED,
+        (
+            event.originator_id,
+            event.originator_version,
+            event.topic,
+            event.state,
+            *index_columns(event),
+        ),
+    ).fetchone()
+    assert row is not None
+    position = row[0]
+    assert isinstance(position, int)
+    return position
+
+
+def test_event_log_stops_before_a_position_an_open_transaction_holds(
+    storage: PostgresStorage, postgres_store_url: str
+) -> None:
+    app = WorkflowRuns(storage)
+    first, held, later = created_events(3)
+    with psycopg.connect(postgres_store_url, autocommit=True) as committer:
+        first_position = insert_stored(committer, first)
+        holder = Writer(postgres_store_url)
+        held_position = insert_stored(holder.connection, held)
+        later_position = insert_stored(committer, later)
+    later_run = index_columns(later)[0]
+
+    assert [e.position for e in app.event_log()] == [first_position]
+    assert app.event_log(run_id=later_run) == [], "a run's page passed an open position"
+    holder.commit()
+    assert [e.position for e in app.event_log()] == [first_position, held_position, later_position]
+    assert [e.position for e in app.event_log(run_id=later_run)] == [later_position]
+
+
+def write_with_rollbacks(
+    url: str, seed: int, events: list[StoredEvent], stop: threading.Event, committed: list[int]
+) -> None:
+    """Like the recorder: writer lock, then inserts; open a moment; one in five rolls back."""
+    chooser = random.Random(seed)
+    with psycopg.connect(url) as connection:
+        while events and not stop.is_set():
+            connection.execute("SELECT pg_advisory_xact_lock_shared(%s)", (WRITER_LOCK,))
+            drawn = []
+            for _ in range(min(len(events), chooser.randint(1, 3))):
+                drawn.append(insert_stored(connection, events.pop()))
+            time.sleep(chooser.random() * 0.003)
+            if chooser.random() < 0.2:
+                connection.rollback()
+            else:
+                connection.commit()
+                committed.extend(drawn)
+
+
+def follow(page: Callable[[int], list[int]], until: threading.Event) -> list[int]:
+    """Positions read by paging after the last one seen, until ``until`` and a final drain."""
+    seen: list[int] = []
+    drained = False
+    while not drained:
+        drained = until.is_set()
+        while batch := page(seen[-1] if seen else 0):
+            seen.extend(batch)
+    return seen
+
+
+def test_event_log_paging_under_concurrent_writers_sees_every_committed_event_once_in_order(
+    storage: PostgresStorage, postgres_store_url: str
+) -> None:
+    app = WorkflowRuns(storage)
+    readers: dict[str, Callable[[int], list[int]]] = {
+        "read_log": lambda after: [e.position for e in storage.read_log(after=after, limit=50)],
+        "event_log": lambda after: [e.position for e in app.event_log(after=after, limit=50)],
+        "notification_log": lambda after: [
+            n.id for n in app.notification_log.select(start=after + 1, limit=10)
+        ],
+    }
+    committed: list[int] = []
+    stop = threading.Event()
+    writers_done = threading.Event()
+    writers = [
+        threading.Thread(
+            target=write_with_rollbacks,
+            args=(postgres_store_url, seed, created_events(300), stop, committed),
+        )
+        for seed in range(LOG_WRITERS)
+    ]
+    followed: dict[str, list[int]] = {}
+    followers = [
+        threading.Thread(
+            target=lambda n=name, r=reader: followed.update({n: follow(r, writers_done)})
+        )
+        for name, reader in readers.items()
+    ]
+    for thread in [*writers, *followers]:
+        thread.start()
+    time.sleep(3.0)
+    stop.set()
+    for thread in writers:
+        thread.join(timeout=30)
+    writers_done.set()
+    for thread in followers:
+        thread.join(timeout=60)
+
+    assert len(committed) > 500, "the writers barely wrote; the race was not exercised"
+    expected = sorted(committed)
+    for name in readers:
+        assert followed[name] == expected, f"{name} skipped or repeated committed events"
