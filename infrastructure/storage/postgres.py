@@ -166,6 +166,10 @@ def aggregate_lock_keys(log_name: str, aggregate_ids: Sequence[UUID | str]) -> l
 LOCK_AGGREGATES: Final = "SELECT pg_advisory_xact_lock(k) FROM unnest(%s::bigint[]) AS k"
 """Takes the transaction's aggregate locks one by one in the array's (sorted) order."""
 
+MAX_AGGREGATE_LOCKS: Final = 64
+"""Most aggregate locks one transaction takes (PostgreSQL's default max_locks_per_transaction):
+each uses a slot of the server's shared lock table."""
+
 
 SETTLE_WAIT_SECONDS: Final = 1.0
 """How long a log query waits for the writers open when it starts before it stops its page
@@ -295,10 +299,16 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
         # on the first one they share instead of deadlocking on each other's rows. Taken
         # before the writer lock, so a writer waiting here holds no follower back.
         keys = aggregate_lock_keys(self.channel_name, [s.originator_id for s in stored_events])
-        curs.execute(LOCK_AGGREGATES, (keys,))
+        if len(keys) <= MAX_AGGREGATE_LOCKS:
+            curs.execute(LOCK_AGGREGATES, (keys,))
+            writer_lock = "SELECT pg_advisory_xact_lock_shared(%s)"
+        else:
+            # A batch this wide (a bulk load, a cascade over many follow-ups) writes alone
+            # instead: every other writer holds the lock shared while it inserts.
+            writer_lock = "SELECT pg_advisory_xact_lock(%s)"
         # Registered as a writer of this log before drawing positions, until commit: a
         # follower that meets a gap waits exactly for the writers registered at that moment.
-        curs.execute("SELECT pg_advisory_xact_lock_shared(%s)", (self.writer_lock_key,))
+        curs.execute(writer_lock, (self.writer_lock_key,))
         self._notify_channel(curs)
         indexes = [index_columns(s) for s in stored_events]
         curs.execute(
@@ -540,7 +550,9 @@ class PostgresStorage(RecorderBackedStorage[PostgresEventRecorder, PostgresSnaps
         if not aggregate_ids:
             yield
             return
-        keys = aggregate_lock_keys(self._events.channel_name, aggregate_ids)
+        # Beyond the cap a contended command serialises on its first aggregates only; its
+        # insert then writes alone (see ``_insert_stored_events``).
+        keys = aggregate_lock_keys(self._events.channel_name, aggregate_ids)[:MAX_AGGREGATE_LOCKS]
         with self.datastore.holding() as conn:
             conn.execute("BEGIN")
             try:

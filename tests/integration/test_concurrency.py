@@ -520,3 +520,77 @@ def test_a_continuation_child_failing_cancels_every_parent_follow_up_accepted_be
                     f"(expected {expected})"
                 )
     assert not problems, f"after {race.rounds_run} rounds:\n" + "\n".join(problems)
+
+
+# -- 7. a hot run: four processes x 500 follow-ups ----------------------------------------
+
+HOT_WORKERS = 4
+HOT_PER_WORKER = 500
+RESEND_EVERY = 10
+
+
+def hot_plan(run_id: str, worker: int) -> list[Op]:
+    """500 fresh requests; every tenth is followed by a resend of an own earlier one (surely
+    adopted) and of a neighbour's (racing its first send), then the process's conflicts."""
+    neighbour = (worker + 1) % HOT_WORKERS
+    ops: list[Op] = []
+    for index in range(HOT_PER_WORKER):
+        ops.append(queue_op(run_id, f"w{worker}-{index}", prompt=f"Prompt w{worker}-{index}"))
+        if index % RESEND_EVERY == RESEND_EVERY - 1:
+            ops.append(queue_op(run_id, f"w{worker}-{index - 5}", f"Prompt w{worker}-{index - 5}"))
+            ops.append(queue_op(run_id, f"w{neighbour}-{index}", f"Prompt w{neighbour}-{index}"))
+    return [*ops, {"op": "conflicts"}]
+
+
+def answers_by_request(outcomes: list[Outcome]) -> dict[str, list[tuple[str, int, bool]]]:
+    """Per request id, every caller's (follow-up id, order, adopted)."""
+    answers: dict[str, list[tuple[str, int, bool]]] = {}
+    for outcome in outcomes:
+        if outcome.op["op"] == "queue" and outcome.result is not None:
+            follow_up = outcome.result["follow_up"]
+            answers.setdefault(outcome.op["request_id"], []).append(
+                (follow_up["follow_up_id"], follow_up["order"], outcome.result["adopted"])
+            )
+    return answers
+
+
+@pytest.mark.slow
+def test_four_processes_queueing_500_each_on_one_run_store_2000_in_order_without_errors(
+    store: WorkflowStore, shared_url: str
+) -> None:
+    """Issue 8: a hot run's commands take turns instead of spinning out of retries.
+
+    Throughput and conflicts per command are printed (``-s``), not asserted.
+    """
+    run_id = start_run(store, "run-hot")
+
+    race = run_race(shared_url, [[hot_plan(run_id, w) for w in range(HOT_WORKERS)]], timeout=600)
+
+    outcomes = race.round(0)
+    assert not failures(outcomes), "\n".join(failures(outcomes)[:5])
+    total = HOT_WORKERS * HOT_PER_WORKER
+    answers = answers_by_request(outcomes)
+    assert len(answers) == total
+    inexact = [
+        f"{request_id}: {sends}"
+        for request_id, sends in answers.items()
+        if len({(f, order) for f, order, _ in sends}) != 1
+        or [a for *_, a in sends].count(False) != 1
+    ]
+    assert not inexact, "a request was not stored exactly once:\n" + "\n".join(inexact[:5])
+    stored = [store.get_follow_up(follow_up_id_for(run_id, request_id)) for request_id in answers]
+    assert all(f is not None and f.order == answers[f.request_id][0][1] for f in stored)
+    orders = sorted(f.order for f in stored if f is not None)
+    assert orders == list(range(1, total + 1))
+    accepted = [e for e in run_log(store, run_id) if e.wire_name == "run.follow-up-accepted"]
+    assert [e.payload["order"] for e in accepted] == list(range(1, total + 1))
+
+    commands = sum(o.op["op"] == "queue" for o in outcomes)
+    conflicts = sum(
+        o.result["conflicts"] for o in outcomes if o.op["op"] == "conflicts" and o.result
+    )
+    print(
+        f"\n{shared_url.split(':', 1)[0]}: {HOT_WORKERS} processes x {HOT_PER_WORKER} follow-ups "
+        f"({commands} commands with resends) in {race.elapsed:.1f} s: "
+        f"{commands / race.elapsed:.0f} commands/s, {conflicts / commands:.2f} retries/command"
+    )

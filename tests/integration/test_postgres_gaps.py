@@ -1,8 +1,10 @@
-"""A follower of the PostgreSQL log never skips an event, though writers take no table lock.
+"""PostgreSQL writers take no table lock; followers never skip an event, writers never deadlock.
 
 Writers draw positions and commit concurrently, so positions become visible out of order and
 rolled-back inserts leave holes. ``read_log`` must stop at a hole while any transaction that
-may fill it is open, and pass it only once it is certain to stay empty.
+may fill it is open, and pass it only once it is certain to stay empty; ``event_log`` and the
+library's notification log must never page past such a hole either. And two writers saving
+overlapping aggregates in opposite orders must queue rather than deadlock.
 """
 
 from __future__ import annotations
@@ -18,11 +20,15 @@ import psycopg
 import pytest
 from eventsourcing.persistence import StoredEvent
 
-from runledger.domain.application import HOST, WorkflowRuns
-from runledger.domain.runs import Run
+from runledger.domain.application import HOST, UnitOfWork, WorkflowRuns
+from runledger.domain.runs import Run, run_aggregate_id
 from runledger.domain.serialisation import LedgerMapper
 from runledger.infrastructure.storage.base import index_columns
-from runledger.infrastructure.storage.postgres import PostgresStorage, writer_lock_key
+from runledger.infrastructure.storage.postgres import (
+    MAX_AGGREGATE_LOCKS,
+    PostgresStorage,
+    writer_lock_key,
+)
 
 pytestmark = pytest.mark.postgres
 
@@ -333,3 +339,85 @@ def test_event_log_paging_under_concurrent_writers_sees_every_committed_event_on
     expected = sorted(committed)
     for name in readers:
         assert followed[name] == expected, f"{name} skipped or repeated committed events"
+
+
+# -- opposite save orders queue instead of deadlocking ------------------------------------
+
+RUNS = [f"run-{number:02d}" for number in range(20)]
+ROUNDS = 30
+
+
+def deadlocks(url: str) -> int:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone()
+    assert row is not None
+    count: int = row[0]
+    return count
+
+
+def toggle_all(run_ids: list[str]) -> Callable[[UnitOfWork], None]:
+    """One command pausing (or resuming) every run, saved in the order given."""
+
+    def command(unit: UnitOfWork) -> None:
+        for run_id in run_ids:
+            run = unit.run(run_id)
+            if run.paused:
+                run.resume(actor=HOST, now=unit.now)
+            else:
+                run.pause(status_detail=None, actor=HOST, now=unit.now)
+
+    return command
+
+
+def test_two_commands_changing_the_same_runs_in_opposite_orders_never_deadlock(
+    storage: PostgresStorage, postgres_store_url: str
+) -> None:
+    setup = WorkflowRuns(storage)
+    for run_id in RUNS:
+        setup.create_run(run_id, workflow_name="order", input={})
+    before = deadlocks(postgres_store_url)
+    barrier = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def race(run_ids: list[str]) -> None:
+        app = WorkflowRuns(storage)
+        try:
+            for _ in range(ROUNDS):
+                barrier.wait(timeout=30)
+                app.execute(toggle_all(run_ids))
+        except BaseException as error:
+            errors.append(error)
+            barrier.abort()
+
+    threads = [
+        threading.Thread(target=race, args=(RUNS,)),
+        threading.Thread(target=race, args=(RUNS[::-1],)),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+
+    assert not errors, errors
+    storage.close()
+    assert deadlocks(postgres_store_url) == before, "PostgreSQL detected a deadlock"
+    reread = WorkflowRuns(PostgresStorage(postgres_store_url))
+    versions = {
+        run_id: len(reread.storage.events.select_events(run_aggregate_id(run_id)))
+        for run_id in RUNS
+    }
+    assert versions == dict.fromkeys(RUNS, 1 + 2 * ROUNDS), "a change was lost or doubled"
+    reread.storage.close()
+
+
+def test_a_batch_wider_than_the_lock_cap_writes_alone_and_is_followed(
+    storage: PostgresStorage,
+) -> None:
+    wide = created_events(MAX_AGGREGATE_LOCKS * 3)
+
+    positions = storage.events.insert_events(wide)
+
+    assert positions is not None
+    assert [e.position for e in storage.read_log(after=0, limit=1000)] == list(positions)
