@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import NamedTuple, Protocol
 from uuid import UUID
 
@@ -40,6 +41,12 @@ class EventStorage(Protocol):
         self, *, after: int, limit: int, run_id: str | None = None
     ) -> Sequence[Notification]:
         """Stored events after ``after`` in log order; with ``run_id``, that run's only."""
+        ...
+
+    def lock_aggregates(self, aggregate_ids: Sequence[UUID]) -> AbstractContextManager[None]:
+        """Hold these aggregates against other writers from the block's start until its save
+        commits, so a contended command loads, checks and saves without being overtaken.
+        Locks are taken in one fixed order; with no ids the block runs unlocked."""
         ...
 
     def read_log(self, *, after: int, limit: int) -> Sequence[LogEntry]:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from bisect import bisect_right, insort
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from threading import Event, RLock
 from typing import Any
 from uuid import UUID
@@ -200,6 +201,17 @@ class MemoryStorage(RecorderBackedStorage[MemoryEventRecorder, MemoryAggregateRe
 
     def __init__(self) -> None:
         super().__init__(MemoryEventRecorder(), MemoryAggregateRecorder())
+
+    @contextmanager
+    def lock_aggregates(self, aggregate_ids: Sequence[UUID]) -> Iterator[None]:
+        """Hold the whole log for the block (every insert waits for it), when ids are given."""
+        if not aggregate_ids:
+            yield
+            return
+        # One lock for every aggregate: the fixed order is trivial, and the log's own insert
+        # lock makes any other writer wait until the block's save is done.
+        with self._events._lock:
+            yield
 
     def read_log(self, *, after: int, limit: int) -> list[LogEntry]:
         """The next stored events after ``after``, as lean tuples."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -13,6 +14,7 @@ import psycopg
 import psycopg_pool
 from eventsourcing.persistence import (
     ApplicationRecorder,
+    IntegrityError,
     InterfaceError,
     Notification,
     OperationalError,
@@ -26,6 +28,7 @@ from eventsourcing.postgres import (
 )
 from eventsourcing.utils import retry
 from psycopg import Connection, Cursor
+from psycopg.pq import TransactionStatus
 from psycopg.rows import DictRow, tuple_row
 from psycopg.sql import SQL, Identifier
 
@@ -130,7 +133,11 @@ class ConnectionLostError(StorageUnavailableError, OperationalError):
 
 class _ArrayRowsDatastore(PostgresDatastore):
     """The library's datastore, configured from a store URL, without its composite row types
-    (rows travel as column arrays), whose connection faults are ``StorageUnavailableError``."""
+    (rows travel as column arrays), whose connection faults are ``StorageUnavailableError``.
+
+    A thread may *hold* one pooled connection (``holding``): until it lets go, every read and
+    write of that thread goes through it, inside the transaction that holds its locks.
+    """
 
     def __init__(self, settings: PostgresSettings, *, lock_timeout: int, schema: str) -> None:
         super().__init__(
@@ -154,12 +161,39 @@ class _ArrayRowsDatastore(PostgresDatastore):
         # A slot whose reconnection keeps failing is given up after this, so a call after an
         # outage grows the pool afresh rather than waiting out the pool's doubling back-off.
         self.pool.reconnect_timeout = max(2.0 * settings.pool_timeout, settings.connect_timeout)
+        self._held = threading.local()
 
     def register_type_adapters(self) -> None:
         """Nothing to register (and so no query while recorders are constructed)."""
 
+    @property
+    def held_connection(self) -> Connection[DictRow] | None:
+        """The connection this thread holds, if it holds one."""
+        held: Connection[DictRow] | None = getattr(self._held, "connection", None)
+        return held
+
     @contextmanager
     def get_connection(self) -> Iterator[Connection[DictRow]]:
+        held = self.held_connection
+        if held is not None:
+            # Errors still reach the holder's own pooled connection, which translates them.
+            yield held
+            return
+        with self._pooled() as connection:
+            yield connection
+
+    @contextmanager
+    def holding(self) -> Iterator[Connection[DictRow]]:
+        """One pooled connection for every statement of this thread until the block ends."""
+        with self._pooled() as connection:
+            self._held.connection = connection
+            try:
+                yield connection
+            finally:
+                self._held.connection = None
+
+    @contextmanager
+    def _pooled(self) -> Iterator[Connection[DictRow]]:
         try:
             with super().get_connection() as connection:
                 yield connection
@@ -234,18 +268,53 @@ class _InSchema(PostgresAggregateRecorder):
         super()._create_table(curs)
 
 
+def _advisory_key(name: str) -> int:
+    digest = hashlib.sha256(name.encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
 def writer_lock_key(log_name: str) -> int:
     """The advisory lock (a signed 64-bit key) writers of one log hold while they write."""
-    digest = hashlib.sha256(f"runledger-writers:{log_name}".encode()).digest()
-    return int.from_bytes(digest[:8], "big", signed=True)
+    return _advisory_key(f"runledger-writers:{log_name}")
+
+
+def aggregate_lock_keys(log_name: str, aggregate_ids: Sequence[UUID | str]) -> list[int]:
+    """The advisory locks of these aggregates in the one order every writer takes them: two
+    writers of overlapping aggregates then wait for each other at most one way round."""
+    return sorted({_advisory_key(f"runledger-aggregate:{log_name}:{i}") for i in aggregate_ids})
+
+
+LOCK_AGGREGATES: Final = "SELECT pg_advisory_xact_lock(k) FROM unnest(%s::bigint[]) AS k"
+"""Takes the transaction's aggregate locks one by one in the array's (sorted) order."""
+
+MAX_AGGREGATE_LOCKS: Final = 64
+"""Most aggregate locks one transaction takes (PostgreSQL's default max_locks_per_transaction):
+each uses a slot of the server's shared lock table."""
+
+
+SETTLE_WAIT_SECONDS: Final = 1.0
+"""How long a log query waits for the writers open when it starts before it stops its page
+short, just below the first position that is not visible yet."""
+
+
+def _lower_bound(conditions: Sequence[LogCondition]) -> int:
+    """The position a log query starts after (0 for the whole log)."""
+    lower = 0
+    for column, operator, value in conditions:
+        if column == "position" and operator in (">", ">="):
+            lower = max(lower, value if operator == ">" else value - 1)
+    return lower
 
 
 class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorder):
     """The event log. Writers do not lock the table: concurrent commits may make positions
-    visible out of order, and ``PostgresStorage.read_log`` waits at such gaps (see there)."""
+    visible out of order, so ``PostgresStorage.read_log`` waits at such gaps (see there) and
+    every other log query reads only up to its settled horizon (``_settled_horizon``)."""
+
+    datastore: _ArrayRowsDatastore
 
     def __init__(
-        self, datastore: PostgresDatastore, *, events_table_name: str = EVENTS_TABLE
+        self, datastore: _ArrayRowsDatastore, *, events_table_name: str = EVENTS_TABLE
     ) -> None:
         super().__init__(datastore, events_table_name=events_table_name)
         schema = Identifier(datastore.schema)
@@ -298,6 +367,18 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
             "SELECT originator_id, MIN(position) AS first_position FROM {schema}.{table} "
             "WHERE lookup_key = %s GROUP BY originator_id ORDER BY first_position"
         ).format(schema=schema, table=table)
+        self._last_drawn_statement = (
+            "SELECT pg_sequence_last_value(pg_get_serial_sequence(%s, 'position')::regclass)"
+        )
+        self._qualified_table = f'"{datastore.schema}"."{events_table_name}"'
+        # The first position after %(lower)s, up to %(drawn)s, that no visible row has.
+        self._first_hole_statement = SQL(
+            "SELECT MIN(c.p) FROM (SELECT %(lower)s::bigint + 1 AS p UNION ALL "
+            "SELECT position + 1 FROM {schema}.{table} "
+            "WHERE position > %(lower)s AND position < %(drawn)s) AS c "
+            "WHERE c.p <= %(drawn)s AND NOT EXISTS "
+            "(SELECT 1 FROM {schema}.{table} AS e WHERE e.position = c.p)"
+        ).format(schema=schema, table=table)
         # Tables of the same name in other schemas of the database must not wake this log's
         # subscribers.
         self.channel_name = f"{datastore.schema}.{events_table_name}"
@@ -308,16 +389,47 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
     ) -> Sequence[int] | None:
         if not stored_events:
             return []
+        held = self.datastore.held_connection
+        if held is not None:
+            return self._insert_and_commit(held, stored_events)
         # The library's methods are typed Any through its retry decorator.
         positions: Sequence[int] | None = super().insert_events(stored_events, **kwargs)
+        return positions
+
+    def _insert_and_commit(
+        self, conn: Connection[DictRow], stored_events: Sequence[StoredEvent]
+    ) -> Sequence[int] | None:
+        """The insert of a command holding its aggregates (``PostgresStorage.lock_aggregates``),
+        which ends the held transaction: the commit comes before the library caches the
+        aggregates, as on the unheld path, and releases the locks as early as possible."""
+        try:
+            with conn.cursor() as curs:
+                self._insert_stored_events(curs, stored_events)
+                positions = self._fetch_ids_after_insert_events(curs, stored_events)
+            conn.execute("COMMIT")
+        except (psycopg.IntegrityError, psycopg.errors.DeadlockDetected) as error:
+            # A deadlock needs an aggregate this attempt changed but did not hold from the
+            # start; like a version conflict, the command runs again holding it too.
+            raise IntegrityError(str(error)) from error
         return positions
 
     def _insert_stored_events(
         self, curs: Cursor[DictRow], stored_events: Sequence[StoredEvent], **_: Any
     ) -> None:
+        # Aggregates first, in the fixed order: two writers of overlapping aggregates queue
+        # on the first one they share instead of deadlocking on each other's rows. Taken
+        # before the writer lock, so a writer waiting here holds no follower back.
+        keys = aggregate_lock_keys(self.channel_name, [s.originator_id for s in stored_events])
+        if len(keys) <= MAX_AGGREGATE_LOCKS:
+            curs.execute(LOCK_AGGREGATES, (keys,))
+            writer_lock = "SELECT pg_advisory_xact_lock_shared(%s)"
+        else:
+            # A batch this wide (a bulk load, a cascade over many follow-ups) writes alone
+            # instead: every other writer holds the lock shared while it inserts.
+            writer_lock = "SELECT pg_advisory_xact_lock(%s)"
         # Registered as a writer of this log before drawing positions, until commit: a
         # follower that meets a gap waits exactly for the writers registered at that moment.
-        curs.execute("SELECT pg_advisory_xact_lock_shared(%s)", (self.writer_lock_key,))
+        curs.execute(writer_lock, (self.writer_lock_key,))
         self._notify_channel(curs)
         indexes = [index_columns(s) for s in stored_events]
         curs.execute(
@@ -344,21 +456,70 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
             curs.execute(self._select_originators_by_key, (lookup_key,), prepare=True)
             return [row["originator_id"] for row in curs.fetchall()]
 
+    def writers(self, conn: Connection[Any], among: Sequence[str] | None = None) -> set[str]:
+        """The (virtual) transactions now holding this log's writer lock (of ``among``)."""
+        # pg_locks shows a bigint advisory key as two unsigned 32-bit halves.
+        statement = (
+            "SELECT virtualtransaction FROM pg_locks WHERE locktype = 'advisory' "
+            "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+            "AND classid::bigint = %s AND objid::bigint = %s AND objsubid = 1 AND granted"
+        )
+        key = self.writer_lock_key
+        params: list[Any] = [(key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF]
+        if among is not None:
+            statement += " AND virtualtransaction = ANY(%s)"
+            params.append(list(among))
+        with conn.cursor(row_factory=tuple_row) as curs:
+            curs.execute(statement, params)
+            return {row[0] for row in curs.fetchall()}
+
+    def _settled_horizon(self, conn: Connection[Any], lower: int) -> int:
+        """The highest position up to which the log is final: a position at or below it that
+        is not visible now never will be, so a query that stops there skips nothing.
+
+        A writer takes the log's writer lock before it draws positions and keeps it until it
+        ends, so every position drawn when the sequence is read belongs to a transaction that
+        has ended or holds that lock just after. Once those have ended, every position up to
+        the one read is committed or rolled back for good. If one stays open, the query stops
+        just below the first position after ``lower`` that is not visible.
+        """
+        with conn.cursor(row_factory=tuple_row) as curs:
+            curs.execute(self._last_drawn_statement, (self._qualified_table,), prepare=True)
+            row = curs.fetchone()
+            drawn: int = (row[0] if row else None) or 0
+            if drawn <= lower:
+                return drawn
+            open_writers = self.writers(conn)
+            deadline = time.monotonic() + SETTLE_WAIT_SECONDS
+            while open_writers and time.monotonic() < deadline:
+                time.sleep(0.001)
+                open_writers = self.writers(conn, sorted(open_writers))
+            if not open_writers:
+                return drawn
+            curs.execute(self._first_hole_statement, {"lower": lower, "drawn": drawn})
+            hole = curs.fetchone()
+            return drawn if hole is None or hole[0] is None else hole[0] - 1
+
     @_retried
     def _select(self, conditions: Sequence[LogCondition], limit: int) -> list[Notification]:
+        """The first ``limit`` notifications meeting every condition, in position order, up
+        to the settled horizon: this serves ``event_log`` and the library's notification log."""
         clauses = [
             SQL("{} = ANY(%s)").format(Identifier(column))
             if operator == "in"
             else SQL("{} {} %s").format(Identifier(column), SQL(operator))
             for column, operator, _ in conditions
         ]
-        statement = self._select_columns
-        if clauses:
-            statement += SQL(" WHERE ") + SQL(" AND ").join(clauses)
+        statement = (
+            self._select_columns
+            + SQL(" WHERE ")
+            + SQL(" AND ").join([*clauses, SQL("position <= %s")])
+        )
         statement += SQL(" ORDER BY position LIMIT %s")
         params = [value for _, _, value in conditions]
         with self.datastore.get_connection() as conn, conn.cursor() as curs:
-            curs.execute(statement, [*params, limit], prepare=True)
+            horizon = self._settled_horizon(conn, _lower_bound(conditions))
+            curs.execute(statement, [*params, horizon, limit], prepare=True)
             return [
                 Notification(
                     id=row["position"],
@@ -483,41 +644,48 @@ class PostgresStorage(RecorderBackedStorage[PostgresEventRecorder, PostgresSnaps
             while expected < position:
                 if expected not in settled:
                     if expected not in self._gaps:
-                        self._gaps[expected] = sorted(self._writers(curs))
+                        self._gaps[expected] = sorted(self._events.writers(curs.connection))
                     return entries, True
                 expected += 1
             entries.append(LogEntry(*row))
             expected = position + 1
         return entries, False
 
-    def _writers(self, curs: Cursor[Any], among: list[str] | None = None) -> set[str]:
-        """The (virtual) transactions now holding this log's writer lock."""
-        key = self._events.writer_lock_key
-        # pg_locks shows a bigint advisory key as two unsigned 32-bit halves.
-        statement = (
-            "SELECT virtualtransaction FROM pg_locks WHERE locktype = 'advisory' "
-            "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
-            "AND classid::bigint = %s AND objid::bigint = %s AND objsubid = 1 AND granted"
-        )
-        params: list[Any] = [(key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF]
-        if among is not None:
-            statement += " AND virtualtransaction = ANY(%s)"
-            params.append(among)
-        curs.execute(statement, params)
-        return {row[0] for row in curs.fetchall()}
-
     def _settled_gaps(self, curs: Cursor[Any]) -> set[int]:
         """Gaps whose possible writers have all finished: missing for good if still missing."""
         if not self._gaps:
             return set()
         noted = sorted({writer for writers in self._gaps.values() for writer in writers})
-        still_writing = self._writers(curs, noted) if noted else set()
+        still_writing = self._events.writers(curs.connection, noted) if noted else set()
         return {
             gap for gap, writers in self._gaps.items() if not still_writing.intersection(writers)
         }
 
     def __repr__(self) -> str:
         return f"PostgresStorage({self.datastore.settings.endpoint!r}, schema={self.schema!r})"
+
+    @contextmanager
+    def lock_aggregates(self, aggregate_ids: Sequence[UUID]) -> Iterator[None]:
+        """Hold these aggregates' advisory locks (in the one fixed order) in a transaction
+        that every statement of this thread in the block uses and that its save commits."""
+        if not aggregate_ids:
+            yield
+            return
+        # Beyond the cap a contended command serialises on its first aggregates only; its
+        # insert then writes alone (see ``_insert_stored_events``).
+        keys = aggregate_lock_keys(self._events.channel_name, aggregate_ids)[:MAX_AGGREGATE_LOCKS]
+        with self.datastore.holding() as conn:
+            conn.execute("BEGIN")
+            try:
+                conn.execute(LOCK_AGGREGATES, (keys,))
+                yield
+            finally:
+                # Still open when the command saved nothing or failed before its commit.
+                if conn.info.transaction_status in (
+                    TransactionStatus.INTRANS,
+                    TransactionStatus.INERROR,
+                ):
+                    conn.execute("ROLLBACK")
 
     def close(self) -> None:
         """Close the connection pool."""

@@ -12,6 +12,8 @@ Operations are plain dicts so that they pickle across the spawn boundary:
 - ``{"op": "remove", "run_id", "follow_up_id", "actor", "source"}``
 - ``{"op": "finish", "run_id", "status", "error"}``
 - ``{"op": "answer", "decision_id", "actor", "response", "submission_id"}``
+- ``{"op": "conflicts"}``: how many version conflicts made this process's commands run again
+  so far (its result is ``{"conflicts": n}``).
 - ``{"op": "sleep", "seconds"}``: pace a burst, so that a slower command (ending a run walks
   all its follow-ups) gets a chance between two fast ones instead of losing every retry.
 - ``{"op": "wait_for", "kind", "at_least"}``: wait (bounded) until the round's completed
@@ -128,6 +130,8 @@ def _perform(store: WorkflowStore, op: Op) -> dict[str, Any]:
             response=op["response"],
             submission_id=op["submission_id"],
         )
+    elif kind == "conflicts":
+        return {"conflicts": store._runtime.app.conflicts}
     else:
         msg = f"Unknown race operation {kind!r}"
         raise ValueError(msg)
