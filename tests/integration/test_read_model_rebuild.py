@@ -26,9 +26,9 @@ from runledger.domain.values import Actor
 from runledger.infrastructure.store import WorkflowStore, open_store
 from runledger.projections.base import Key, ProjectedEvent, Row, ViewWriter
 from runledger.projections.terminal_data import TerminalDataProjection
-from tests.conftest import PostgresServer
 from tests.integration.conftest import BACKENDS
 from tests.support.clock import FakeClock
+from tests.support.postgres import PostgresServer
 from tests.support.scenario import (
     HUMAN,
     IC,
