@@ -13,9 +13,10 @@ otherwise collect the abstract bases themselves.
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
 from pathlib import Path
-from threading import Barrier, Thread
+from typing import TypeVar
 from unittest import TestCase
 from uuid import UUID, uuid4
 
@@ -43,6 +44,8 @@ from runledger.infrastructure.storage.sqlite import (
     SQLiteSnapshotRecorder,
     SQLiteStorage,
 )
+
+StorageT = TypeVar("StorageT", SQLiteStorage, PostgresStorage)
 
 
 class UuidOriginatorIdsOnly(TestCase, ABC):
@@ -91,10 +94,32 @@ class TestMemoryNonInterleavingPositions(library.NonInterleavingNotificationIDsB
         return MemoryStorage().events
 
 
+class ClosesStorages(TestCase):
+    """Closes the storages a test opened once the threads the test started have ended."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self._threads_before = set(threading.enumerate())
+
+    def closed_after_test(self, storage: StorageT) -> StorageT:
+        """``storage``, to be closed after the test."""
+        self.addCleanup(self._close, storage)
+        return storage
+
+    def _close(self, storage: SQLiteStorage | PostgresStorage) -> None:
+        # The library's concurrency case stops its reader threads without joining them, so
+        # one may still be reading when the case returns; a SQLite connection closed under
+        # a running statement crashes the interpreter. (Daemon threads are the pools' own.)
+        for thread in set(threading.enumerate()) - self._threads_before:
+            if not thread.daemon:
+                thread.join(timeout=10)
+        storage.close()
+
+
 # -- a SQLite file --------------------------------------------------------------------------
 
 
-class OnSQLiteFile(TestCase):
+class OnSQLiteFile(ClosesStorages):
     """Recorders of storages on one SQLite file in the test's own temporary directory."""
 
     path: Path
@@ -105,9 +130,7 @@ class OnSQLiteFile(TestCase):
 
     def open_storage(self) -> SQLiteStorage:
         """A storage on this test's file, closed after the test."""
-        storage = SQLiteStorage(self.path)
-        self.addCleanup(storage.close)
-        return storage
+        return self.closed_after_test(SQLiteStorage(self.path))
 
 
 class TestSQLiteSnapshotRecorder(
@@ -143,7 +166,7 @@ class TestSQLiteNonInterleavingPositions(
 
 
 @pytest.mark.postgres
-class OnPostgres(TestCase):
+class OnPostgres(ClosesStorages):
     """Recorders of storages on a database of this test's own (see ``postgres_store_url``)."""
 
     url: str
@@ -155,9 +178,7 @@ class OnPostgres(TestCase):
     def open_storage(self) -> PostgresStorage:
         """A storage on this test's database, closed after the test."""
         # The pool grows to twelve for the library's ten concurrent writers and two readers.
-        storage = PostgresStorage(self.url, pool_size=2, max_overflow=10)
-        self.addCleanup(storage.close)
-        return storage
+        return self.closed_after_test(PostgresStorage(self.url, pool_size=2, max_overflow=10))
 
 
 @pytest.mark.postgres
@@ -202,7 +223,7 @@ class TestPostgresNonInterleavingPositions(
         # that each batch is logged whole and in its own order.
         recorder = self.create_recorder()
         originator_ids = [uuid4(), uuid4()]
-        start = Barrier(len(originator_ids))
+        start = threading.Barrier(len(originator_ids))
         errors: list[Exception] = []
 
         def insert(originator_id: UUID) -> None:
@@ -213,7 +234,7 @@ class TestPostgresNonInterleavingPositions(
                 # A thread's exception would only be printed; the test's thread asserts it.
                 errors.append(error)
 
-        threads = [Thread(target=insert, args=(i,)) for i in originator_ids]
+        threads = [threading.Thread(target=insert, args=(i,)) for i in originator_ids]
         for thread in threads:
             thread.start()
         for thread in threads:
