@@ -20,9 +20,10 @@ import psycopg
 import pytest
 from eventsourcing.persistence import StoredEvent
 
-from runledger.domain.application import HOST, UnitOfWork, WorkflowRuns
+from runledger.domain.application import UnitOfWork, WorkflowRuns
 from runledger.domain.runs import Run, run_aggregate_id
 from runledger.domain.serialisation import LedgerMapper
+from runledger.domain.values import HOST
 from runledger.infrastructure.storage.base import index_columns
 from runledger.infrastructure.storage.postgres import (
     MAX_AGGREGATE_LOCKS,

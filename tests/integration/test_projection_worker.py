@@ -42,7 +42,7 @@ from runledger.infrastructure.store import WorkflowStore
 from runledger.infrastructure.views.worker import ProjectionWorker, _Listener
 from runledger.projections.base import Projection, Table
 from runledger.projections.events import projected
-from tests.conftest import PostgresServer
+from tests.support.postgres import PostgresServer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PROJECTION_NAMES = frozenset(

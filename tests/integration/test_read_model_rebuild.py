@@ -27,9 +27,9 @@ from runledger.infrastructure.runtime import StoreRuntime, open_runtime
 from runledger.infrastructure.store import WorkflowStore, open_store
 from runledger.projections.base import Key, ProjectedEvent, Row, ViewWriter
 from runledger.projections.terminal_data import TerminalDataProjection
-from tests.conftest import PostgresServer
 from tests.integration.conftest import BACKENDS
 from tests.support.clock import FakeClock
+from tests.support.postgres import PostgresServer
 from tests.support.scenario import (
     HUMAN,
     IC,
@@ -405,7 +405,7 @@ def newest_deltas(store: WorkflowStore, run_id: str) -> list[ViewerDelta]:
 def test_i2_with_300_follow_ups_the_inspector_shows_the_last_256(rich: Built) -> None:
     [delta] = newest_deltas(rich.store, WINDOW_RUN)
 
-    values = {op["path"]: op.get("value") for op in delta.patch}
+    values: dict[str, Any] = {op["path"]: op.get("value") for op in delta.patch}
 
     assert (
         values["/followUpStart"],
@@ -453,8 +453,8 @@ def execute_sql(url: str, statement: str) -> None:
         finally:
             connection.close()
     else:
-        with psycopg.connect(url, autocommit=True) as connection:
-            connection.execute(statement)
+        with psycopg.connect(url, autocommit=True) as server:
+            server.execute(statement)
 
 
 STALE_VERSION = "UPDATE runledger_projections SET version = 999 WHERE name = 'terminal_data'"

@@ -30,9 +30,9 @@ from runledger.infrastructure.store import WorkflowStore
 from runledger.infrastructure.views.store import PageCommit
 from runledger.projections.base import ProjectedEvent, ViewWriter
 from runledger.projections.viewer_deltas import viewer_tail_patch, workflow_page_start
-from tests.conftest import PostgresServer
 from tests.integration.conftest import BACKENDS
 from tests.support.clock import FakeClock
+from tests.support.postgres import PostgresServer
 from tests.support.scenario import (
     HUMAN,
     IC,

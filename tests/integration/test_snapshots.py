@@ -37,7 +37,7 @@ def test_a_run_loaded_from_its_snapshot_equals_a_full_replay(
     _queue_many(store, 120)
     store.pause_run("run-1", status_detail="paused")
     # An explicit version bypasses the cache: the latest snapshot (100) plus events 101-123.
-    from_snapshot = runtime.app.repository.get(run_aggregate_id("run-1"), version=123)
+    from_snapshot: object = runtime.app.repository.get(run_aggregate_id("run-1"), version=123)
     replayed = None
     for event in runtime.app.events.get(run_aggregate_id("run-1")):
         replayed = event.mutate(replayed)  # type: ignore[attr-defined]

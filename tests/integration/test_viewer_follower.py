@@ -8,7 +8,8 @@ from the revision-1 snapshot and applies each revision's patches with ``jsonpatc
 from __future__ import annotations
 
 from collections.abc import MutableSequence
-from typing import Any, ClassVar
+from types import MappingProxyType
+from typing import Any
 
 import jsonpatch
 from jsonpointer import JsonPointerException
@@ -21,7 +22,7 @@ SESSION = Actor("session", "session-1")
 FOLLOW_UPS = 40
 
 
-class AppendItems(jsonpatch.PatchOperation):  # type: ignore[misc]
+class AppendItems(jsonpatch.PatchOperation):
     """``{"op": "append", "path": "/items", "value": [...]}``: extend the array at path."""
 
     def apply(self, obj: Any) -> Any:
@@ -35,11 +36,8 @@ class AppendItems(jsonpatch.PatchOperation):  # type: ignore[misc]
         return obj
 
 
-class ViewerPatch(jsonpatch.JsonPatch):  # type: ignore[misc]
-    operations: ClassVar[dict[str, type]] = {
-        **jsonpatch.JsonPatch.operations,
-        "append": AppendItems,
-    }
+class ViewerPatch(jsonpatch.JsonPatch):
+    operations = MappingProxyType({**jsonpatch.JsonPatch.operations, "append": AppendItems})
 
 
 def initial_documents() -> dict[tuple[str, str], dict[str, Any]]:

@@ -13,7 +13,7 @@ from uuid import UUID
 
 import orjson
 import pytest
-from eventsourcing.persistence import Notification, StoredEvent
+from eventsourcing.persistence import Notification
 
 from runledger.domain.catalogue import EVENT_CLASSES
 from runledger.domain.errors import CorruptEventError
@@ -58,12 +58,12 @@ MISSING = [(wire, field) for wire in EXPECTED for field in payload_fields(wire)]
 MISTYPED = [(wire, field) for wire in EXPECTED for field in checked_fields(wire)]
 
 
-def refusals(event: StoredEvent) -> list[CorruptEventError]:
+def refusals(event: Notification) -> list[CorruptEventError]:
     """The error of each decode path for ``event`` (each must refuse it)."""
     errors = []
     for decode in (MAPPER.to_domain_event, projected):
         with pytest.raises(CorruptEventError) as raised:
-            decode(event)  # type: ignore[operator]
+            decode(event)
         errors.append(raised.value)
     return errors
 

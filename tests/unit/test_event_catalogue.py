@@ -14,7 +14,7 @@ from uuid import UUID
 
 import orjson
 import pytest
-from eventsourcing.domain import Snapshot
+from eventsourcing.domain import BaseAggregate, Snapshot
 from eventsourcing.persistence import StoredEvent
 
 from runledger.domain import catalogue
@@ -72,7 +72,7 @@ WIRE_NAMES = (
     "decision.continuation-created",
 )
 
-AGGREGATE_TOPICS = {
+AGGREGATE_TOPICS: dict[type[BaseAggregate[UUID]], str] = {
     Run: "run",
     FollowUp: "follow-up",
     WorkflowMessage: "workflow-message",
@@ -754,6 +754,7 @@ def test_a_restored_snapshot_continues_with_the_next_version() -> None:
     assert (rebuilt.id, rebuilt.version, rebuilt.pending_events) == (run.id, 2, [])
     rebuilt.accept_follow_up("follow-up-b", actor=SESSION_1, now=T0 + timedelta(seconds=2))
     (accepted,) = rebuilt.collect_events()
+    assert isinstance(accepted, Run.FollowUpAccepted)
     assert (accepted.originator_version, accepted.order, rebuilt.follow_up_count) == (3, 2, 2)
 
 

@@ -235,9 +235,10 @@ def test_a_request_nested_deeper_than_64_levels_is_refused_before_recursing() ->
 
 
 def test_the_checked_request_is_a_copy_the_caller_cannot_change() -> None:
-    request = {"title": "t", "choices": ["a", "b"]}
+    choices = ["a", "b"]
+    request = {"title": "t", "choices": choices}
     checked = check_request(request)
-    request["choices"].append("c")
+    choices.append("c")
     assert checked == {"title": "t", "choices": ["a", "b"]}
 
 
@@ -305,7 +306,8 @@ def test_an_answer_outside_the_choices_is_refused() -> None:
 
 
 def test_an_answer_that_is_not_an_object_is_refused() -> None:
-    given(HumanDecision, history()).when(answered("ship")).then_raises(
+    not_an_object: Any = "ship"
+    given(HumanDecision, history()).when(answered(not_an_object)).then_raises(
         InvalidDecisionResponseError, "Human decision response must be a JSON object"
     )
 
