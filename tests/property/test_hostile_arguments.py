@@ -103,3 +103,20 @@ def test_only_workflow_errors_escape_and_a_rejection_writes_nothing(
                 current["world"] = None
 
     check()
+
+
+def test_a_rebuild_with_a_hostile_name_or_progress_is_refused_before_it_drops_anything(
+    store: WorkflowStore,
+) -> None:
+    world = build_world(store)
+    queue = store.follow_up_queue(world.run_id)
+
+    @settings(max_examples=settings.default.max_examples)
+    @given(name=hostile_values | st.just("follow_up_queue"), progress=hostile_values)
+    def check(name: Any, progress: Any) -> None:
+        try:
+            store.rebuild_projection(name, progress=progress)
+        except WorkflowError:
+            assert store.follow_up_queue(world.run_id) == queue
+
+    check()
