@@ -90,6 +90,7 @@ from runledger.domain.values import (
     ProgressStatus,
     StopReason,
     TerminalStatus,
+    is_count,
 )
 from runledger.domain.workflow_messages import (
     WorkflowMessage,
@@ -725,8 +726,10 @@ class WorkflowRuns(Application[UUID]):
     ) -> list[LoggedEvent]:
         """Stored events in log order; with ``run_id`` only that run's and its children's."""
         for name, value in (("log position", after), ("log limit", limit)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            if not is_count(value):
                 raise InvalidPageError(name)
+        if run_id is not None:
+            check_run_id(run_id)
         notifications = self.storage.select_log(after=after, limit=limit, run_id=run_id)
         return [self.logged_event(notification) for notification in notifications]
 

@@ -6,9 +6,39 @@ text lives only here, in its class's ``template``.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+import reprlib
+from typing import Any, ClassVar, Final
 
 from runledger.domain.json_strings import json_string
+
+MAX_SHOWN_CHARACTERS: Final = 1024
+"""How much of a caller's value a message quotes: a 10 MB id must not make a 10 MB error."""
+
+
+def _bounded_repr() -> reprlib.Repr:
+    bounded = reprlib.Repr()  # Python 3.11's Repr takes no limits as arguments
+    bounded.maxlevel, bounded.maxstring, bounded.maxother = 3, 80, 80
+    return bounded
+
+
+_BOUNDED: Final = _bounded_repr()
+
+
+def shown(value: object) -> object:
+    """``value`` as a message may quote it: bounded in size and depth, printable as UTF-8.
+
+    Whatever a caller passed ends up in the message of the error that rejects it, so this is
+    what keeps a 2,000-deep list from a ``RecursionError``, a lone surrogate from a
+    ``UnicodeEncodeError`` when the message is printed, and a huge int from ``str``'s limit.
+    """
+    if isinstance(value, str):
+        cut = value if len(value) <= MAX_SHOWN_CHARACTERS else value[:MAX_SHOWN_CHARACTERS] + "…"
+        return cut.encode("utf-8", "backslashreplace").decode("utf-8")
+    if value is None or isinstance(value, float):
+        return value
+    if isinstance(value, int):
+        return value if value.bit_length() <= 256 else f"<an integer of {value.bit_length()} bits>"
+    return _BOUNDED.repr(value)
 
 
 class WorkflowError(Exception):
@@ -20,7 +50,9 @@ class WorkflowError(Exception):
     """Whether the same call may succeed later unchanged (a host retries only those)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        message = self.template.format(*args, **kwargs)
+        message = self.template.format(
+            *map(shown, args), **{key: shown(value) for key, value in kwargs.items()}
+        )
         super().__init__(message)
         self.message = message
 
@@ -66,6 +98,21 @@ class NotPlainJsonError(WorkflowError):
     template = "Only plain objects can be stored as canonical JSON"
 
 
+class InvalidTextError(WorkflowError):
+    code = "text.invalid"
+    template = "Workflow argument {} must be Unicode text without lone surrogates or NUL characters"
+
+
+class ValueTooDeepError(WorkflowError):
+    code = "json.too-deep"
+    template = "Workflow argument {} is nested more than {} levels deep"
+
+
+class ValueTooLargeError(WorkflowError):
+    code = "json.too-large"
+    template = "Workflow argument {} holds more than {} values or {} bytes of text"
+
+
 # -- runs ---------------------------------------------------------------------------------
 
 
@@ -75,7 +122,7 @@ class InvalidRunIdError(WorkflowError):
 
     def __init__(self, run_id: object) -> None:
         # Upstream quotes the id with JSON.stringify: non-ASCII stays as it is.
-        super().__init__(json_string(run_id if isinstance(run_id, str) else str(run_id)))
+        super().__init__(json_string(run_id if isinstance(run_id, str) else str(shown(run_id))))
 
 
 class InvalidWorkflowNameError(WorkflowError):
@@ -382,6 +429,11 @@ class InvalidPageError(WorkflowError):
 class UnknownProjectionError(WorkflowError):
     code = "projection.unknown"
     template = "Unknown projection: {}; known projections: {}"
+
+
+class InvalidProgressError(WorkflowError):
+    code = "projection.invalid-progress"
+    template = "Projection progress must be a callable taking a count, or None"
 
 
 class ProjectionStalledError(WorkflowError):

@@ -18,6 +18,15 @@ def is_one_of(value: object, vocabulary: tuple[Word, ...]) -> TypeGuard[Word]:
     return isinstance(value, str) and value in vocabulary
 
 
+MAX_COUNT: Final[int] = 2**63 - 1
+"""The largest position, limit or offset: what every backend's 64-bit integers hold."""
+
+
+def is_count(value: object) -> bool:
+    """A page position, limit or offset: a non-negative int (not a bool) every backend holds."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT
+
+
 ActorType = Literal[
     "session", "host", "controller", "channel", "human", "policy", "control", "system"
 ]
@@ -51,6 +60,16 @@ StopReason = Literal["completed", "aborted", "error", "lost"]
 STOP_REASONS: Final[tuple[StopReason, ...]] = get_args(StopReason)
 
 RESTART_LIMIT: Final[int] = 3
+
+# Limits on every argument of a public command or query, checked before anything is written
+# (the README's "Guarantees" lists them). The depth keeps stored events well inside the JSON
+# encoder's own limit (254) even after a command nests the value in a message's content.
+MAX_JSON_DEPTH: Final[int] = 64
+"""Nesting levels of lists and objects in one argument (``[]`` is one level)."""
+MAX_ARGUMENT_VALUES: Final[int] = 100_000
+"""Values in one argument, counting every list item, object key and object value."""
+MAX_ARGUMENT_TEXT_BYTES: Final[int] = 1_048_576
+"""UTF-8 bytes of all the text in one argument, object keys included."""
 DEFAULT_PRESENTATION_INSTRUCTIONS: Final[str] = (
     "Explain the final workflow result to the user in a normal response."
 )

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Concatenate, ParamSpec, TypeVar
 
 from runledger.domain.application import Clock, WorkflowRuns, utc_now
+from runledger.domain.arguments import check_arguments
+from runledger.domain.errors import InvalidProgressError
 from runledger.domain.records import ProjectionStatus
 from runledger.infrastructure.runtime import ClosedOnExit, StoreRuntime, open_runtime
 from runledger.infrastructure.views.projector import Progress
@@ -24,10 +27,16 @@ S = TypeVar("S")
 def _forward(
     target: Callable[Concatenate[S, P], R], subject: Callable[[WorkflowStore], S], doc: str
 ) -> Callable[Concatenate[WorkflowStore, P], R]:
-    """A store method calling ``target`` on the store's ``subject``, with its exact signature."""
+    """A store method calling ``target`` on the store's ``subject``, with its exact signature.
+
+    Every argument passes ``check_arguments`` first: this is the one door of every command
+    and query, so no text or shape that storage cannot hold gets past it to a rule.
+    """
+    names = tuple(inspect.signature(target).parameters)[1:]
 
     @functools.wraps(target)
     def forward(store: WorkflowStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        check_arguments(names, args, kwargs)
         with store._runtime.running():
             return target(subject(store), *args, **kwargs)
 
@@ -201,6 +210,9 @@ class WorkflowStore(ClosedOnExit):
 
     def rebuild_projection(self, name: str, *, progress: Progress | None = None) -> int:
         """Drop the projection's view and replay the whole log into it; returns events read."""
+        if progress is not None and not callable(progress):
+            # Checked before the view is dropped: a rebuild must not fail half-way through.
+            raise InvalidProgressError()
         with self._runtime.running():
             return self._runtime.rebuild_projection(name, progress=progress)
 

@@ -16,7 +16,7 @@ from runledger.domain.errors import InvalidPageError
 from runledger.domain.follow_ups import FollowUp
 from runledger.domain.records import FollowUpQueue, FollowUpRecord
 from runledger.domain.runs import Run
-from runledger.domain.values import Actor
+from runledger.domain.values import Actor, is_count
 from runledger.domain.workflow_messages import WorkflowMessage
 from runledger.projections.base import ProjectedEvent, Row, Table, ViewReader, ViewWriter
 
@@ -169,7 +169,7 @@ def follow_up_queue_range(
 ) -> FollowUpQueue | None:
     """The queue with only the follow-ups at offsets ``start`` .. ``start + limit - 1``."""
     for name, value in (("follow-up start", start), ("follow-up limit", limit)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        if not is_count(value):
             raise InvalidPageError(name)
     origin = _origin_session(reader, run_id)
     if origin is None:

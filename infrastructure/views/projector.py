@@ -216,7 +216,8 @@ class Projector:
 
     def runner(self, name: str) -> ProjectionRunner:
         """The runner of the named projection, or ``UnknownProjectionError``."""
-        runner = self.runners.get(name)
+        # A name that is not text (a list, say) is unknown too, not an unhashable TypeError.
+        runner = self.runners.get(name) if isinstance(name, str) else None
         if runner is None:
             raise UnknownProjectionError(name, ", ".join(self.runners))
         return runner

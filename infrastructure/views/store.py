@@ -139,6 +139,22 @@ class Scan:
     limit: int | None = None
 
 
+def _could_be_stored(table: Table, values: Mapping[str, Any]) -> bool:
+    """Whether each value has its column's type, so that some stored row could hold it.
+
+    A query's argument goes into these conditions as the host gave it: a list as a run id
+    must find nothing, not reach the backend (unhashable in memory, unbindable in SQL).
+    """
+    kinds = dict(table.columns)
+    for column, value in values.items():
+        kind = kinds.get(column)
+        if kind == "text" and not isinstance(value, str):
+            return False
+        if kind == "int" and not (type(value) is int and -(2**63) <= value < 2**63):
+            return False
+    return True
+
+
 class ViewReaderBase(ABC):
     """What every backend's reader shares: the query arguments as a ``Scan``, and decoding."""
 
@@ -155,6 +171,8 @@ class ViewReaderBase(ABC):
 
     def get(self, table: Table, key: Key) -> Row | None:
         """The committed row with this primary key, decoded."""
+        if not _could_be_stored(table, dict(zip(table.key, key, strict=True))):
+            return None
         row = self._get(table, tuple(key))
         return None if row is None else decode_row(table, row)
 
@@ -170,6 +188,8 @@ class ViewReaderBase(ABC):
         limit: int | None = None,
     ) -> list[Row]:
         """Committed rows, decoded (see ``projections.base.ViewReader.scan``)."""
+        if equals and not _could_be_stored(table, equals):
+            return []
         rows = self._scan(
             Scan(table, equals or {}, within or {}, order_by, descending, after, limit)
         )
@@ -177,4 +197,6 @@ class ViewReaderBase(ABC):
 
     def count(self, table: Table, *, equals: Mapping[str, Any] | None = None) -> int:
         """How many committed rows hold the ``equals`` values."""
+        if equals and not _could_be_stored(table, equals):
+            return 0
         return self._count(Scan(table, equals or {}, {}))

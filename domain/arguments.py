@@ -1,0 +1,136 @@
+"""The checks every argument of a public command or query passes before any rule sees it.
+
+Rules check meaning (a run id's shape, a prompt's size); these check that a value can be
+stored at all: text is valid Unicode that every backend holds byte for byte, and a value is
+bounded in depth and size. They walk a value without recursion, so no nesting depth, however
+hostile, reaches the interpreter's recursion limit, the JSON encoder or a database driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import fields, is_dataclass
+from typing import Final, Literal
+
+from runledger.domain.errors import (
+    InvalidActorError,
+    InvalidBranchEntryError,
+    InvalidMessageContentError,
+    InvalidRequestIdError,
+    InvalidRunIdError,
+    InvalidSourceError,
+    InvalidTextError,
+    ValueTooDeepError,
+    ValueTooLargeError,
+    WorkflowError,
+)
+from runledger.domain.values import MAX_ARGUMENT_TEXT_BYTES, MAX_ARGUMENT_VALUES, MAX_JSON_DEPTH
+
+Problem = Literal["text", "depth", "size"]
+
+UPSTREAM_ERRORS: Final[Mapping[str, Callable[[object], WorkflowError]]] = {
+    "run_id": InvalidRunIdError,
+    "parent_run_id": InvalidRunIdError,
+    "source_run_id": InvalidRunIdError,
+    "request_id": lambda _: InvalidRequestIdError(),
+    "source": lambda _: InvalidSourceError(),
+    "actor": lambda _: InvalidActorError(),
+    "content": lambda _: InvalidMessageContentError(),
+    "entries": lambda _: InvalidBranchEntryError(),
+}
+"""Arguments whose upstream rule already rejects such a value: they keep upstream's message
+(no run id or request id can hold a lone surrogate, so it is an invalid id)."""
+
+
+def check_arguments(
+    names: Iterable[str], args: Iterable[object], kwargs: Mapping[str, object]
+) -> None:
+    """Check each argument of one call; ``names`` are the parameters the positionals fill."""
+    for name, value in zip(names, args, strict=False):
+        check_argument(name, value)
+    for name, value in kwargs.items():
+        check_argument(name, value)
+
+
+def check_argument(name: str, value: object) -> None:
+    """Raise the argument's error if ``value`` holds text or a shape no backend can store."""
+    problem = _problem(value)
+    if problem is None:
+        return
+    upstream = UPSTREAM_ERRORS.get(name)
+    if upstream is not None:
+        raise upstream(value)
+    if problem == "text":
+        raise InvalidTextError(name)
+    if problem == "depth":
+        raise ValueTooDeepError(name, MAX_JSON_DEPTH)
+    raise ValueTooLargeError(name, MAX_ARGUMENT_VALUES, MAX_ARGUMENT_TEXT_BYTES)
+
+
+def _problem(value: object) -> Problem | None:
+    if isinstance(value, str):
+        # The common case, an argument that is one short text, skips the walk.
+        size = _text_bytes(value)
+        if size is None:
+            return "text"
+        return "size" if size > MAX_ARGUMENT_TEXT_BYTES else None
+    if _children(value) is None:
+        return None
+    pending: list[tuple[object, int]] = [(value, 1)]
+    values = text_bytes = 0
+    while pending:
+        container, depth = pending.pop()
+        if depth > MAX_JSON_DEPTH:
+            return "depth"
+        children = _children(container) or ()
+        # Counted before the children are looked at, so a huge list is refused at once.
+        values += len(children)
+        if values > MAX_ARGUMENT_VALUES:
+            return "size"
+        for child in children:
+            if isinstance(child, str):
+                size = _text_bytes(child)
+                if size is None:
+                    return "text"
+                text_bytes += size
+                if text_bytes > MAX_ARGUMENT_TEXT_BYTES:
+                    return "size"
+            elif not isinstance(child, _LEAVES):
+                pending.append((child, depth + 1))
+    return None
+
+
+_LEAVES: Final = (int, float, bytes, type(None))
+
+
+def _children(item: object) -> Collection[object] | None:
+    """What a container holds (an object's keys too); None for a value that holds nothing.
+
+    Only containers that can be walked without consuming them: a generator passed as an
+    argument is left to the rule that reads it.
+    """
+    if isinstance(item, dict):
+        if len(item) * 2 > MAX_ARGUMENT_VALUES:
+            return range(len(item) * 2)  # too many to list; their count is enough
+        return [part for pair in item.items() for part in pair]
+    if isinstance(item, list | tuple | set | frozenset):
+        return item
+    if is_dataclass(item) and not isinstance(item, type):
+        return [getattr(item, field.name) for field in fields(item)]
+    return None
+
+
+def _text_bytes(text: str) -> int | None:
+    """The UTF-8 size of ``text``, or None when a backend cannot store it as it is.
+
+    A lone surrogate has no UTF-8 form; NUL is valid Unicode, but PostgreSQL's text columns
+    cannot hold it, and text must read back the same from every backend.
+    """
+    if "\x00" in text:
+        return None
+    if text.isascii():
+        return len(text)
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        return None

@@ -1,0 +1,109 @@
+"""The checks every argument passes at the store's door: text, depth and size limits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from runledger.domain.arguments import check_argument
+from runledger.domain.errors import (
+    InvalidMessageContentError,
+    InvalidRunIdError,
+    InvalidTextError,
+    ValueTooDeepError,
+    ValueTooLargeError,
+    shown,
+)
+from runledger.domain.values import (
+    MAX_ARGUMENT_TEXT_BYTES,
+    MAX_ARGUMENT_VALUES,
+    MAX_JSON_DEPTH,
+    Actor,
+)
+from runledger.infrastructure.store import open_store
+
+
+def nested(depth: int) -> Any:
+    value: Any = 0
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("text", ["x\ud800", "\udfff", "a\x00b"])
+def test_a_lone_surrogate_or_nul_anywhere_is_invalid_text(text: str) -> None:
+    for value in (text, {"k": text}, {text: 1}, [[text]], Actor("session", text)):
+        with pytest.raises(InvalidTextError, match=r"^Workflow argument title must be"):
+            check_argument("title", value)
+
+
+def test_an_argument_with_an_upstream_rule_keeps_its_upstream_error() -> None:
+    with pytest.raises(InvalidRunIdError, match=r'^Invalid workflow run id: "\\ud800"$'):
+        check_argument("run_id", "\ud800")
+    with pytest.raises(InvalidMessageContentError):
+        check_argument("content", {"details": nested(MAX_JSON_DEPTH + 1)})
+
+
+def test_nesting_is_allowed_to_the_documented_depth_and_no_deeper() -> None:
+    check_argument("input", nested(MAX_JSON_DEPTH))
+
+    with pytest.raises(ValueTooDeepError, match="nested more than 64 levels deep"):
+        check_argument("input", nested(MAX_JSON_DEPTH + 1))
+
+
+def test_a_value_nesting_itself_is_too_deep_rather_than_endless() -> None:
+    loop: list[Any] = []
+    loop.append(loop)
+
+    with pytest.raises(ValueTooDeepError):
+        check_argument("input", loop)
+
+
+def test_values_and_text_are_allowed_to_the_documented_size_and_no_more() -> None:
+    check_argument("input", [0] * MAX_ARGUMENT_VALUES)
+    check_argument("input", "é" * (MAX_ARGUMENT_TEXT_BYTES // 2))
+
+    with pytest.raises(ValueTooLargeError):
+        check_argument("input", [0] * (MAX_ARGUMENT_VALUES + 1))
+    with pytest.raises(ValueTooLargeError):
+        check_argument("input", ["é" * (MAX_ARGUMENT_TEXT_BYTES // 4), "é" * 1000] * 2)
+
+
+def test_an_id_nested_two_thousand_deep_gets_a_short_message() -> None:
+    with open_store("memory://") as store, pytest.raises(InvalidRunIdError) as raised:
+        store.pause_run(nested(2000))
+
+    assert len(str(raised.value)) < 100
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("x" * 2000, "x" * 1024 + "…"),
+        ("a\ud800", "a\\ud800"),
+        (2**255, 2**255),
+        (2**300, "<an integer of 301 bits>"),
+    ],
+    ids=["long text", "lone surrogate", "big int", "huge int"],
+)
+def test_a_message_shows_a_value_bounded_and_printable(value: object, expected: object) -> None:
+    assert shown(value) == expected
+
+
+def test_rejected_hostile_text_writes_nothing() -> None:
+    with open_store("memory://") as store:
+        store.create_run("run-1", workflow_name="echo", input={})
+        before = store.event_log()
+
+        with pytest.raises(InvalidTextError, match="argument prompt"):
+            store.queue_follow_up(
+                "run-1",
+                request_id="q",
+                target_session_id="s",
+                actor=Actor("session", "s"),
+                source="wt",
+                prompt="x\ud800",
+            )
+
+        assert store.event_log() == before
