@@ -11,9 +11,11 @@ from uuid import UUID
 
 from eventsourcing.domain import BaseAggregate
 
+from runledger.domain.effects import Effect
 from runledger.domain.events import AGGREGATE_CLASSES, LedgerEvent, LedgerSnapshot
 from runledger.domain.follow_ups import FollowUp
 from runledger.domain.runs import Run
+from runledger.domain.session_segments import SessionSegment
 from runledger.domain.turn_reservations import TurnReservation
 from runledger.domain.workflow_messages import WorkflowMessage
 
@@ -22,6 +24,8 @@ AGGREGATES: Final[tuple[type[BaseAggregate[UUID]], ...]] = (
     FollowUp,
     WorkflowMessage,
     TurnReservation,
+    SessionSegment,
+    Effect,
 )
 
 DOMAIN_EVENTS: Final[tuple[type[LedgerEvent], ...]] = (
@@ -44,6 +48,18 @@ DOMAIN_EVENTS: Final[tuple[type[LedgerEvent], ...]] = (
     WorkflowMessage.TurnStarted,
     WorkflowMessage.TurnEnded,
     TurnReservation.Reserved,
+    Run.Claimed,
+    Run.ClaimRenewed,
+    Run.ClaimReleased,
+    SessionSegment.Created,
+    SessionSegment.EntryAppended,
+    SessionSegment.EventsAppended,
+    SessionSegment.CaptureUpdated,
+    Effect.Reserved,
+    Effect.AttemptStarted,
+    Effect.Settled,
+    Effect.RetryReady,
+    Effect.BecameAmbiguous,
 )
 
 SNAPSHOTS: Final[tuple[type[LedgerSnapshot], ...]] = (
@@ -51,6 +67,8 @@ SNAPSHOTS: Final[tuple[type[LedgerSnapshot], ...]] = (
     FollowUp.Snapshot,
     WorkflowMessage.Snapshot,
     TurnReservation.Snapshot,
+    SessionSegment.Snapshot,
+    Effect.Snapshot,
 )
 
 WIRE_NAMES: Final[tuple[str, ...]] = tuple(event.TOPIC for event in DOMAIN_EVENTS)

@@ -105,3 +105,30 @@ SYSTEM: Final[Actor] = Actor("system")
 """The store itself, acting on a rule (the end-of-run cascade)."""
 HOST: Final[Actor] = Actor("host")
 """The embedding host, the actor of every run command."""
+
+# -- run leases, managed effects and session recording ------------------------------------
+
+FenceReason = Literal[
+    "missingAuthority", "expired", "ownerChanged", "tokenChanged", "generationChanged"
+]
+"""Why a write lost its claim (upstream ClaimLostError reasons)."""
+EffectStatus = Literal["applying", "applied", "failed", "retry_ready", "ambiguous"]
+EffectOutcome = Literal["applied", "failed"]
+EFFECT_OUTCOMES: Final[tuple[EffectOutcome, ...]] = get_args(EffectOutcome)
+EffectRecovery = Literal["idempotent", "manual"]
+EFFECT_RECOVERIES: Final[tuple[EffectRecovery, ...]] = get_args(EffectRecovery)
+ReservationOutcome = Literal["new", "adopted", "new_attempt", "ambiguous"]
+RecoveryVerdict = Literal["safe", "ambiguous"]
+CaptureStatus = Literal["recording", "complete", "failed"]
+CAPTURE_STATUSES: Final[tuple[CaptureStatus, ...]] = get_args(CaptureStatus)
+SessionEventType = Literal[
+    "turn_started",
+    "turn_finished",
+    "message_started",
+    "assistant_event",
+    "message_finished",
+    "tool_execution_started",
+    "tool_execution_finished",
+]
+SESSION_EVENT_TYPES: Final[tuple[SessionEventType, ...]] = get_args(SessionEventType)
+Integrity = Literal["valid", "invalid"]
