@@ -300,7 +300,8 @@ def test_h4_the_second_store_writing_after_a_claim_is_fenced_not_applied(
         error="stale writer",
     )
     run = store.get_run(RUN)
-    assert run is not None and run.status == "waiting"
+    assert run is not None
+    assert run.status == "waiting"
 
 
 def test_h4_a_stale_worker_in_another_store_is_fenced_after_the_takeover(
@@ -311,7 +312,8 @@ def test_h4_a_stale_worker_in_another_store_is_fenced_after_the_takeover(
     second_store.record_progress(RUN, status="running", current_node="a", authority=old)
     clock.advance(2 * SECOND)
     new = second_store.claim_run(RUN, owner_type="controller", owner_id="worker-1")
-    assert new is not None and new.generation == 2
+    assert new is not None
+    assert new.generation == 2
     assert_rejected(
         store,
         ClaimLostError,
@@ -370,7 +372,8 @@ def test_h5_with_the_flag_the_host_records_a_session_of_a_run_a_worker_holds(
     # The run binding is inserted or ignored; the segment records the binding itself.
     assert recorded.wire_names == ["run.session-bound", "session.segment-created"]
     run = host.get_run(RUN)
-    assert run is not None and run.origin_session_id == "session-1"
+    assert run is not None
+    assert run.origin_session_id == "session-1"
 
 
 # -- bad input ------------------------------------------------------------------------------

@@ -243,8 +243,9 @@ def test_an_authority_whose_duration_is_not_positive_is_refused() -> None:
 
 @pytest.mark.parametrize("lease_ms", [0, -1, 1.5, True, "30000", None])
 def test_a_lease_duration_must_be_a_positive_integer(lease_ms: object) -> None:
-    with pytest.raises(LeaseDurationError, match="^Lease duration must be a positive integer$"):
+    with pytest.raises(LeaseDurationError) as caught:
         check_lease_ms(lease_ms)
+    assert str(caught.value) == "Lease duration must be a positive integer"
 
 
 @pytest.mark.parametrize(
