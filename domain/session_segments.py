@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any, Final
 from uuid import UUID
 
+import orjson
 from eventsourcing.domain import BaseAggregate
 
 from runledger.domain.canonical import canonical_json, check_plain_json, sha256hex
@@ -122,8 +123,30 @@ def check_event_record(record: dict[str, Any], expected_seq: int) -> None:
         raise IncrementalSessionEventError()
     if seq != expected_seq:
         raise UnexpectedSessionEventSeqError(expected_seq, seq)
-    if len(canonical_json(record).encode("utf-8", "surrogatepass")) > MAX_EVENT_BYTES:
+    if exceeds_event_limit(record):
         raise SessionEventTooLargeError(MAX_EVENT_BYTES)
+
+
+def exceeds_event_limit(record: dict[str, Any]) -> bool:
+    """Whether the record's canonical JSON is over 1 MiB of UTF-8, raising upstream's error
+    for what canonical JSON refuses (a non-finite number, a key that is not text).
+
+    Exact, and fast for what hosts send: orjson spells only numbers differently from
+    canonical JSON (at most three times the bytes either way), so a small orjson encoding
+    that reads back equal (no NaN or infinity turned into null) proves the record fits;
+    anything else is measured by the slow canonical writer itself.
+    """
+    try:
+        encoded = orjson.dumps(record)
+    except orjson.JSONEncodeError:
+        encoded = None
+    if (
+        encoded is not None
+        and 3 * len(encoded) <= MAX_EVENT_BYTES
+        and orjson.loads(encoded) == record
+    ):
+        return False
+    return len(canonical_json(record).encode("utf-8", "surrogatepass")) > MAX_EVENT_BYTES
 
 
 def check_capture(capture: object) -> tuple[dict[str, Any], CaptureStatus]:

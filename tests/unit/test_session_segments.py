@@ -8,13 +8,14 @@ from typing import Any
 
 import pytest
 
-from runledger.domain.canonical import sha256hex
+from runledger.domain.canonical import canonical_json, sha256hex
 from runledger.domain.errors import (
     CaptureFailureForbiddenError,
     CaptureFailureRequiredError,
     IncrementalSessionEventError,
     InvalidSessionCaptureError,
     InvalidSessionEventSeqError,
+    NonFiniteJsonNumberError,
     SessionBindingMismatchError,
     SessionCaptureStoppedError,
     SessionEventEnvelopeError,
@@ -180,7 +181,8 @@ def test_a_record_needs_its_envelope(changes: dict[str, Any]) -> None:
 def test_incremental_assistant_deltas_are_refused(delta: str) -> None:
     event = record(1, type="assistant_event", payload={"type": delta})
     given(SessionSegment, history()).when(appended(event)).then_raises(
-        IncrementalSessionEventError, "Incremental assistant events are not durable session facts"
+        IncrementalSessionEventError,
+        "Incremental assistant events are not durable session facts",
     )
 
 
@@ -194,7 +196,8 @@ def test_a_completed_assistant_event_is_durable() -> None:
 def test_the_checks_run_in_the_codes_order_delta_before_seq() -> None:
     event = record(5, type="assistant_event", payload={"type": "text_delta"})
     given(SessionSegment, history()).when(appended(event)).then_raises(
-        IncrementalSessionEventError, "Incremental assistant events are not durable session facts"
+        IncrementalSessionEventError,
+        "Incremental assistant events are not durable session facts",
     )
 
 
@@ -202,6 +205,23 @@ def test_a_record_over_one_mebibyte_is_refused() -> None:
     event = record(1, payload={"text": "x" * 1_048_576})
     given(SessionSegment, history()).when(appended(event)).then_raises(
         SessionEventTooLargeError, "session event exceeded 1048576 bytes"
+    )
+
+
+def test_a_record_just_at_one_mebibyte_is_kept() -> None:
+    event = record(1, payload={"text": ""})
+    padding = 1_048_576 - len(canonical_json(event).encode())
+    event["payload"]["text"] = "é" * (padding // 2) + "x" * (padding % 2)
+    given(SessionSegment, history()).when(appended(event)).then(
+        [("session.events-appended", {"last_seq": 1})]
+    )
+
+
+@pytest.mark.parametrize("number", [float("nan"), float("inf")])
+def test_a_record_with_a_non_finite_number_is_refused(number: float) -> None:
+    event = record(1, payload={"score": number})
+    given(SessionSegment, history()).when(appended(event)).then_raises(
+        NonFiniteJsonNumberError, "JSON numbers must be finite"
     )
 
 
