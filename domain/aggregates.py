@@ -15,14 +15,18 @@ from uuid import UUID
 
 from eventsourcing.domain import BaseAggregate, CanMutateAggregate
 
+from runledger.domain.effects import Effect, effect_aggregate_id
 from runledger.domain.errors import (
+    EffectNotFoundError,
     FollowUpNotFoundError,
     MessageNotFoundError,
     RunMissingError,
+    SessionSegmentMissingError,
     TurnNotFoundError,
 )
 from runledger.domain.follow_ups import FollowUp, follow_up_aggregate_id
 from runledger.domain.runs import Run, run_aggregate_id
+from runledger.domain.session_segments import SessionSegment, segment_aggregate_id
 from runledger.domain.turn_reservations import TurnReservation, turn_aggregate_id
 from runledger.domain.workflow_messages import WorkflowMessage, message_aggregate_id
 
@@ -71,6 +75,16 @@ class Aggregates(ABC):
     def reservation(self, workflow_turn_id: object) -> TurnReservation:
         """The turn's reservation, or ``Workflow turn not found: <id>``."""
         return self._found(TurnReservation, turn_aggregate_id, workflow_turn_id, TurnNotFoundError)
+
+    def effect(self, effect_id: object) -> Effect:
+        """The managed effect, or ``Managed effect not found: <id>``."""
+        return self._found(Effect, effect_aggregate_id, effect_id, EffectNotFoundError)
+
+    def segment(self, segment_id: str) -> SessionSegment:
+        """The session segment, or ``Session capture segment is missing: <id>``."""
+        return self._found(
+            SessionSegment, segment_aggregate_id, segment_id, SessionSegmentMissingError
+        )
 
     def _found(
         self, cls: type[A], to_uuid: Callable[[str], UUID], natural_id: object, missing: Missing

@@ -8,6 +8,7 @@ acknowledged is lost and nothing is applied twice.
 
 from __future__ import annotations
 
+import itertools
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -36,6 +37,17 @@ from eventsourcing.utils import Environment
 
 from runledger.domain import lineage, outbox, restarts, run_endings
 from runledger.domain.aggregates import Aggregates
+from runledger.domain.effects import (
+    Effect,
+    check_label,
+    check_outcome,
+    effect_aggregate_id,
+    effect_id_for,
+    effects_of_run_key,
+)
+from runledger.domain.effects import (
+    check_request as check_effect_request,
+)
 from runledger.domain.errors import (
     ConcurrencyError,
     CorruptEventError,
@@ -63,20 +75,45 @@ from runledger.domain.human_decisions import (
     is_decision_id,
 )
 from runledger.domain.ids import decision_id_for, workflow_message_id_for
+from runledger.domain.leases import (
+    DEFAULT_LEASE_MS,
+    check_authority,
+    check_claim,
+    check_lease_ms,
+    check_owner,
+    new_token,
+)
 from runledger.domain.ports import EventStorage
 from runledger.domain.records import (
     DecisionSubmission,
+    EffectRecord,
+    EffectReservation,
     FollowUpRecord,
     HumanDecisionRecord,
     LoggedEvent,
     QueuedFollowUp,
     RestartReceipt,
+    RunClaim,
     RunRecord,
+    SessionEntryRecord,
+    SessionEventRecord,
+    SessionSegmentRecord,
     TurnRecord,
     WorkflowMessageRecord,
 )
 from runledger.domain.runs import Run, check_interruption_reason, check_run_id, run_aggregate_id
 from runledger.domain.serialisation import LedgerMapper
+from runledger.domain.session_segments import (
+    SessionSegment,
+    check_attempt_id,
+    check_binding,
+    check_capture,
+    check_entry,
+    check_event_batch,
+    segment_aggregate_id,
+    segment_id_for,
+    segments_of_run_key,
+)
 from runledger.domain.turn_reservations import TurnReservation, check_turn_id, turn_aggregate_id
 from runledger.domain.values import (
     HOST,
@@ -88,6 +125,7 @@ from runledger.domain.values import (
     JsonValue,
     MessageKind,
     ProgressStatus,
+    RecoveryVerdict,
     StopReason,
     TerminalStatus,
     is_count,
@@ -101,6 +139,7 @@ from runledger.domain.workflow_messages import (
 
 Clock = Callable[[], datetime]
 A = TypeVar("A", bound=BaseAggregate[UUID])
+E = TypeVar("E")
 T = TypeVar("T")
 
 _EVENT_ENVELOPE: Final = frozenset(
@@ -143,6 +182,9 @@ class UnitOfWork(Aggregates):
         # Looked up again on every attempt, so a retry also sees messages created since.
         return self._indexed(WorkflowMessage, source_id)
 
+    def effects_of(self, run_id: str) -> Iterator[Effect]:
+        return self._indexed(Effect, effects_of_run_key(run_id))
+
     def _indexed(self, cls: type[A], lookup_key: str) -> Iterator[A]:
         for aggregate_id in self.app.storage.originator_ids_by_key(lookup_key):
             found = self.get(cls, aggregate_id)
@@ -156,7 +198,7 @@ class WorkflowRuns(Application[UUID]):
     name = "runledger"
     snapshotting_intervals: ClassVar[
         dict[type[MutableAggregateProtocol[Any]] | type[ImmutableAggregateProtocol[Any]], int]
-    ] = {Run: 100}
+    ] = {Run: 100, SessionSegment: 100}
     max_attempts: ClassVar[int] = 50
 
     def __init__(
@@ -166,10 +208,14 @@ class WorkflowRuns(Application[UUID]):
         clock: Clock = utc_now,
         env: dict[str, str] | None = None,
         on_commit: Callable[[], None] | None = None,
+        allow_host_session_recording: bool = False,
     ) -> None:
         """``on_commit`` runs after each command that saved something (the embedded read
-        models catch up there), in place of the library's private notification hook."""
+        models catch up there), in place of the library's private notification hook.
+        ``allow_host_session_recording`` lets session recording skip the run's write
+        authority (upstream 0.16.2: the host records after the worker's lease ended)."""
         self.storage = storage
+        self.allow_host_session_recording = allow_host_session_recording
         self.clock = clock
         self._on_commit = on_commit
         self.conflicts = 0
@@ -299,11 +345,14 @@ class WorkflowRuns(Application[UUID]):
         current_attempt_id: str | None = None,
         waiting_on: str | None = None,
         status_detail: str | None = None,
+        authority: RunClaim | None = None,
     ) -> RunRecord:
         """Record that the run is running (at a node) or waiting (on a node)."""
+        claim = check_authority(authority)
 
         def command(unit: UnitOfWork) -> RunRecord:
             run = unit.run(run_id)
+            run.fence(claim, now=unit.now)
             run.record_progress(
                 status=status,
                 current_node=current_node,
@@ -317,31 +366,45 @@ class WorkflowRuns(Application[UUID]):
 
         return self.execute(command)
 
-    def pause_run(self, run_id: str, *, status_detail: str | None = None) -> RunRecord:
+    def pause_run(
+        self,
+        run_id: str,
+        *,
+        status_detail: str | None = None,
+        authority: RunClaim | None = None,
+    ) -> RunRecord:
         """Pause the run, with an optional status detail; its status stays as it is."""
+        claim = check_authority(authority)
 
         def command(unit: UnitOfWork) -> RunRecord:
             run = unit.run(run_id)
+            run.fence(claim, now=unit.now)
             run.pause(status_detail=status_detail, actor=HOST, now=unit.now)
             return run.to_record()
 
         return self.execute(command)
 
-    def resume_run(self, run_id: str) -> RunRecord:
+    def resume_run(self, run_id: str, *, authority: RunClaim | None = None) -> RunRecord:
         """Resume a paused run."""
+        claim = check_authority(authority)
 
         def command(unit: UnitOfWork) -> RunRecord:
             run = unit.run(run_id)
+            run.fence(claim, now=unit.now)
             run.resume(actor=HOST, now=unit.now)
             return run.to_record()
 
         return self.execute(command)
 
-    def set_presentation_instructions(self, run_id: str, instructions: str) -> RunRecord:
+    def set_presentation_instructions(
+        self, run_id: str, instructions: str, *, authority: RunClaim | None = None
+    ) -> RunRecord:
         """Set how the run's terminal result is presented; they cannot change once set."""
+        claim = check_authority(authority)
 
         def command(unit: UnitOfWork) -> RunRecord:
             run = unit.run(run_id)
+            run.fence(claim, now=unit.now)
             run.set_presentation_instructions(instructions, actor=HOST, now=unit.now)
             return run.to_record()
 
@@ -355,11 +418,14 @@ class WorkflowRuns(Application[UUID]):
         final_output: JsonValue = None,
         error: str | None = None,
         status_detail: str | None = None,
+        authority: RunClaim | None = None,
     ) -> RunRecord:
         """End the run; a bad end cancels queued follow-ups in the same commit."""
+        claim = check_authority(authority)
 
         def command(unit: UnitOfWork) -> RunRecord:
             run = unit.run(run_id)
+            run.fence(claim, now=unit.now)
             run_endings.finish_run(
                 unit,
                 run,
@@ -374,12 +440,20 @@ class WorkflowRuns(Application[UUID]):
 
         return self.execute(command)
 
-    def interrupt_run(self, run_id: str, reason: str = INTERRUPTED_REASON) -> RunRecord:
+    def interrupt_run(
+        self,
+        run_id: str,
+        reason: str = INTERRUPTED_REASON,
+        *,
+        authority: RunClaim | None = None,
+    ) -> RunRecord:
         """Fail a running run because its host stopped; any other run is left as it is."""
         check_interruption_reason(reason)
+        claim = check_authority(authority)
 
         def command(unit: UnitOfWork) -> RunRecord:
             run = unit.run(run_id)
+            run.fence(claim, now=unit.now)
             run_endings.interrupt_run(unit, run, reason, actor=HOST, now=unit.now)
             return run.to_record()
 
@@ -688,6 +762,304 @@ class WorkflowRuns(Application[UUID]):
             raise DecisionNotFoundError(decision_id)
         return found
 
+    # -- run leases (upstream §3.10, §8.3; decisions 16, 22, 26) --------------------------
+
+    def claim_run(
+        self, run_id: str, *, owner_type: str, owner_id: str, lease_ms: int = DEFAULT_LEASE_MS
+    ) -> RunClaim | None:
+        """Take the run's lease; None while any live lease exists (decision 22)."""
+        duration = check_lease_ms(lease_ms)
+        owner = check_owner(owner_type, owner_id)
+        token = new_token()
+
+        def command(unit: UnitOfWork) -> RunClaim | None:
+            run = unit.run(run_id)
+            return run.claim(owner, token=token, lease_ms=duration, now=unit.now)
+
+        return self.execute(command)
+
+    def renew_claim(self, claim: RunClaim, *, lease_ms: int = DEFAULT_LEASE_MS) -> RunClaim:
+        """Extend the current, unexpired lease; otherwise ``Lease is no longer current``."""
+        current = check_claim(claim)
+        duration = check_lease_ms(lease_ms)
+
+        def command(unit: UnitOfWork) -> RunClaim:
+            run = unit.run(current.run_id)
+            return run.renew_claim(current, lease_ms=duration, now=unit.now)
+
+        return self.execute(command)
+
+    def release_claim(self, claim: RunClaim) -> None:
+        """Give the lease up (also after it expired); a claim that is not current is refused."""
+        current = check_claim(claim)
+
+        def command(unit: UnitOfWork) -> None:
+            run = unit.run(current.run_id)
+            run.release_claim(current, now=unit.now)
+
+        self.execute(command)
+
+    # -- session recording (upstream §3.12; decisions 21, 26) -----------------------------
+
+    def fence_session_write(self, unit: UnitOfWork, run_id: str, claim: RunClaim | None) -> Run:
+        """Upstream assertSessionWriteAuthority: the run exists; its write authority holds,
+        unless the store lets the host record sessions (0.16.2)."""
+        run = unit.run(run_id)
+        if not self.allow_host_session_recording:
+            run.fence(claim, now=unit.now)
+        return run
+
+    def record_session_binding(
+        self,
+        run_id: str,
+        binding: dict[str, Any],
+        *,
+        attempt_id: str | None = None,
+        authority: RunClaim | None = None,
+    ) -> SessionSegmentRecord:
+        """Start recording a Pi session for the run (attempt); binding again is a no-op."""
+        check_run_id(run_id)
+        checked, session_id = check_binding(run_id, binding)
+        attempt = check_attempt_id(attempt_id)
+        claim = check_authority(authority)
+        segment_id = segment_id_for(run_id, attempt)
+
+        def command(unit: UnitOfWork) -> SessionSegmentRecord:
+            existing = unit.get(SessionSegment, segment_aggregate_id(segment_id))
+            if existing is not None:
+                return existing.to_record()
+            run = self.fence_session_write(unit, run_id, claim)
+            segment = unit.add(
+                SessionSegment.bind(
+                    segment_id,
+                    run_id=run_id,
+                    attempt_id=attempt,
+                    session_id=session_id,
+                    binding=checked,
+                    now=unit.now,
+                )
+            )
+            # Upstream inserts the run binding or ignores it: the first binding wins.
+            run.bind_origin_session(session_id, "interactive", actor=HOST, now=unit.now)
+            return segment.to_record()
+
+        return self.execute(command)
+
+    def append_session_entry(
+        self,
+        run_id: str,
+        entry: dict[str, Any],
+        *,
+        attempt_id: str | None = None,
+        authority: RunClaim | None = None,
+    ) -> int:
+        """Record one Pi session entry; returns its sequence in the segment."""
+        checked = check_entry(entry)
+        segment_id = segment_id_for(run_id, check_attempt_id(attempt_id))
+        claim = check_authority(authority)
+
+        def command(unit: UnitOfWork) -> int:
+            self.fence_session_write(unit, run_id, claim)
+            return unit.segment(segment_id).append_entry(checked, now=unit.now)
+
+        return self.execute(command)
+
+    def append_session_events(
+        self,
+        run_id: str,
+        records: list[dict[str, Any]],
+        *,
+        attempt_id: str | None = None,
+        authority: RunClaim | None = None,
+    ) -> SessionSegmentRecord | None:
+        """Record a batch of durable session events as one event; an empty batch is a no-op."""
+        batch = check_event_batch(records)
+        segment_id = segment_id_for(run_id, check_attempt_id(attempt_id))
+        claim = check_authority(authority)
+        if not batch:
+            return None
+
+        def command(unit: UnitOfWork) -> SessionSegmentRecord:
+            self.fence_session_write(unit, run_id, claim)
+            segment = unit.segment(segment_id)
+            segment.append_events(batch, now=unit.now)
+            return segment.to_record()
+
+        return self.execute(command)
+
+    def update_session_capture(
+        self,
+        run_id: str,
+        capture: dict[str, Any],
+        *,
+        attempt_id: str | None = None,
+        authority: RunClaim | None = None,
+    ) -> SessionSegmentRecord:
+        """Record the capture's state; a failed or complete capture keeps its end."""
+        checked, status = check_capture(capture)
+        segment_id = segment_id_for(run_id, check_attempt_id(attempt_id))
+        claim = check_authority(authority)
+
+        def command(unit: UnitOfWork) -> SessionSegmentRecord:
+            self.fence_session_write(unit, run_id, claim)
+            segment = unit.segment(segment_id)
+            segment.update_capture(checked, status, now=unit.now)
+            return segment.to_record()
+
+        return self.execute(command)
+
+    def session_segments(self, run_id: str) -> list[SessionSegmentRecord]:
+        """The run's segments in binding order, each with upstream's integrity diagnostics."""
+        run = self.load(Run, run_aggregate_id(run_id)) if isinstance(run_id, str) else None
+        if run is None:
+            return []
+        return [
+            segment.to_record(run_has_ended=run.has_ended) for segment in self._segments_of(run_id)
+        ]
+
+    def session_entries(
+        self, run_id: str, *, start: int = 0, limit: int = 100
+    ) -> list[SessionEntryRecord]:
+        """The run's recorded entries, segment by segment, from offset ``start``."""
+        entries = (
+            SessionEntryRecord(
+                segment_id=segment.segment_id,
+                attempt_id=segment.attempt_id,
+                entry_seq=event.entry_seq,
+                entry_id=event.entry_id,
+                entry=event.entry,
+                recorded_at=event.timestamp,
+            )
+            for segment in self._segments_of(run_id)
+            for event in self._segment_events(segment, SessionSegment.EntryAppended)
+        )
+        return _page(entries, start, limit)
+
+    def session_events(
+        self, run_id: str, *, start: int = 0, limit: int = 100
+    ) -> list[SessionEventRecord]:
+        """The run's durable session event records, segment by segment, from offset ``start``."""
+        records = (
+            SessionEventRecord(
+                segment_id=segment.segment_id,
+                seq=record["seq"],
+                type=record["type"],
+                at=record["at"],
+                node_id=record["nodeId"],
+                attempt_id=record["attemptId"],
+                payload=record["payload"],
+                recorded_at=batch.timestamp,
+            )
+            for segment in self._segments_of(run_id)
+            for batch in self._segment_events(segment, SessionSegment.EventsAppended)
+            for record in batch.records
+        )
+        return _page(records, start, limit)
+
+    def _segments_of(self, run_id: object) -> list[SessionSegment]:
+        if not isinstance(run_id, str):
+            return []
+        found = (
+            self.load(SessionSegment, aggregate_id)
+            for aggregate_id in self.storage.originator_ids_by_key(segments_of_run_key(run_id))
+        )
+        return [segment for segment in found if segment is not None]
+
+    def _segment_events(self, segment: SessionSegment, cls: type[E]) -> Iterator[E]:
+        for event in self.events.get(segment.id):
+            if isinstance(event, cls):
+                yield event
+
+    # -- managed effects (upstream §9.4; decisions 17, 23, 26) ----------------------------
+
+    def reserve_effect(
+        self,
+        run_id: str,
+        *,
+        effect_type: str,
+        key: str,
+        request: dict[str, Any],
+        authority: RunClaim | None = None,
+    ) -> EffectReservation:
+        """Reserve a side effect before applying it; only ``new`` and ``new_attempt`` apply."""
+        kind = check_label("type", effect_type)
+        label = check_label("key", key)
+        checked, recovery = check_effect_request(request)
+        claim = check_authority(authority)
+
+        def command(unit: UnitOfWork) -> EffectReservation:
+            run = unit.run(run_id)
+            run.fence(claim, now=unit.now)
+            effect_id = effect_id_for(run.run_id, kind, label)
+            effect = unit.get(Effect, effect_aggregate_id(effect_id))
+            if effect is None:
+                effect = unit.add(
+                    Effect.reserve_new(
+                        effect_id,
+                        run_id=run.run_id,
+                        effect_type=kind,
+                        key=label,
+                        request=checked,
+                        recovery=recovery,
+                        actor=HOST,
+                        now=unit.now,
+                    )
+                )
+                return EffectReservation(effect=effect.to_record(), outcome="new")
+            outcome = effect.reserve_again(checked, actor=HOST, now=unit.now)
+            return EffectReservation(effect=effect.to_record(), outcome=outcome)
+
+        return self.execute(command)
+
+    def settle_effect(
+        self,
+        effect_id: str,
+        *,
+        attempt: int,
+        outcome: str,
+        result: JsonValue = None,
+        authority: RunClaim | None = None,
+    ) -> EffectRecord:
+        """End the applying attempt of an effect: applied or failed."""
+        settled = check_outcome(outcome)
+        claim = check_authority(authority)
+
+        def command(unit: UnitOfWork) -> EffectRecord:
+            effect = unit.effect(effect_id)
+            unit.run(effect.run_id).fence(claim, now=unit.now)
+            effect.settle(attempt=attempt, outcome=settled, result=result, actor=HOST, now=unit.now)
+            return effect.to_record()
+
+        return self.execute(command)
+
+    def recover_applying_effects(self, run_id: str) -> RecoveryVerdict:
+        """After a crash: idempotent applying effects become retry_ready, manual ones
+        ambiguous; ``"ambiguous"`` if any became ambiguous, else ``"safe"``."""
+
+        def command(unit: UnitOfWork) -> RecoveryVerdict:
+            unit.run(run_id)
+            ambiguous = [e.recover(actor=SYSTEM, now=unit.now) for e in unit.effects_of(run_id)]
+            return "ambiguous" if any(ambiguous) else "safe"
+
+        return self.execute(command)
+
+    def retry_effect(self, effect_id: str) -> EffectRecord:
+        """Let a failed or ambiguous effect be attempted again by the next reservation."""
+
+        def command(unit: UnitOfWork) -> EffectRecord:
+            effect = unit.effect(effect_id)
+            effect.retry(actor=HOST, now=unit.now)
+            return effect.to_record()
+
+        return self.execute(command)
+
+    def get_effect(self, effect_id: str) -> EffectRecord | None:
+        """The effect as its events leave it, or None for an unknown id."""
+        if not isinstance(effect_id, str):
+            return None
+        effect = self.load(Effect, effect_aggregate_id(effect_id))
+        return None if effect is None else effect.to_record()
+
     # -- consistent reads -----------------------------------------------------------------
 
     def get_run(self, run_id: str) -> RunRecord | None:
@@ -725,9 +1097,8 @@ class WorkflowRuns(Application[UUID]):
         self, *, after: int = 0, limit: int = 1000, run_id: str | None = None
     ) -> list[LoggedEvent]:
         """Stored events in log order; with ``run_id`` only that run's and its children's."""
-        for name, value in (("log position", after), ("log limit", limit)):
-            if not is_count(value):
-                raise InvalidPageError(name)
+        _page_bound("log position", after)
+        _page_bound("log limit", limit)
         if run_id is not None:
             check_run_id(run_id)
         notifications = self.storage.select_log(after=after, limit=limit, run_id=run_id)
@@ -747,3 +1118,15 @@ class WorkflowRuns(Application[UUID]):
             actor=SYSTEM if not actor else Actor.from_json(actor),
             payload={key: value for key, value in state.items() if key not in _EVENT_ENVELOPE},
         )
+
+
+def _page(items: Iterable[T], start: object, limit: object) -> list[T]:
+    """Items ``start`` to ``start + limit`` of an ordered stream (both non-negative)."""
+    first = _page_bound("page start", start)
+    return list(itertools.islice(items, first, first + _page_bound("page limit", limit)))
+
+
+def _page_bound(name: str, value: object) -> int:
+    if not is_count(value):
+        raise InvalidPageError(name)
+    return value

@@ -11,10 +11,12 @@ from uuid import UUID
 
 from eventsourcing.domain import BaseAggregate
 
+from runledger.domain.effects import Effect
 from runledger.domain.events import LedgerEvent, LedgerSnapshot
 from runledger.domain.follow_ups import FollowUp
 from runledger.domain.human_decisions import HumanDecision
 from runledger.domain.runs import Run
+from runledger.domain.session_segments import SessionSegment
 from runledger.domain.turn_reservations import TurnReservation
 from runledger.domain.workflow_messages import WorkflowMessage
 
@@ -24,6 +26,8 @@ AGGREGATES: Final[tuple[type[BaseAggregate[UUID]], ...]] = (
     WorkflowMessage,
     TurnReservation,
     HumanDecision,
+    SessionSegment,
+    Effect,
 )
 
 DOMAIN_EVENTS: Final[tuple[type[LedgerEvent], ...]] = (
@@ -51,6 +55,18 @@ DOMAIN_EVENTS: Final[tuple[type[LedgerEvent], ...]] = (
     HumanDecision.Accepted,
     HumanDecision.Cancelled,
     HumanDecision.ContinuationCreated,
+    Run.Claimed,
+    Run.ClaimRenewed,
+    Run.ClaimReleased,
+    SessionSegment.Created,
+    SessionSegment.EntryAppended,
+    SessionSegment.EventsAppended,
+    SessionSegment.CaptureUpdated,
+    Effect.Reserved,
+    Effect.AttemptStarted,
+    Effect.Settled,
+    Effect.RetryReady,
+    Effect.BecameAmbiguous,
 )
 
 SNAPSHOTS: Final[tuple[type[LedgerSnapshot], ...]] = (
@@ -59,6 +75,8 @@ SNAPSHOTS: Final[tuple[type[LedgerSnapshot], ...]] = (
     WorkflowMessage.Snapshot,
     TurnReservation.Snapshot,
     HumanDecision.Snapshot,
+    SessionSegment.Snapshot,
+    Effect.Snapshot,
 )
 
 WIRE_NAMES: Final[tuple[str, ...]] = tuple(event.TOPIC for event in DOMAIN_EVENTS)

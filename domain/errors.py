@@ -586,3 +586,161 @@ class DecisionNotAcceptedError(WorkflowError):
 class DecisionContinuationConflictError(WorkflowError):
     code = "decision.continuation-conflict"
     template = "Immutable human decision continuation conflicts"
+
+
+# -- run leases (upstream §3.10, §8.3) ----------------------------------------------------
+
+
+class LeaseDurationError(WorkflowError):
+    code = "lease.invalid-duration"
+    template = "Lease duration must be a positive integer"
+
+
+class LeaseTooLongError(WorkflowError):
+    code = "lease.too-long"
+    template = "Lease duration must be at most {} milliseconds"
+
+
+class AuthorityLeaseDurationError(WorkflowError):
+    code = "lease.invalid-authority-duration"
+    template = "Workflow run authority lease duration must be a positive integer"
+
+
+class InvalidLeaseOwnerError(WorkflowError):
+    code = "lease.invalid-owner"
+    template = "Lease owner must be a known actor type and a non-empty id"
+
+
+class InvalidClaimError(WorkflowError):
+    code = "lease.invalid-claim"
+    template = "Workflow run claim must be a RunClaim returned by claim_run"
+
+
+class LeaseNotCurrentError(WorkflowError):
+    code = "lease.not-current"
+    template = "Lease is no longer current"
+
+
+class LeaseOfAnotherRunError(WorkflowError):
+    code = "lease.other-resource"
+    template = "Lease does not belong to the mutation resource"
+
+
+class ClaimLostError(WorkflowError):
+    code = "lease.claim-lost"
+    template = "Workflow run claim lost ({}): {}"
+
+    def __init__(self, reason: str, run_id: str) -> None:
+        super().__init__(reason, run_id)
+        self.reason = reason
+
+
+# -- managed effects (upstream §9.4, decisions 17 and 23) ---------------------------------
+
+
+class InvalidEffectLabelError(WorkflowError):
+    code = "effect.invalid-label"
+    template = "Managed effect {} must be nonempty text of at most 256 characters"
+
+
+class InvalidEffectRequestError(WorkflowError):
+    code = "effect.invalid-request"
+    template = "Managed effect request must be a JSON object whose recovery is idempotent or manual"
+
+
+class EffectKeyReusedError(WorkflowError):
+    code = "effect.key-reused"
+    template = "Managed effect key was reused with another request"
+
+
+class EffectNotApplyingError(WorkflowError):
+    code = "effect.not-applying"
+    template = "Managed effect is not applying"
+
+
+class InvalidEffectOutcomeError(WorkflowError):
+    code = "effect.invalid-outcome"
+    template = "Managed effect outcome must be applied or failed"
+
+
+class EffectNotFoundError(WorkflowError):
+    code = "effect.not-found"
+    template = "Managed effect not found: {}"
+
+
+class EffectNotRetryableError(WorkflowError):
+    code = "effect.not-retryable"
+    template = "Managed effect can only be retried when failed or ambiguous, not {}"
+
+
+# -- session recording (upstream §3.12, decisions 21 and 26) ------------------------------
+
+
+class SessionBindingMismatchError(WorkflowError):
+    code = "session.binding-mismatch"
+    template = "Session binding does not match the workflow run"
+
+
+class InvalidCaptureAttemptError(WorkflowError):
+    code = "session.invalid-attempt"
+    template = "Session capture attempt id must be a non-empty string or None"
+
+
+class SessionSegmentMissingError(WorkflowError):
+    code = "session.segment-missing"
+    template = "Session capture segment is missing: {}"
+
+
+class InvalidSessionEntryError(WorkflowError):
+    code = "session.invalid-entry"
+    template = "Session entry must be a JSON object"
+
+
+class InvalidSessionEventBatchError(WorkflowError):
+    code = "session.invalid-batch"
+    template = "Session events must be a list of event records"
+
+
+class SessionCaptureStoppedError(WorkflowError):
+    code = "session.capture-stopped"
+    template = "Session event capture has stopped"
+
+
+class UnexpectedSessionEventSeqError(WorkflowError):
+    code = "session.unexpected-seq"
+    template = "Expected session event seq {}, got {}"
+
+
+class InvalidSessionEventSeqError(WorkflowError):
+    code = "session.invalid-seq"
+    template = "Session event seq must be a positive safe integer"
+
+
+class SessionEventEnvelopeError(WorkflowError):
+    code = "session.missing-envelope"
+    template = "Session event is missing required envelope fields"
+
+
+class IncrementalSessionEventError(WorkflowError):
+    code = "session.incremental-event"
+    template = "Incremental assistant events are not durable session facts"
+
+
+class SessionEventTooLargeError(WorkflowError):
+    code = "session.event-too-large"
+    template = "session event exceeded {} bytes"
+
+
+class InvalidSessionCaptureError(WorkflowError):
+    code = "session.invalid-capture"
+    template = "Invalid session capture projection"
+
+
+class CaptureFailureRequiredError(WorkflowError):
+    code = "session.failure-required"
+    template = "Failed session capture requires failure details"
+
+
+class CaptureFailureForbiddenError(WorkflowError):
+    code = "session.failure-forbidden"
+    template = "Only failed session capture may contain failure details"

@@ -9,14 +9,20 @@ from pydantic import BaseModel, ConfigDict
 
 from runledger.domain.values import (
     Actor,
+    CaptureStatus,
     DecisionProvenance,
     DecisionStatus,
+    EffectOutcome,
+    EffectRecovery,
+    EffectStatus,
     ExecutionMode,
     FollowUpState,
+    Integrity,
     JsonValue,
     LineageKind,
     MessageKind,
     MessageStatus,
+    ReservationOutcome,
     RunStatus,
     StopReason,
     SubmissionOutcome,
@@ -247,3 +253,92 @@ class DecisionSubmission(Record):
     decision: HumanDecisionRecord
     continuation: RunRecord | None = None
     """The continuation child, when the answer was asked to continue the run."""
+
+
+# -- run leases, managed effects and session recording ------------------------------------
+
+
+class RunClaim(Record):
+    """A worker's lease on a run: the token is returned once, only its SHA-256 is stored."""
+
+    run_id: str
+    owner_type: str
+    owner_id: str
+    token: str
+    generation: int
+    expires_at: datetime
+    lease_ms: int
+
+
+class EffectRecord(Record):
+    """A managed side effect of a run: its request, attempts, status and outcome."""
+
+    effect_id: str
+    run_id: str
+    effect_type: str
+    key: str
+    request: dict[str, Any]
+    request_digest: str
+    recovery: EffectRecovery
+    status: EffectStatus
+    attempt: int
+    outcome: EffectOutcome | None
+    result: JsonValue
+    created_at: datetime
+    updated_at: datetime
+
+
+class EffectReservation(Record):
+    """What ``reserve_effect`` returns: the effect and whether the caller may apply it now."""
+
+    effect: EffectRecord
+    outcome: ReservationOutcome
+
+    @property
+    def may_apply(self) -> bool:
+        """Only a new reservation or a new attempt owns the side effect."""
+        return self.outcome in ("new", "new_attempt")
+
+
+class SessionSegmentRecord(Record):
+    """A recorded session segment of a run (one per attempt, "" for the run level)."""
+
+    segment_id: str
+    run_id: str
+    attempt_id: str | None
+    session_id: str
+    binding: dict[str, Any]
+    status: CaptureStatus
+    entry_count: int
+    event_count: int
+    last_event_seq: int
+    capture: dict[str, Any] | None
+    failure: JsonValue
+    created_at: datetime
+    updated_at: datetime
+    integrity: Integrity = "valid"
+    diagnostics: list[str] = []
+
+
+class SessionEntryRecord(Record):
+    """One Pi session entry recorded in a segment, by its per-segment sequence."""
+
+    segment_id: str
+    attempt_id: str | None
+    entry_seq: int
+    entry_id: str
+    entry: dict[str, Any]
+    recorded_at: datetime
+
+
+class SessionEventRecord(Record):
+    """One durable session event record, as the host sent it."""
+
+    segment_id: str
+    seq: int
+    type: str
+    at: str
+    node_id: str
+    attempt_id: str
+    payload: dict[str, Any]
+    recorded_at: datetime

@@ -12,6 +12,7 @@ from eventsourcing.domain import BaseAggregate
 from runledger.domain.canonical import check_plain_json, json_digest
 from runledger.domain.errors import (
     CancelledRunRestartError,
+    ClaimLostError,
     EmptyPresentationInstructionsError,
     InvalidExecutionModeError,
     InvalidRunFieldError,
@@ -19,6 +20,8 @@ from runledger.domain.errors import (
     InvalidRunStatusError,
     InvalidSessionIdError,
     InvalidWorkflowNameError,
+    LeaseNotCurrentError,
+    LeaseOfAnotherRunError,
     NotOriginSessionError,
     PresentationInstructionsChangedError,
     RestartLimitError,
@@ -35,7 +38,8 @@ from runledger.domain.events import (
     OwnsNestedEvents,
 )
 from runledger.domain.ids import aggregate_id
-from runledger.domain.records import RestartReceipt, RunRecord
+from runledger.domain.leases import check_authority_lease_ms, expiry, token_hash
+from runledger.domain.records import RestartReceipt, RunClaim, RunRecord
 from runledger.domain.values import (
     DEFAULT_PRESENTATION_INSTRUCTIONS,
     EXECUTION_MODES,
@@ -45,6 +49,7 @@ from runledger.domain.values import (
     Actor,
     BadEndStatus,
     ExecutionMode,
+    FenceReason,
     JsonValue,
     LineageKind,
     ProgressStatus,
@@ -84,7 +89,7 @@ class Run(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
     """A workflow run. Follow-ups queue on it, so it serialises them and numbers them."""
 
     TOPIC = "run"
-    DATETIME_FIELDS: ClassVar[tuple[str, ...]] = ("finished_at",)
+    DATETIME_FIELDS: ClassVar[tuple[str, ...]] = ("finished_at", "lease_expires_at")
     # Version 2 holds the human-decision receipt of a continuation child.
     class_version = 2
 
@@ -115,6 +120,13 @@ class Run(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
     terminal_message_id: str | None
     terminal_fingerprint: str | None
     human_decision: dict[str, JsonValue] | None
+    # The lease (decision 16). Class defaults: runs created, and snapshots taken, before
+    # leases existed load as never claimed.
+    lease_generation: int = 0
+    lease_owner_type: str | None = None
+    lease_owner_id: str | None = None
+    lease_token_hash: str | None = None
+    lease_expires_at: datetime | None = None
 
     def __init__(self) -> None:
         """State is set by the Created event."""
@@ -294,6 +306,46 @@ class Run(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
 
         def apply(self, run: Run) -> None:
             pass
+
+    class Claimed(Event):
+        """A worker took the run's lease; only the token's SHA-256 is recorded."""
+
+        TOPIC = "run.claimed"
+        owner_type: str
+        owner_id: str
+        generation: int
+        token_hash: str
+        lease_ms: int
+        expires_at: str
+
+        def apply(self, run: Run) -> None:
+            run.lease_generation = self.generation
+            run.lease_owner_type = self.owner_type
+            run.lease_owner_id = self.owner_id
+            run.lease_token_hash = self.token_hash
+            run.lease_expires_at = datetime.fromisoformat(self.expires_at)
+
+    class ClaimRenewed(Event):
+        """The lease's holder extended it (explicitly, or by writing with its authority)."""
+
+        TOPIC = "run.claim-renewed"
+        generation: int
+        expires_at: str
+
+        def apply(self, run: Run) -> None:
+            run.lease_expires_at = datetime.fromisoformat(self.expires_at)
+
+    class ClaimReleased(Event):
+        """The lease's holder gave it up; the generation stays, so old claims stay stale."""
+
+        TOPIC = "run.claim-released"
+        generation: int
+
+        def apply(self, run: Run) -> None:
+            run.lease_owner_type = None
+            run.lease_owner_id = None
+            run.lease_token_hash = None
+            run.lease_expires_at = None
 
     class Snapshot(LedgerSnapshot):
         """The run's state at a version."""
@@ -529,6 +581,109 @@ class Run(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
             now,
             continuation_run_id=continuation_run_id,
             status=status,
+        )
+
+    # -- leases (upstream §3.10, §8.3; decisions 16, 22, 26) -------------------------------
+
+    def claim(self, owner: Actor, *, token: str, lease_ms: int, now: datetime) -> RunClaim | None:
+        """Take the lease unless a live one exists (anyone's, the same owner's too)."""
+        if self.has_live_lease(now):
+            return None
+        expires_at = expiry(now, lease_ms)
+        self._trigger(
+            self.Claimed,
+            owner,
+            now,
+            owner_type=owner.type,
+            owner_id=owner.id,
+            generation=self.lease_generation + 1,
+            token_hash=token_hash(token),
+            lease_ms=lease_ms,
+            expires_at=expires_at.isoformat(),
+        )
+        return self._claim_for(token, lease_ms)
+
+    def renew_claim(self, claim: RunClaim, *, lease_ms: int, now: datetime) -> RunClaim:
+        """Extend the current, unexpired lease by ``lease_ms`` from now."""
+        if self.lost_claim_reason(claim, now) is not None:
+            raise LeaseNotCurrentError()
+        self._renew(claim, lease_ms, now)
+        return self._claim_for(claim.token, lease_ms)
+
+    def release_claim(self, claim: RunClaim, *, now: datetime) -> None:
+        """Give the lease up; the holder may release it after it expired (as upstream)."""
+        if self.lease_owner_type is None or self._mismatch(claim) is not None:
+            raise LeaseNotCurrentError()
+        self._trigger(
+            self.ClaimReleased,
+            Actor.coerce({"type": claim.owner_type, "id": claim.owner_id}),
+            now,
+            generation=self.lease_generation,
+        )
+
+    def fence(self, authority: RunClaim | None, *, now: datetime) -> None:
+        """The write-authority rule every fenced command calls first (upstream §3.10).
+
+        A run nobody claimed takes writes without authority (single-host use). Otherwise,
+        and whenever an authority is given (a stale claim is never silently accepted), the
+        claim must be the live lease; the write then renews it by the claim's ``lease_ms``.
+        """
+        if self.lease_owner_type is None and authority is None:
+            return
+        if authority is None:
+            raise ClaimLostError("missingAuthority", self.run_id)
+        if authority.run_id != self.run_id:
+            raise LeaseOfAnotherRunError()
+        reason = self.lost_claim_reason(authority, now)
+        if reason is not None:
+            raise ClaimLostError(reason, self.run_id)
+        self._renew(authority, check_authority_lease_ms(authority.lease_ms), now)
+
+    def has_live_lease(self, now: datetime) -> bool:
+        """Someone holds the lease and it has not run out."""
+        return (
+            self.lease_owner_type is not None
+            and self.lease_expires_at is not None
+            and self.lease_expires_at > now
+        )
+
+    def lost_claim_reason(self, claim: RunClaim, now: datetime) -> FenceReason | None:
+        """Why ``claim`` is not the live lease, in upstream's order of checks; None if it is."""
+        if not self.has_live_lease(now):
+            return "expired"
+        return self._mismatch(claim)
+
+    def _mismatch(self, claim: RunClaim) -> FenceReason | None:
+        if (claim.owner_type, claim.owner_id) != (self.lease_owner_type, self.lease_owner_id):
+            return "ownerChanged"
+        if token_hash(claim.token) != self.lease_token_hash:
+            return "tokenChanged"
+        if claim.generation != self.lease_generation:
+            return "generationChanged"
+        return None
+
+    def _renew(self, claim: RunClaim, lease_ms: int, now: datetime) -> None:
+        self._trigger(
+            self.ClaimRenewed,
+            Actor.coerce({"type": claim.owner_type, "id": claim.owner_id}),
+            now,
+            generation=self.lease_generation,
+            expires_at=expiry(now, lease_ms).isoformat(),
+        )
+
+    def _claim_for(self, token: str, lease_ms: int) -> RunClaim:
+        owner_type, owner_id = self.lease_owner_type, self.lease_owner_id
+        expires_at = self.lease_expires_at
+        if owner_type is None or owner_id is None or expires_at is None:
+            raise LeaseNotCurrentError()
+        return RunClaim(
+            run_id=self.run_id,
+            owner_type=owner_type,
+            owner_id=owner_id,
+            token=token,
+            generation=self.lease_generation,
+            expires_at=expires_at,
+            lease_ms=lease_ms,
         )
 
     def _trigger(

@@ -22,7 +22,7 @@ MAX_COUNT: Final[int] = 2**63 - 1
 """The largest position, limit or offset: what every backend's 64-bit integers hold."""
 
 
-def is_count(value: object) -> bool:
+def is_count(value: object) -> TypeGuard[int]:
     """A page position, limit or offset: a non-negative int (not a bool) every backend holds."""
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT
 
@@ -130,3 +130,30 @@ DecisionStatus = Literal["pending", "accepted", "cancelled"]
 DecisionProvenance = Literal["human", "timeout_policy", "explicit_cancel", "expired_no_default"]
 CANCEL_PROVENANCES: Final[tuple[str, ...]] = ("explicit_cancel", "expired_no_default")
 SubmissionOutcome = Literal["won", "adopted", "already_resolved", "conflict"]
+
+# -- run leases, managed effects and session recording ------------------------------------
+
+FenceReason = Literal[
+    "missingAuthority", "expired", "ownerChanged", "tokenChanged", "generationChanged"
+]
+"""Why a write lost its claim (upstream ClaimLostError reasons)."""
+EffectStatus = Literal["applying", "applied", "failed", "retry_ready", "ambiguous"]
+EffectOutcome = Literal["applied", "failed"]
+EFFECT_OUTCOMES: Final[tuple[EffectOutcome, ...]] = get_args(EffectOutcome)
+EffectRecovery = Literal["idempotent", "manual"]
+EFFECT_RECOVERIES: Final[tuple[EffectRecovery, ...]] = get_args(EffectRecovery)
+ReservationOutcome = Literal["new", "adopted", "new_attempt", "ambiguous"]
+RecoveryVerdict = Literal["safe", "ambiguous"]
+CaptureStatus = Literal["recording", "complete", "failed"]
+CAPTURE_STATUSES: Final[tuple[CaptureStatus, ...]] = get_args(CaptureStatus)
+SessionEventType = Literal[
+    "turn_started",
+    "turn_finished",
+    "message_started",
+    "assistant_event",
+    "message_finished",
+    "tool_execution_started",
+    "tool_execution_finished",
+]
+SESSION_EVENT_TYPES: Final[tuple[SessionEventType, ...]] = get_args(SessionEventType)
+Integrity = Literal["valid", "invalid"]

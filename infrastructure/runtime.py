@@ -114,6 +114,7 @@ class StoreRuntime(ClosedOnExit):
         *,
         url: str,
         clock: Clock = utc_now,
+        allow_host_session_recording: bool = False,
         embedded_projections: bool = True,
         projections: Sequence[str] | None = None,
     ) -> None:
@@ -124,7 +125,10 @@ class StoreRuntime(ClosedOnExit):
         chosen = [p for p in default_projections() if projections is None or p.name in projections]
         self.projector = Projector(storage, views, chosen)
         self.app = WorkflowRuns(
-            storage, clock=clock, on_commit=self._committed if embedded_projections else None
+            storage,
+            clock=clock,
+            on_commit=self._committed if embedded_projections else None,
+            allow_host_session_recording=allow_host_session_recording,
         )
         self._reader = views.reader()
         self._closed = False
@@ -319,6 +323,7 @@ def open_runtime(
     url: str | None = None,
     *,
     clock: Clock = utc_now,
+    allow_host_session_recording: bool = False,
     env: Mapping[str, str] | None = None,
     embedded_projections: bool = True,
     projections: Sequence[str] | None = None,
@@ -331,6 +336,7 @@ def open_runtime(
         views,
         url=resolved,
         clock=clock,
+        allow_host_session_recording=allow_host_session_recording,
         embedded_projections=embedded_projections,
         projections=projections,
     )

@@ -145,6 +145,56 @@ class WorkflowStore(ClosedOnExit):
         "The continuation child of an accepted decision, created once with its receipt.",
     )
 
+    # -- run leases -------------------------------------------------------------------------
+
+    claim_run = _command(
+        WorkflowRuns.claim_run, "Take the run's lease; None while any live lease exists."
+    )
+    renew_claim = _command(WorkflowRuns.renew_claim, "Extend the current, unexpired lease.")
+    release_claim = _command(WorkflowRuns.release_claim, "Give the run's lease up.")
+
+    # -- session recording ------------------------------------------------------------------
+
+    record_session_binding = _command(
+        WorkflowRuns.record_session_binding,
+        "Start recording a Pi session for the run (attempt); binding again is a no-op.",
+    )
+    append_session_entry = _command(
+        WorkflowRuns.append_session_entry, "Record one Pi session entry; returns its sequence."
+    )
+    append_session_events = _command(
+        WorkflowRuns.append_session_events, "Record a batch of durable session event records."
+    )
+    update_session_capture = _command(
+        WorkflowRuns.update_session_capture, "Record the session capture's state."
+    )
+    session_segments = _command(
+        WorkflowRuns.session_segments, "The run's session segments with their integrity."
+    )
+    session_entries = _command(
+        WorkflowRuns.session_entries, "A page of the run's recorded session entries."
+    )
+    session_events = _command(
+        WorkflowRuns.session_events, "A page of the run's recorded session event records."
+    )
+
+    # -- managed effects --------------------------------------------------------------------
+
+    reserve_effect = _command(
+        WorkflowRuns.reserve_effect, "Reserve a side effect of the run before applying it."
+    )
+    settle_effect = _command(
+        WorkflowRuns.settle_effect, "End the applying attempt of an effect: applied or failed."
+    )
+    recover_applying_effects = _command(
+        WorkflowRuns.recover_applying_effects,
+        'After a crash, settle what applying effects mean: "safe" or "ambiguous".',
+    )
+    retry_effect = _command(
+        WorkflowRuns.retry_effect, "Let a failed or ambiguous effect be attempted again."
+    )
+    get_effect = _command(WorkflowRuns.get_effect, "The effect, or None for an unknown id.")
+
     # -- consistent reads from aggregates ---------------------------------------------------
 
     get_run = _command(WorkflowRuns.get_run, "The run, or None for an unknown id.")
@@ -225,6 +275,7 @@ def open_store(
     url: str | None = None,
     *,
     clock: Clock = utc_now,
+    allow_host_session_recording: bool = False,
     env: Mapping[str, str] | None = None,
     embedded_projections: bool = True,
     projections: Sequence[str] | None = None,
@@ -234,13 +285,16 @@ def open_store(
     Without ``url``: ``RUNLEDGER_URL`` from ``env`` (default: the process environment), else
     ``sqlite:///runledger.db``. With ``embedded_projections`` (the default) read models catch up
     in this process after every command; without, a separate ``runledger projections run``
-    worker keeps them. ``projections`` limits the store to some read models.
+    worker keeps them. ``projections`` limits the store to some read models. Times come
+    from ``clock``. With ``allow_host_session_recording`` session recording skips the run's
+    write authority (upstream 0.16.2's host records after the worker's lease ended).
     """
     # The public signature is spelled out here, once for hosts; open_runtime mirrors it.
     return WorkflowStore(
         open_runtime(
             url,
             clock=clock,
+            allow_host_session_recording=allow_host_session_recording,
             env=env,
             embedded_projections=embedded_projections,
             projections=projections,

@@ -152,7 +152,7 @@ def bench(
         bool, typer.Option("--quick", help="Small fixed workloads: a smoke run, not a measure.")
     ] = False,
 ) -> None:
-    """Measure P1-P6 next to raw baselines on the URL's backend, in scratch databases."""
+    """Measure P1-P8 next to raw baselines on the URL's backend, in scratch databases."""
     chosen = [item.strip() for item in only.split(",") if item.strip()]
     results = run_bench(resolve_url(url), events=events, seconds=seconds, only=chosen, quick=quick)
     print_bench(results, console(), as_json=as_json)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
+import orjson
 import psycopg
 from psycopg.sql import SQL, Identifier
 
@@ -211,6 +212,83 @@ def _queue(store: WorkflowStore, run_id: str, session_id: str, number: int) -> N
     )
 
 
+# -- session recording and leases (P7, P8) --------------------------------------------------
+
+SESSION_BATCH: Final = 64
+
+
+def _session_records(first_seq: int) -> list[dict[str, Any]]:
+    """A batch of durable session event records as a host sends them."""
+    return [
+        {
+            "seq": seq,
+            "at": "2026-01-01T00:00:00.000Z",
+            "type": "tool_execution_finished",
+            "nodeId": "build",
+            "attemptId": "attempt-1",
+            "payload": {"toolCallId": f"call-{seq}", "output": "ok " * 20},
+        }
+        for seq in range(first_seq, first_seq + SESSION_BATCH)
+    ]
+
+
+def session_events_rate(url: str, seconds: float) -> float:
+    """Session event records per second through ``append_session_events``, 64 per batch."""
+    with open_store(url) as store:
+        store.create_run("p7", workflow_name="bench", input={})
+        binding = {
+            "schema": "pi-workflows.session-binding.v1",
+            "runId": "p7",
+            "piSessionId": "p7-session",
+            "boundAt": "2026-01-01T00:00:00.000Z",
+        }
+        store.record_session_binding("p7", binding)
+        count = 0
+        started = time.perf_counter()
+        while time.perf_counter() - started < seconds:
+            store.append_session_events("p7", _session_records(count + 1))
+            count += SESSION_BATCH
+        return count / (time.perf_counter() - started)
+
+
+def raw_batch_insert_rate(url: str, seconds: float) -> float:
+    """Rows per second of plain multi-row inserts of 64 event-sized rows per commit."""
+    raw = Raw(url)
+    rows = [orjson.dumps(record) for record in _session_records(1)]
+    statement = "INSERT INTO bench_raw (payload) VALUES " + ", ".join(
+        [f"({raw.marker})"] * SESSION_BATCH
+    )
+    with raw.connection() as connection:
+        count = 0
+        started = time.perf_counter()
+        while time.perf_counter() - started < seconds:
+            if raw.sqlite:
+                connection.execute("BEGIN")
+                connection.execute(statement, rows)
+                connection.execute("COMMIT")
+            else:
+                connection.execute(statement, rows)
+            count += SESSION_BATCH
+        return count / (time.perf_counter() - started)
+
+
+def claim_renew_rate(url: str, seconds: float) -> float:
+    """``claim_run`` and ``renew_claim`` commands per second (each claim renewed once)."""
+    with open_store(url) as store:
+        count = 0
+        measured = 0.0
+        while measured < seconds:
+            run_id = f"p8-{count}"
+            store.create_run(run_id, workflow_name="bench", input={})  # setup, not timed
+            started = time.perf_counter()
+            claim = store.claim_run(run_id, owner_type="controller", owner_id="bench")
+            if claim is not None:
+                store.renew_claim(claim)
+            measured += time.perf_counter() - started
+            count += 2
+        return count / measured
+
+
 # -- workers for multi-process measurements --------------------------------------------------
 
 
@@ -258,7 +336,7 @@ def _parallel(target: Callable[..., None], args: list[tuple[Any, ...]]) -> float
 
 
 class Bench:
-    """The measurements P1-P6 on one backend, each in a scratch database of its own."""
+    """The measurements P1-P8 on one backend, each in a scratch database of its own."""
 
     def __init__(
         self,
@@ -512,6 +590,40 @@ class Bench:
             p99 <= 5,
         )
 
+    def p7_session_events(self) -> BenchResult:
+        """P7: session event records per second, 64 per append_session_events batch."""
+        url = self.scratch.new_url()
+        baseline = raw_batch_insert_rate(url, self.seconds)
+        rate = session_events_rate(url, self.seconds)
+        self.advance("P7")
+        return BenchResult(
+            "P7",
+            f"append_session_events, batches of {SESSION_BATCH}, read models in-process",
+            rate,
+            "events/s",
+            baseline,
+            rate / baseline,
+            f">= 0.3 x raw multi-row inserts of {SESSION_BATCH} rows per commit",
+            rate / baseline >= 0.3,
+        )
+
+    def p8_leases(self) -> BenchResult:
+        """P8: claim_run and renew_claim commands per second (reported, no goal)."""
+        url = self.scratch.new_url()
+        baseline = Raw(url).insert_rate(self.seconds)
+        rate = claim_renew_rate(url, self.seconds)
+        self.advance("P8")
+        return BenchResult(
+            "P8",
+            "claim_run / renew_claim, one writer",
+            rate,
+            "commands/s",
+            baseline,
+            rate / baseline,
+            "report",
+            True,
+        )
+
     def _steps(self) -> dict[str, Callable[[], BenchResult]]:
         steps = {"P1": self.p1_single_writer}
         if self.backend == "postgresql":
@@ -521,6 +633,8 @@ class Bench:
             "P4": self.p4_visibility,
             "P5": self.p5_history_cost,
             "P6": self.p6_range,
+            "P7": self.p7_session_events,
+            "P8": self.p8_leases,
         }
         return {key: step for key, step in steps.items() if not self.only or key in self.only}
 

@@ -11,6 +11,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, Final
 
+from runledger.domain.records import RunClaim
 from runledger.domain.values import Actor
 from runledger.infrastructure.store import WorkflowStore
 from tests.support.scenario import notification_content
@@ -29,6 +30,8 @@ class World:
     message_id: str
     turn_id: str
     decision_id: str
+    effect_id: str
+    claim: RunClaim
     number: int
 
     @property
@@ -64,6 +67,13 @@ def build_world(store: WorkflowStore) -> World:
     decision = store.request_human_decision(
         run_id, node_id="approve", attempt_id="attempt-1", request=DECISION_REQUEST
     )
+    store.record_session_binding(run_id, session_binding(run_id, session_id))
+    effect = store.reserve_effect(run_id, effect_type="email", key="key-1", request={"to": "a"})
+    # A run of its own holds the lease, so the other commands of the world need no authority.
+    claimed_run_id = f"claimed-{number}"
+    store.create_run(claimed_run_id, workflow_name="echo", input={})
+    claim = store.claim_run(claimed_run_id, owner_type="host", owner_id=f"worker-{number}")
+    assert claim is not None
     return World(
         run_id=run_id,
         ended_run_id=ended_run_id,
@@ -72,8 +82,20 @@ def build_world(store: WorkflowStore) -> World:
         message_id=follow_up_message,
         turn_id=turn_id,
         decision_id=decision.decision_id,
+        effect_id=effect.effect.effect_id,
+        claim=claim,
         number=number,
     )
+
+
+def session_binding(run_id: str, session_id: str) -> dict[str, Any]:
+    """A session binding of upstream's schema for ``run_id``."""
+    return {
+        "schema": "pi-workflows.session-binding.v1",
+        "runId": run_id,
+        "piSessionId": session_id,
+        "boundAt": "2026-01-01T00:00:00.000Z",
+    }
 
 
 DECISION_REQUEST: Final = {"title": "Ship it?", "choices": ["yes", "no"]}
@@ -89,6 +111,9 @@ SPECIFIC: Final[dict[tuple[str, str], Any]] = {
     ("restart_run", "workflow_message_id"): "{terminal}",
     ("remove_follow_up", "follow_up_id"): "{follow_up}",
     ("continue_after_decision", "run_id"): None,
+    ("reserve_effect", "request"): {"to": "b"},
+    ("reserve_effect", "key"): "key-{number}-2",
+    ("append_session_events", "records"): [],
 }
 """Baselines that depend on the command, not only on the argument's name."""
 
@@ -141,6 +166,27 @@ GENERAL: Final[dict[str, Any]] = {
     "submission_id": "submission-{number}",
     "continue_run": False,
     "provenance": "explicit_cancel",
+    "owner_type": "host",
+    "owner_id": "worker-{number}-2",
+    "lease_ms": 30_000,
+    "claim": "{claim}",
+    "authority": None,
+    "binding": "{binding}",
+    "entry": {"id": "entry-{number}", "type": "message"},
+    "records": [],
+    "capture": {
+        "schema": "pi-workflows.session-capture.v1",
+        "eventSchema": "pi-workflows.session-event.v1",
+        "status": "recording",
+        "entryCount": 0,
+        "eventCount": 0,
+    },
+    "effect_type": "email",
+    "key": "key-1",
+    "effect_id": "{effect}",
+    "attempt": 1,
+    "outcome": "applied",
+    "result": {"sent": True},
 }
 """A baseline for every argument name of the public surface (a new one must be added here)."""
 
@@ -158,6 +204,10 @@ def _filled(store: WorkflowStore, world: World, template: Any) -> Any:
         return tuple(_filled(store, world, item) for item in template)
     if template == "{actor}":
         return world.actor
+    if template == "{claim}":
+        return world.claim
+    if template == "{binding}":
+        return session_binding(world.run_id, world.session_id)
     if template == "{content}":
         return notification_content(f"source-{world.number}", "key-1", run_id=world.run_id)
     if template == "{terminal}":
@@ -173,5 +223,6 @@ def _filled(store: WorkflowStore, world: World, template: Any) -> Any:
         follow_up=world.follow_up_id,
         turn=world.turn_id,
         decision=world.decision_id,
+        effect=world.effect_id,
         number=world.number,
     )

@@ -18,6 +18,7 @@ from eventsourcing.domain import BaseAggregate, Snapshot
 from eventsourcing.persistence import StoredEvent
 
 from runledger.domain import catalogue
+from runledger.domain.effects import Effect, effect_id_for
 from runledger.domain.errors import (
     CorruptEventError,
     JsonIntegerTooLargeError,
@@ -36,6 +37,7 @@ from runledger.domain.ids import (
 )
 from runledger.domain.runs import Run
 from runledger.domain.serialisation import LedgerMapper, LedgerStoredEvent
+from runledger.domain.session_segments import SessionSegment, segment_id_for
 from runledger.domain.turn_reservations import TurnReservation
 from runledger.domain.values import SYSTEM, Actor
 from runledger.domain.workflow_messages import WorkflowMessage, follow_up_content
@@ -70,6 +72,18 @@ WIRE_NAMES = (
     "decision.accepted",
     "decision.cancelled",
     "decision.continuation-created",
+    "run.claimed",
+    "run.claim-renewed",
+    "run.claim-released",
+    "session.segment-created",
+    "session.entry-appended",
+    "session.events-appended",
+    "session.capture-updated",
+    "effect.reserved",
+    "effect.attempt-started",
+    "effect.settled",
+    "effect.retry-ready",
+    "effect.ambiguous",
 )
 
 AGGREGATE_TOPICS: dict[type[BaseAggregate[UUID]], str] = {
@@ -78,6 +92,8 @@ AGGREGATE_TOPICS: dict[type[BaseAggregate[UUID]], str] = {
     WorkflowMessage: "workflow-message",
     TurnReservation: "workflow-turn-reservation",
     HumanDecision: "decision",
+    SessionSegment: "session-segment",
+    Effect: "effect",
 }
 
 SNAPSHOT_TOPICS = (
@@ -86,6 +102,8 @@ SNAPSHOT_TOPICS = (
     "workflow-message.snapshot",
     "workflow-turn-reservation.snapshot",
     "decision.snapshot",
+    "session-segment.snapshot",
+    "effect.snapshot",
 )
 
 
@@ -235,6 +253,7 @@ def build_samples() -> dict[str, LedgerEvent]:
     parent.collect_events()
     parent.record_continuation_ended(RUN_ID, status="failed", actor=Actor("system"), now=now())
     events += parent.collect_events()
+    events += lease_session_and_effect_events(now)
 
     decision = HumanDecision.open(
         decision_id_for(RUN_ID, "approve", "attempt-1"),
@@ -480,7 +499,7 @@ EXPECTED: dict[str, tuple[str, int, str | None, str | None, bytes]] = {
         1,
         "run-1",
         None,
-        b'{"timestamp":"2026-01-01T00:00:00.023000+00:00","originator_topic":"decision","actor":'
+        b'{"timestamp":"2026-01-01T00:00:00.037000+00:00","originator_topic":"decision","actor":'
         b'{"type":"host","id":null},"run_id":"run-1","decision_id":"decision-6080c2d2c197b128705'
         b'97b67e812a1ab4f1a8e25","node_id":"approve","attempt_id":"attempt-1","request":{"title"'
         b':"Ship it?","choices":["yes","no"]},"request_digest":"69933f31e386d3a086bfa7da49468034'
@@ -491,7 +510,7 @@ EXPECTED: dict[str, tuple[str, int, str | None, str | None, bytes]] = {
         2,
         "run-1",
         None,
-        b'{"timestamp":"2026-01-01T00:00:00.024000+00:00","actor":{"type":"human","id":"user-1"}'
+        b'{"timestamp":"2026-01-01T00:00:00.038000+00:00","actor":{"type":"human","id":"user-1"}'
         b',"run_id":"run-1","decision_id":"decision-6080c2d2c197b12870597b67e812a1ab4f1a8e25","s'
         b'ubmission_id":"submission-1","response":{"choice":"yes"},"answer_digest":"b84d24ba8de9'
         b'f13caa5ac3863ee331d23754bdf6b3f92a11fb52848bc1449487","outcome":"won"}',
@@ -501,7 +520,7 @@ EXPECTED: dict[str, tuple[str, int, str | None, str | None, bytes]] = {
         3,
         "run-1",
         None,
-        b'{"timestamp":"2026-01-01T00:00:00.024000+00:00","actor":{"type":"human","id":"user-1"}'
+        b'{"timestamp":"2026-01-01T00:00:00.038000+00:00","actor":{"type":"human","id":"user-1"}'
         b',"run_id":"run-1","decision_id":"decision-6080c2d2c197b12870597b67e812a1ab4f1a8e25","p'
         b'rovenance":"human","submission_id":"submission-1","response":{"choice":"yes"},"answer_'
         b'digest":"b84d24ba8de9f13caa5ac3863ee331d23754bdf6b3f92a11fb52848bc1449487"}',
@@ -511,7 +530,7 @@ EXPECTED: dict[str, tuple[str, int, str | None, str | None, bytes]] = {
         2,
         "run-1",
         None,
-        b'{"timestamp":"2026-01-01T00:00:00.027000+00:00","actor":{"type":"control","id":null},"'
+        b'{"timestamp":"2026-01-01T00:00:00.041000+00:00","actor":{"type":"control","id":null},"'
         b'run_id":"run-1","decision_id":"decision-f45abc40cc355312f06f055e947e6b363a491f3d","pro'
         b'venance":"explicit_cancel"}',
     ),
@@ -520,12 +539,214 @@ EXPECTED: dict[str, tuple[str, int, str | None, str | None, bytes]] = {
         4,
         "run-1",
         None,
-        b'{"timestamp":"2026-01-01T00:00:00.025000+00:00","actor":{"type":"host","id":null},"run'
+        b'{"timestamp":"2026-01-01T00:00:00.039000+00:00","actor":{"type":"host","id":null},"run'
         b'_id":"run-1","decision_id":"decision-6080c2d2c197b12870597b67e812a1ab4f1a8e25","contin'
         b'uation_run_id":"continuation-6080c2d2c197b12870597b67e812a1ab4f1a8e25"}',
     ),
 }
 """wire name -> (originator id, version, run id column, lookup key column, state bytes)."""
+
+EXPECTED.update(
+    {
+        "run.claimed": (
+            "2690f010-72bb-536a-af45-e55d24fbdf53",
+            2,
+            "leased-1",
+            None,
+            b'{"timestamp":"2026-01-01T00:00:00.024000+00:00","actor":{"type":"controller","id'
+            b'":"worker-1"},"run_id":"leased-1","owner_type":"controller","owner_id":"worker-1'
+            b'","generation":1,"token_hash":"3f08aace122ee2368432c1ca23a049bc640bafbf00fdf33a5'
+            b'2429f38ba12dbf9","lease_ms":30000,"expires_at":"2026-01-01T00:00:30.024000+00:00'
+            b'"}',
+        ),
+        "run.claim-renewed": (
+            "2690f010-72bb-536a-af45-e55d24fbdf53",
+            3,
+            "leased-1",
+            None,
+            b'{"timestamp":"2026-01-01T00:00:00.025000+00:00","actor":{"type":"controller","id'
+            b'":"worker-1"},"run_id":"leased-1","generation":1,"expires_at":"2026-01-01T00:00:'
+            b'30.025000+00:00"}',
+        ),
+        "run.claim-released": (
+            "2690f010-72bb-536a-af45-e55d24fbdf53",
+            4,
+            "leased-1",
+            None,
+            b'{"timestamp":"2026-01-01T00:00:00.026000+00:00","actor":{"type":"controller","id'
+            b'":"worker-1"},"run_id":"leased-1","generation":1}',
+        ),
+        "session.segment-created": (
+            "84f78cd1-a547-5149-8207-bfeebccf24e3",
+            1,
+            "leased-1",
+            "segments-of:leased-1",
+            b'{"timestamp":"2026-01-01T00:00:00.027000+00:00","originator_topic":"session-segm'
+            b'ent","actor":{"type":"session","id":"session-1"},"run_id":"leased-1","segment_id'
+            b'":"segment-cbef0b2b4cc4b416ed033db203a54fb08a34b08b","attempt_id":"attempt-1","s'
+            b'ession_id":"session-1","binding":{"schema":"pi-workflows.session-binding.v1","ru'
+            b'nId":"leased-1","piSessionId":"session-1","boundAt":"2026-01-01T00:00:00.000Z"}}',
+        ),
+        "session.entry-appended": (
+            "84f78cd1-a547-5149-8207-bfeebccf24e3",
+            2,
+            "leased-1",
+            None,
+            b'{"timestamp":"2026-01-01T00:00:00.028000+00:00","actor":{"type":"session","id":"'
+            b'session-1"},"run_id":"leased-1","segment_id":"segment-cbef0b2b4cc4b416ed033db203'
+            b'a54fb08a34b08b","entry_seq":1,"entry_id":"entry-1","entry":{"id":"entry-1","type'
+            b'":"message"}}',
+        ),
+        "session.events-appended": (
+            "84f78cd1-a547-5149-8207-bfeebccf24e3",
+            3,
+            "leased-1",
+            None,
+            b'{"timestamp":"2026-01-01T00:00:00.029000+00:00","actor":{"type":"session","id":"'
+            b'session-1"},"run_id":"leased-1","segment_id":"segment-cbef0b2b4cc4b416ed033db203'
+            b'a54fb08a34b08b","first_seq":1,"last_seq":1,"records":[{"seq":1,"at":"2026-01-01T'
+            b'00:00:01.000Z","type":"turn_started","nodeId":"ask","attemptId":"attempt-1","pay'
+            b'load":{"turn":1}}]}',
+        ),
+        "session.capture-updated": (
+            "84f78cd1-a547-5149-8207-bfeebccf24e3",
+            4,
+            "leased-1",
+            None,
+            b'{"timestamp":"2026-01-01T00:00:00.030000+00:00","actor":{"type":"session","id":"'
+            b'session-1"},"run_id":"leased-1","segment_id":"segment-cbef0b2b4cc4b416ed033db203'
+            b'a54fb08a34b08b","capture":{"schema":"pi-workflows.session-capture.v1","eventSche'
+            b'ma":"pi-workflows.session-event.v1","status":"complete","entryCount":1,"eventCou'
+            b'nt":1}}',
+        ),
+        "effect.reserved": (
+            "b0d55233-978c-552f-93d2-8c476d899a3a",
+            1,
+            "leased-1",
+            "effects-of:leased-1",
+            b'{"timestamp":"2026-01-01T00:00:00.031000+00:00","originator_topic":"effect","act'
+            b'or":{"type":"host","id":null},"run_id":"leased-1","effect_id":"effect-7122d56044'
+            b'f1240bc30dab933ea48af9252aa9d1","effect_type":"email","key":"mail-1","request":{'
+            b'"to":"a@example.com","recovery":"idempotent"},"request_digest":"bb6ee8377c9081c2'
+            b'1e1c2b66af51b29e7891a4e86a9052a3c51683856196106a","recovery":"idempotent"}',
+        ),
+        "effect.attempt-started": (
+            "b0d55233-978c-552f-93d2-8c476d899a3a",
+            3,
+            "leased-1",
+            None,
+            b'{"timestamp":"2026-01-01T00:00:00.033000+00:00","actor":{"type":"host","id":null'
+            b'},"run_id":"leased-1","effect_id":"effect-7122d56044f1240bc30dab933ea48af9252aa9'
+            b'd1","attempt":2}',
+        ),
+        "effect.settled": (
+            "b0d55233-978c-552f-93d2-8c476d899a3a",
+            4,
+            "leased-1",
+            None,
+            b'{"timestamp":"2026-01-01T00:00:00.034000+00:00","actor":{"type":"host","id":null'
+            b'},"run_id":"leased-1","effect_id":"effect-7122d56044f1240bc30dab933ea48af9252aa9'
+            b'd1","attempt":2,"outcome":"applied","result":{"id":7}}',
+        ),
+        "effect.retry-ready": (
+            "b0d55233-978c-552f-93d2-8c476d899a3a",
+            2,
+            "leased-1",
+            None,
+            b'{"timestamp":"2026-01-01T00:00:00.032000+00:00","actor":{"type":"system","id":nu'
+            b'll},"run_id":"leased-1","effect_id":"effect-7122d56044f1240bc30dab933ea48af9252a'
+            b'a9d1","attempt":1,"reason":"recovered"}',
+        ),
+        "effect.ambiguous": (
+            "94882925-f132-5d99-9eda-061f700372ab",
+            2,
+            "leased-1",
+            None,
+            b'{"timestamp":"2026-01-01T00:00:00.036000+00:00","actor":{"type":"system","id":nu'
+            b'll},"run_id":"leased-1","effect_id":"effect-86786186962546d9850f28e5a9e073c5c713'
+            b'3ac5","attempt":1}',
+        ),
+    }
+)
+
+
+def lease_session_and_effect_events(now: Ticker) -> list[Any]:
+    """One run's lease events, a recorded session segment and a managed effect's events."""
+    leased = Run.create(
+        "leased-1",
+        workflow_name="echo",
+        input={},
+        workflow_ref=None,
+        title=None,
+        status="running",
+        parent=None,
+        lineage_kind=None,
+        parent_terminal_fingerprint=None,
+        actor=HOST,
+        now=now(),
+    )
+    leased.collect_events()
+    worker = Actor("controller", "worker-1")
+    claim = leased.claim(worker, token="token-1", lease_ms=30000, now=now())
+    assert claim is not None
+    leased.renew_claim(claim, lease_ms=30000, now=now())
+    leased.release_claim(claim, now=now())
+    events: list[Any] = list(leased.collect_events())
+
+    binding = {
+        "schema": "pi-workflows.session-binding.v1",
+        "runId": "leased-1",
+        "piSessionId": "session-1",
+        "boundAt": "2026-01-01T00:00:00.000Z",
+    }
+    segment = SessionSegment.bind(
+        segment_id_for("leased-1", "attempt-1"),
+        run_id="leased-1",
+        attempt_id="attempt-1",
+        session_id="session-1",
+        binding=binding,
+        now=now(),
+    )
+    segment.append_entry({"id": "entry-1", "type": "message"}, now=now())
+    record = {
+        "seq": 1,
+        "at": "2026-01-01T00:00:01.000Z",
+        "type": "turn_started",
+        "nodeId": "ask",
+        "attemptId": "attempt-1",
+        "payload": {"turn": 1},
+    }
+    segment.append_events([record], now=now())
+    capture = {
+        "schema": "pi-workflows.session-capture.v1",
+        "eventSchema": "pi-workflows.session-event.v1",
+        "status": "complete",
+        "entryCount": 1,
+        "eventCount": 1,
+    }
+    segment.update_capture(capture, "complete", now=now())
+    events += segment.collect_events()
+
+    for key, recovery in (("mail-1", "idempotent"), ("mail-2", "manual")):
+        effect = Effect.reserve_new(
+            effect_id_for("leased-1", "email", key),
+            run_id="leased-1",
+            effect_type="email",
+            key=key,
+            request={"to": "a@example.com", "recovery": recovery},
+            recovery=recovery,  # type: ignore[arg-type]
+            actor=HOST,
+            now=now(),
+        )
+        if recovery == "idempotent":
+            effect.recover(actor=SYSTEM, now=now())
+            effect.reserve_again(effect.request, actor=HOST, now=now())
+            effect.settle(attempt=2, outcome="applied", result={"id": 7}, actor=HOST, now=now())
+        else:
+            effect.recover(actor=SYSTEM, now=now())
+        events += effect.collect_events()
+    return events
+
 
 SAMPLES = build_samples()
 MAPPER = LedgerMapper()

@@ -45,6 +45,24 @@ DESIGNED_API = frozenset(
         "get_turn",
         "get_human_decision",
         "event_log",
+        # run leases
+        "claim_run",
+        "renew_claim",
+        "release_claim",
+        # session recording
+        "record_session_binding",
+        "append_session_entry",
+        "append_session_events",
+        "update_session_capture",
+        "session_segments",
+        "session_entries",
+        "session_events",
+        # managed effects
+        "reserve_effect",
+        "settle_effect",
+        "recover_applying_effects",
+        "retry_effect",
+        "get_effect",
         # read models
         "follow_up_queue",
         "follow_up_queue_range",
