@@ -34,6 +34,7 @@ from eventsourcing.persistence import (
 from eventsourcing.popo import POPOFactory
 from eventsourcing.utils import Environment
 
+from runledger.domain.canonical import json_digest
 from runledger.domain.errors import (
     BranchWrongSessionError,
     ConcurrencyError,
@@ -54,6 +55,8 @@ from runledger.domain.errors import (
     RunMissingError,
     RunNotFoundError,
     SentFollowUpRemovalError,
+    SettingsKeptChangingError,
+    SettingsScopeNotFoundError,
     StaleTerminalResultError,
     StaleTerminalTurnError,
     TurnIdentityConflictError,
@@ -84,18 +87,34 @@ from runledger.domain.records import (
     QueuedFollowUp,
     RestartReceipt,
     RunRecord,
+    SettingsChange,
+    SettingsScopeRecord,
     TurnRecord,
+    UpdateRecord,
     WorkflowMessageRecord,
 )
 from runledger.domain.runs import Run, check_run_id, run_aggregate_id
 from runledger.domain.serialisation import LedgerMapper
+from runledger.domain.settings_policy import (
+    check_expected_change_number,
+    check_invocation,
+    check_mount_path,
+    check_patch,
+    check_policy,
+    settings_scope_id,
+)
+from runledger.domain.settings_scopes import (
+    SettingsScope,
+    settings_aggregate_id,
+    settings_of_run_key,
+    settings_origin_run_id,
+)
 from runledger.domain.turn_reservations import TurnReservation, turn_aggregate_id
 from runledger.domain.values import (
     BAD_END_STATUSES,
     CHANGEABLE_STATUSES,
     HOST_MESSAGE_KINDS,
     INTERRUPTED_REASON,
-    PROGRESS_STATUSES,
     SYSTEM,
     Actor,
     JsonValue,
@@ -111,6 +130,8 @@ A = TypeVar("A", bound=BaseAggregate[UUID])
 T = TypeVar("T")
 
 HOST: Final = Actor("host")
+CREATE_STATUSES: Final = ("queued", "running", "waiting")
+SETTINGS_ATTEMPTS: Final = 8
 MAX_LINEAGE_DEPTH: Final = 100
 _EVENT_ENVELOPE: Final = frozenset(
     {"originator_id", "originator_version", "timestamp", "originator_topic", "actor"}
@@ -183,6 +204,16 @@ class UnitOfWork:
             raise TurnNotFoundError(workflow_turn_id)
         return found
 
+    def settings_scope(self, scope_id: object) -> SettingsScope:
+        found = (
+            self.get(SettingsScope, settings_aggregate_id(scope_id))
+            if isinstance(scope_id, str)
+            else None
+        )
+        if found is None:
+            raise SettingsScopeNotFoundError(scope_id)
+        return found
+
     def ancestors(self, run: Run) -> list[Run]:
         """The run's ancestors via parent_run_id, nearest first."""
         chain: list[Run] = []
@@ -244,9 +275,15 @@ class WorkflowRuns(Application[UUID]):
             return moment.replace(tzinfo=UTC)
         return moment.astimezone(UTC)
 
-    def execute(self, command: Callable[[UnitOfWork], T]) -> T:
+    def execute(
+        self,
+        command: Callable[[UnitOfWork], T],
+        *,
+        attempts: int | None = None,
+        exhausted: Callable[[], Exception] = ConcurrencyError,
+    ) -> T:
         """Run ``command`` and save what it changed, retrying on a version conflict."""
-        for attempt in range(self.max_attempts):
+        for attempt in range(self.max_attempts if attempts is None else attempts):
             unit = UnitOfWork(self, self.now())
             result = command(unit)
             changed = unit.changed()
@@ -260,7 +297,7 @@ class WorkflowRuns(Application[UUID]):
                 time.sleep(random.uniform(0, 0.002 * (attempt + 1)))  # noqa: S311
                 continue
             return result
-        raise ConcurrencyError()
+        raise exhausted()
 
     # -- runs -----------------------------------------------------------------------------
 
@@ -282,8 +319,8 @@ class WorkflowRuns(Application[UUID]):
             existing = unit.get(Run, run_aggregate_id(run_id))
             if existing is not None:
                 raise RunAlreadyExistsError(run_id)
-            if status not in PROGRESS_STATUSES:
-                raise InvalidRunFieldError("status", "running or waiting")
+            if status not in CREATE_STATUSES:
+                raise InvalidRunFieldError("status", "queued, running or waiting")
             parent = None
             if parent_run_id is not None:
                 parent = unit.run(parent_run_id, missing=ParentRunMissingError)
@@ -300,7 +337,10 @@ class WorkflowRuns(Application[UUID]):
                 actor=HOST,
                 now=unit.now,
             )
-            return unit.add(run).to_record()
+            unit.add(run)
+            if parent is not None:
+                self._hand_over_settings(unit, parent, run)
+            return run.to_record()
 
         return self.execute(command)
 
@@ -364,6 +404,30 @@ class WorkflowRuns(Application[UUID]):
             run = unit.run(run_id)
             run.set_presentation_instructions(instructions, actor=HOST, now=unit.now)
             return run.to_record()
+
+        return self.execute(command)
+
+    def publish_update(
+        self,
+        run_id: str,
+        *,
+        attempt_id: str,
+        update_type: str,
+        key: str,
+        data: JsonValue,
+    ) -> UpdateRecord:
+        """Publish a progress update of the run (upstream §3.9 ``publishUpdate``)."""
+
+        def command(unit: UnitOfWork) -> UpdateRecord:
+            run = unit.run(run_id)
+            return run.publish_update(
+                attempt_id=attempt_id,
+                update_type=update_type,
+                key=key,
+                data=data,
+                actor=HOST,
+                now=unit.now,
+            )
 
         return self.execute(command)
 
@@ -798,6 +862,98 @@ class WorkflowRuns(Application[UUID]):
             return message.turn_record(reservation.workflow_turn_id)
 
         return self.execute(command)
+
+    # -- settings ---------------------------------------------------------------------------
+
+    def ensure_settings_scope(
+        self,
+        run_id: str,
+        *,
+        mount_path: str = "",
+        invocation: int = 1,
+        settings: JsonValue,
+        policy: dict[str, Any],
+    ) -> SettingsScopeRecord:
+        """The run's settings scope for a mount and invocation, created once (upstream §9.1)."""
+        check_mount_path(mount_path)
+        check_invocation(invocation)
+        checked_policy = check_policy(policy)
+
+        def command(unit: UnitOfWork) -> SettingsScopeRecord:
+            run = unit.run(run_id)
+            run.check_running()
+            origin = settings_origin_run_id(run, lambda child: unit.run(child.parent_run_id))
+            scope_id = settings_scope_id(origin, mount_path, invocation)
+            existing = unit.get(SettingsScope, settings_aggregate_id(scope_id))
+            if existing is not None:
+                existing.check_ensured_by(run.run_id)
+                return existing.to_record()
+            scope = SettingsScope.create(
+                scope_id,
+                run_id=run.run_id,
+                origin_run_id=origin,
+                mount_path=mount_path,
+                invocation=invocation,
+                policy=checked_policy,
+                settings=settings,
+                actor=HOST,
+                now=unit.now,
+            )
+            return unit.add(scope).to_record()
+
+        return self.execute(command)
+
+    def change_settings(
+        self,
+        run_id: str,
+        scope_id: str,
+        *,
+        request_id: str,
+        actor: Actor,
+        source: str,
+        patch: list[dict[str, Any]],
+        expected_change_number: int | None = None,
+    ) -> SettingsChange:
+        """Apply an RFC 6902 patch to a scope under its policy (upstream §9.2, in its order)."""
+        check_request_id(request_id)
+        check_source(source)
+        operations = check_patch(patch)
+        patch_digest = json_digest(operations)
+        requester = Actor.coerce(actor)
+        check_expected_change_number(expected_change_number)
+
+        def command(unit: UnitOfWork) -> SettingsChange:
+            scope = unit.settings_scope(scope_id)
+            prior = scope.prior_change(
+                request_id, patch_digest=patch_digest, actor=requester, source=source
+            )
+            if prior is not None:
+                return SettingsChange(scope=scope.to_record(), change=prior, adopted=True)
+            scope.check_active_for(run_id)
+            unit.run(run_id).check_accepts_changes()
+            scope.check_expected(expected_change_number)
+            change = scope.change(
+                request_id,
+                patch=operations,
+                patch_digest=patch_digest,
+                actor=requester,
+                source=source,
+                now=unit.now,
+            )
+            return SettingsChange(scope=scope.to_record(), change=change, adopted=False)
+
+        # With an expected number a lost race surfaces as "settings changed" on the rerun.
+        return self.execute(
+            command, attempts=SETTINGS_ATTEMPTS, exhausted=SettingsKeptChangingError
+        )
+
+    def _hand_over_settings(self, unit: UnitOfWork, parent: Run, child: Run) -> None:
+        """Upstream §3.6 with decision 4: the parent's active scopes go to its continuation."""
+        # Looked up on every attempt, so a retry also sees scopes created since.
+        for aggregate_id in self.storage.originator_ids_by_key(settings_of_run_key(parent.run_id)):
+            scope = unit.get(SettingsScope, aggregate_id)
+            if scope is not None and scope.active_run_id == parent.run_id:
+                scope.move_to(child.run_id, actor=HOST, now=unit.now)
 
     # -- consistent reads -----------------------------------------------------------------
 

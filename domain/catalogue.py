@@ -14,6 +14,7 @@ from eventsourcing.domain import BaseAggregate
 from runledger.domain.events import AGGREGATE_CLASSES, LedgerEvent, LedgerSnapshot
 from runledger.domain.follow_ups import FollowUp
 from runledger.domain.runs import Run
+from runledger.domain.settings_scopes import SettingsScope
 from runledger.domain.turn_reservations import TurnReservation
 from runledger.domain.workflow_messages import WorkflowMessage
 
@@ -22,6 +23,7 @@ AGGREGATES: Final[tuple[type[BaseAggregate[UUID]], ...]] = (
     FollowUp,
     WorkflowMessage,
     TurnReservation,
+    SettingsScope,
 )
 
 DOMAIN_EVENTS: Final[tuple[type[LedgerEvent], ...]] = (
@@ -44,6 +46,10 @@ DOMAIN_EVENTS: Final[tuple[type[LedgerEvent], ...]] = (
     WorkflowMessage.TurnStarted,
     WorkflowMessage.TurnEnded,
     TurnReservation.Reserved,
+    Run.UpdatePublished,
+    SettingsScope.Created,
+    SettingsScope.Changed,
+    SettingsScope.Moved,
 )
 
 SNAPSHOTS: Final[tuple[type[LedgerSnapshot], ...]] = (
@@ -51,6 +57,7 @@ SNAPSHOTS: Final[tuple[type[LedgerSnapshot], ...]] = (
     FollowUp.Snapshot,
     WorkflowMessage.Snapshot,
     TurnReservation.Snapshot,
+    SettingsScope.Snapshot,
 )
 
 WIRE_NAMES: Final[tuple[str, ...]] = tuple(event.TOPIC for event in DOMAIN_EVENTS)

@@ -19,15 +19,27 @@ from runledger.domain.ports import EventStorage
 from runledger.domain.records import (
     FollowUpQueue,
     ProjectionStatus,
+    RunPage,
+    SettingsChange,
+    SettingsScopeRecord,
     SnapshotRequired,
     TerminalData,
+    UpdateRecord,
     ViewerDeltas,
     WorkflowMessageRecord,
 )
+from runledger.domain.values import Actor, JsonValue
 from runledger.infrastructure.views.projector import Progress, Projector
 from runledger.infrastructure.views.rebuild import rebuild_in_processes, split
 from runledger.infrastructure.views.store import MemoryViewStore, ViewReaderBase, ViewStore
-from runledger.projections import follow_up_queue, session_outbox, terminal_data, viewer_deltas
+from runledger.projections import (
+    follow_up_queue,
+    runs,
+    session_outbox,
+    settings,
+    terminal_data,
+    viewer_deltas,
+)
 from runledger.projections.base import Projection
 
 DEFAULT_URL: Final = "sqlite:///runledger.db"
@@ -44,6 +56,8 @@ def default_projections() -> list[Projection]:
         terminal_data.TerminalDataProjection(),
         viewer_deltas.ViewerDeltasProjection(),
         session_outbox.SessionOutboxProjection(),
+        settings.SettingsProjection(),
+        runs.RunsProjection(),
     ]
 
 
@@ -154,6 +168,87 @@ class WorkflowStore(WorkflowRuns):
 
     def next_deliverable(self, session_id: str) -> WorkflowMessageRecord | None:
         return session_outbox.next_deliverable(self._read("session_outbox"), session_id)
+
+    # -- settings and progress updates: explicit forwarders of the application's commands ---
+
+    def ensure_settings_scope(
+        self,
+        run_id: str,
+        *,
+        mount_path: str = "",
+        invocation: int = 1,
+        settings: JsonValue,
+        policy: dict[str, Any],
+    ) -> SettingsScopeRecord:
+        """The run's settings scope for a mount and invocation, created once (upstream §9.1)."""
+        return super().ensure_settings_scope(
+            run_id, mount_path=mount_path, invocation=invocation, settings=settings, policy=policy
+        )
+
+    def change_settings(
+        self,
+        run_id: str,
+        scope_id: str,
+        *,
+        request_id: str,
+        actor: Actor,
+        source: str,
+        patch: list[dict[str, Any]],
+        expected_change_number: int | None = None,
+    ) -> SettingsChange:
+        """Apply an RFC 6902 patch to a scope under its policy (upstream §9.2)."""
+        return super().change_settings(
+            run_id,
+            scope_id,
+            request_id=request_id,
+            actor=actor,
+            source=source,
+            patch=patch,
+            expected_change_number=expected_change_number,
+        )
+
+    def publish_update(
+        self,
+        run_id: str,
+        *,
+        attempt_id: str,
+        update_type: str,
+        key: str,
+        data: JsonValue,
+    ) -> UpdateRecord:
+        """Publish a progress update; the latest per (type, key) is current (upstream §3.9)."""
+        return super().publish_update(
+            run_id, attempt_id=attempt_id, update_type=update_type, key=key, data=data
+        )
+
+    def settings_scopes(self, run_id: str) -> list[SettingsScopeRecord]:
+        """The settings scopes active on the run, by mount path and invocation."""
+        return settings.settings_scopes(self._read("settings"), run_id)
+
+    def settings_scope_at_change(
+        self, scope_id: str, change_number: int
+    ) -> SettingsScopeRecord | None:
+        """The scope as it was right after ``change_number`` (0: as created)."""
+        return settings.settings_scope_at_change(self._read("settings"), scope_id, change_number)
+
+    def list_runs(
+        self,
+        *,
+        status: str | None = None,
+        session_id: str | None = None,
+        root_run_id: str | None = None,
+        after: str | None = None,
+        limit: int = 100,
+    ) -> RunPage:
+        """Runs in creation order, filtered and keyset-paged (``after`` a run id)."""
+        return runs.list_runs(
+            self._read("runs"),
+            status=status,
+            session_id=session_id,
+            root_run_id=root_run_id,
+            after=after,
+            limit=limit,
+        )
 
     # -- operations -------------------------------------------------------------------------
 

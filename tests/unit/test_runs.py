@@ -930,4 +930,5 @@ def test_the_run_record_shows_the_rebuilt_state_and_its_times() -> None:
         "created_at": NOW,
         "updated_at": LATER,
         "finished_at": LATER,
+        "updates": [],
     }
