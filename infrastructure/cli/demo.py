@@ -44,6 +44,12 @@ WORKFLOW_REF: Final = "code-review@1.4.0"
 REVIEW_INPUT: Final = {"repository": "acme/payments-api", "pull_request": 42}
 TEST_FAILURE: Final = "3 of 120 tests failed (test_refunds.py)"
 SUMMARY_WIDTH: Final = 60
+REVIEW_SETTINGS_POLICY: Final = {
+    "rules": [
+        {"path": "/strictness", "permissions": {"human": ["read", "replace"], "session": ["read"]}},
+        {"path": "/notes", "permissions": {"human": ["read", "add"], "session": ["read", "add"]}},
+    ]
+}
 _LONG_ID: Final = re.compile(
     r"^(follow-up-|workflow-message-|workflow-turn-|restart-)([0-9a-f]{12,})$"
 )
@@ -147,6 +153,7 @@ class DemoScenario:
             run_id, status="running", current_node="lint", current_attempt_id="lint-1"
         )
         self.say.step(f"{run.status} at node {run.current_node} (attempt {run.current_attempt_id})")
+        self.review_settings(run_id)
         run = self.store.record_progress(
             run_id,
             status="waiting",
@@ -175,6 +182,45 @@ class DemoScenario:
             run_id, status="running", current_node="test", current_attempt_id="test-1"
         )
         self.say.step(f"bound to {run.origin_session_id}; {run.status} at node {run.current_node}")
+        for scope in self.store.settings_scopes(run_id):
+            self.say.step(
+                f"settings scope {scope.scope_id} moved here with the run: "
+                f"change {scope.change_number}, {canonical_json(scope.settings)}"
+            )
+
+    def review_settings(self, run_id: str) -> None:
+        """A settings scope, a human change and a session change the policy refuses."""
+        scope = self.store.ensure_settings_scope(
+            run_id,
+            settings={"strictness": "normal", "notes": []},
+            policy=REVIEW_SETTINGS_POLICY,
+        )
+        self.say.step(f"settings scope {scope.scope_id}: {canonical_json(scope.settings)}")
+        changed = self.store.change_settings(
+            run_id,
+            scope.scope_id,
+            request_id=f"strict-{self.ids.token}",
+            actor=Actor("human", "reviewer"),
+            source="interactive-command",
+            patch=[{"op": "replace", "path": "/strictness", "value": "strict"}],
+            expected_change_number=0,
+        )
+        self.say.step(
+            f"a human changed it (change {changed.change.change_number}): "
+            f"{canonical_json(changed.scope.settings)}"
+        )
+        self.say.step("the session tries to relax it again")
+        try:
+            self.store.change_settings(
+                run_id,
+                scope.scope_id,
+                request_id=f"relax-{self.ids.token}",
+                actor=self.session_actor,
+                source="workflow-tool",
+                patch=[{"op": "replace", "path": "/strictness", "value": "lenient"}],
+            )
+        except WorkflowError as error:
+            self.say.rejected(error)
 
     def queued_follow_ups(self) -> None:
         self.say.section("Follow-ups queued against the running child")
