@@ -354,7 +354,7 @@ class Bench:
         self.advance("P3")
         return BenchResult(
             "P3",
-            f"full rebuild of all four read models ({read:,} events)",
+            f"full rebuild of all read models ({read:,} events)",
             rate,
             "events/s",
             baseline,
