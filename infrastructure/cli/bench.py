@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import multiprocessing
 import os
+import random
 import secrets
 import sqlite3
 import statistics
@@ -586,82 +587,73 @@ class Bench:
             cost <= 1.5,
         )
 
+    @staticmethod
+    def _latencies(queries: Sequence[Any], query: Callable[[Any], None]) -> list[float]:
+        """Milliseconds for ``query`` on each of ``queries`` (it checks its own answer)."""
+        samples = []
+        for each in queries:
+            started = time.perf_counter()
+            query(each)
+            samples.append((time.perf_counter() - started) * 1000)
+        return samples
+
+    def _p99_result(
+        self, key: str, name: str, samples: list[float], baseline_samples: list[float]
+    ) -> BenchResult:
+        p99 = percentile(samples, 0.99)
+        baseline = percentile(baseline_samples, 0.99)
+        self.advance(key)
+        return BenchResult(
+            key, f"{name}, p99", p99, "ms", baseline, p99 / baseline, "p99 <= 5 ms", p99 <= 5
+        )
+
     def p8_settings_at_change(self) -> BenchResult:
         url = self.scratch.new_url()
         total = self.settings_changes
         scope_id = "p8-run:$root:1"
+        picker = random.Random(11)  # noqa: S311 - reproducible sampling
+        numbers = [picker.randrange(0, total + 1) for _ in range(500)]
         with open_store(url, embedded_projections=False) as store:
             for batch in HistoryGenerator(prefix="p8").settings_events(scope_id, total):
                 store.storage.events.insert_events(batch)
             store.rebuild_projection("settings")
-            import random
 
-            picker = random.Random(11)  # noqa: S311 - reproducible sampling
-            numbers = [picker.randrange(0, total + 1) for _ in range(500)]
-            samples = []
-            for number in numbers:
-                started = time.perf_counter()
+            def at_change(number: int) -> None:
                 found = store.settings_scope_at_change(scope_id, number)
-                samples.append((time.perf_counter() - started) * 1000)
                 if found is None or found.settings != {"counter": number}:
                     raise AssertionError("settings_scope_at_change returned the wrong value")
-        baseline = percentile(
-            Raw(url).query_latencies(
-                "SELECT * FROM rl_set_changes WHERE scope_id = {m} AND change_number = {m}",
-                [(scope_id, number) for number in numbers],
-            ),
-            0.99,
+
+            samples = self._latencies(numbers, at_change)
+        baseline = Raw(url).query_latencies(
+            "SELECT * FROM rl_set_changes WHERE scope_id = {m} AND change_number = {m}",
+            [(scope_id, number) for number in numbers],
         )
-        p99 = percentile(samples, 0.99)
-        self.advance("P8")
-        return BenchResult(
-            "P8",
-            f"settings_scope_at_change on a scope with {total:,} changes, p99",
-            p99,
-            "ms",
-            baseline,
-            p99 / baseline,
-            "p99 <= 5 ms",
-            p99 <= 5,
-        )
+        name = f"settings_scope_at_change on a scope with {total:,} changes"
+        return self._p99_result("P8", name, samples, baseline)
 
     def p9_runs_list(self) -> BenchResult:
         url = self.scratch.new_url()
         total = self.listed_runs
+        picker = random.Random(13)  # noqa: S311 - reproducible sampling
+        cursors = [picker.randrange(1, total - 100) for _ in range(500)]
         with open_store(url, embedded_projections=False) as store:
             for batch in HistoryGenerator(prefix="p9").created_runs(total):
                 store.storage.events.insert_events(batch)
             store.rebuild_projection("runs")
-            import random
 
-            picker = random.Random(13)  # noqa: S311 - reproducible sampling
-            cursors = [picker.randrange(1, total - 100) for _ in range(500)]
-            samples = []
-            for cursor in cursors:
-                started = time.perf_counter()
+            def page_after(cursor: int) -> None:
                 page = store.list_runs(after=f"p9-run-{cursor}", limit=100)
-                samples.append((time.perf_counter() - started) * 1000)
                 if len(page.runs) != 100 or page.runs[0].run_id != f"p9-run-{cursor + 1}":
                     raise AssertionError("list_runs returned the wrong page")
-        baseline = percentile(
-            Raw(url).query_latencies(
-                "SELECT * FROM rl_runs WHERE position > "
-                "(SELECT position FROM rl_runs WHERE run_id = {m}) ORDER BY position LIMIT 101",
-                [(f"p9-run-{cursor}",) for cursor in cursors],
-            ),
-            0.99,
+
+            samples = self._latencies(cursors, page_after)
+        baseline = Raw(url).query_latencies(
+            "SELECT * FROM rl_runs WHERE position > "
+            "(SELECT position FROM rl_runs WHERE run_id = {m}) ORDER BY position LIMIT 101",
+            [(f"p9-run-{cursor}",) for cursor in cursors],
         )
-        p99 = percentile(samples, 0.99)
-        self.advance("P9")
-        return BenchResult(
-            "P9",
-            f"list_runs page of 100 from {total:,} runs, p99",
-            p99,
-            "ms",
-            baseline,
-            p99 / baseline,
-            "p99 <= 5 ms",
-            p99 <= 5,
+        return self._p99_result(
+            "P9", f"list_runs page of 100 from {total:,} runs", samples, baseline
         )
 
     def _steps(self) -> dict[str, Callable[[], BenchResult]]:

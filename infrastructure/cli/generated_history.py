@@ -143,17 +143,14 @@ class HistoryGenerator:
         events.sort(key=lambda event: event.timestamp)
         return [self.mapper.to_stored_event(event) for event in events]
 
-    def settings_events(
-        self, scope_id: str, changes: int, *, batch_events: int = 5000
-    ) -> Iterator[list[StoredEvent]]:
-        """A run with one settings scope whose ``counter`` is replaced ``changes`` times."""
-        run_id = scope_id.split(":", 1)[0]
-        run = Run.create(
+    def _new_run(self, run_id: str, number: int) -> Run:
+        """A running root review run, just created."""
+        return Run.create(
             run_id,
-            workflow_name="settings",
-            input={},
-            workflow_ref=None,
-            title=None,
+            workflow_name="review",
+            input={"pr": number},
+            workflow_ref="builtin:review",
+            title=f"Review #{number}",
             status="running",
             parent=None,
             lineage_kind=None,
@@ -161,6 +158,13 @@ class HistoryGenerator:
             actor=HOST,
             now=self._tick(),
         )
+
+    def settings_events(
+        self, scope_id: str, changes: int, *, batch_events: int = 5000
+    ) -> Iterator[list[StoredEvent]]:
+        """A run with one settings scope whose ``counter`` is replaced ``changes`` times."""
+        run_id = scope_id.split(":", 1)[0]
+        run = self._new_run(run_id, 0)
         scope = SettingsScope.create(
             scope_id,
             run_id=run_id,
@@ -196,22 +200,10 @@ class HistoryGenerator:
             yield batch
 
     def created_runs(self, runs: int, *, batch_events: int = 5000) -> Iterator[list[StoredEvent]]:
-        """``runs`` new runs (``<prefix>-run-1`` ...), in 50 sessions, each just created."""
+        """``runs`` new runs (``<prefix>-run-1`` ...), each just created."""
         batch: list[StoredEvent] = []
         for number in range(1, runs + 1):
-            run = Run.create(
-                f"{self.prefix}-run-{number}",
-                workflow_name="review",
-                input={"pr": number},
-                workflow_ref="builtin:review",
-                title=f"Review #{number}",
-                status="running",
-                parent=None,
-                lineage_kind=None,
-                parent_terminal_fingerprint=None,
-                actor=HOST,
-                now=self._tick(),
-            )
+            run = self._new_run(f"{self.prefix}-run-{number}", number)
             batch.extend(self.mapper.to_stored_event(e) for e in run.collect_events())
             if len(batch) >= batch_events:
                 yield batch
