@@ -19,10 +19,12 @@ from runledger.domain.errors import (
     FollowUpNotFoundError,
     MessageNotFoundError,
     RunMissingError,
+    SettingsScopeNotFoundError,
     TurnNotFoundError,
 )
 from runledger.domain.follow_ups import FollowUp, follow_up_aggregate_id
 from runledger.domain.runs import Run, run_aggregate_id
+from runledger.domain.settings_scopes import SettingsScope, settings_aggregate_id
 from runledger.domain.turn_reservations import TurnReservation, turn_aggregate_id
 from runledger.domain.workflow_messages import WorkflowMessage, message_aggregate_id
 
@@ -50,6 +52,10 @@ class Aggregates(ABC):
     def messages_of_source(self, source_id: str) -> Iterator[WorkflowMessage]:
         """The workflow messages created for a source id (any kind), oldest first."""
 
+    @abstractmethod
+    def settings_scopes_active_on(self, run_id: str) -> Iterator[SettingsScope]:
+        """The settings scopes active on the run, in the order they became active on it."""
+
     def find_run(self, run_id: str) -> Run | None:
         """The run with that id, or None."""
         return self.get(Run, run_aggregate_id(run_id))
@@ -71,6 +77,12 @@ class Aggregates(ABC):
     def reservation(self, workflow_turn_id: object) -> TurnReservation:
         """The turn's reservation, or ``Workflow turn not found: <id>``."""
         return self._found(TurnReservation, turn_aggregate_id, workflow_turn_id, TurnNotFoundError)
+
+    def settings_scope(self, scope_id: object) -> SettingsScope:
+        """The settings scope, or ``Workflow settings scope not found: <id>``."""
+        return self._found(
+            SettingsScope, settings_aggregate_id, scope_id, SettingsScopeNotFoundError
+        )
 
     def _found(
         self, cls: type[A], to_uuid: Callable[[str], UUID], natural_id: object, missing: Missing
@@ -110,6 +122,10 @@ class AggregateSet(Aggregates):
     def messages_of_source(self, source_id: str) -> Iterator[WorkflowMessage]:
         found = [a for a in self._everything(WorkflowMessage) if a.source_id == source_id]
         return self._read(WorkflowMessage, found)
+
+    def settings_scopes_active_on(self, run_id: str) -> Iterator[SettingsScope]:
+        found = [a for a in self._everything(SettingsScope) if a.active_run_id == run_id]
+        return self._read(SettingsScope, found)
 
     def _everything(self, cls: type[A]) -> list[A]:
         every = {**self._stored, **self._aggregates}.values()

@@ -15,6 +15,7 @@ from runledger.domain.events import AGGREGATE_CLASSES, LedgerEvent, LedgerSnapsh
 from runledger.domain.follow_ups import FollowUp
 from runledger.domain.human_decisions import HumanDecision
 from runledger.domain.runs import Run
+from runledger.domain.settings_scopes import SettingsScope
 from runledger.domain.turn_reservations import TurnReservation
 from runledger.domain.workflow_messages import WorkflowMessage
 
@@ -24,6 +25,7 @@ AGGREGATES: Final[tuple[type[BaseAggregate[UUID]], ...]] = (
     WorkflowMessage,
     TurnReservation,
     HumanDecision,
+    SettingsScope,
 )
 
 DOMAIN_EVENTS: Final[tuple[type[LedgerEvent], ...]] = (
@@ -51,6 +53,10 @@ DOMAIN_EVENTS: Final[tuple[type[LedgerEvent], ...]] = (
     HumanDecision.Accepted,
     HumanDecision.Cancelled,
     HumanDecision.ContinuationCreated,
+    Run.UpdatePublished,
+    SettingsScope.Created,
+    SettingsScope.Changed,
+    SettingsScope.Moved,
 )
 
 SNAPSHOTS: Final[tuple[type[LedgerSnapshot], ...]] = (
@@ -59,6 +65,7 @@ SNAPSHOTS: Final[tuple[type[LedgerSnapshot], ...]] = (
     WorkflowMessage.Snapshot,
     TurnReservation.Snapshot,
     HumanDecision.Snapshot,
+    SettingsScope.Snapshot,
 )
 
 WIRE_NAMES: Final[tuple[str, ...]] = tuple(event.TOPIC for event in DOMAIN_EVENTS)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import multiprocessing
 import os
+import random
 import secrets
 import sqlite3
 import statistics
@@ -197,6 +198,17 @@ class Raw:
                 samples.append((time.perf_counter() - started) * 1000)
         return samples
 
+    def query_latencies(self, statement: str, params: Sequence[tuple[Any, ...]]) -> list[float]:
+        """Milliseconds for each run of one plain statement (``{m}`` marks a parameter)."""
+        query = statement.replace("{m}", self.marker)
+        samples = []
+        with self.connection() as connection:
+            for values in params:
+                started = time.perf_counter()
+                connection.execute(query, values).fetchall()
+                samples.append((time.perf_counter() - started) * 1000)
+        return samples
+
 
 def _queue(store: WorkflowStore, run_id: str, session_id: str, number: int) -> None:
     """Queue the session's follow-up ``number`` on the run, as a Pi session would."""
@@ -257,7 +269,7 @@ def _parallel(target: Callable[..., None], args: list[tuple[Any, ...]]) -> float
 
 
 class Bench:
-    """The measurements P1-P6 on one backend, each in a scratch database of its own."""
+    """The measurements P1-P9 on one backend, each in a scratch database of its own."""
 
     def __init__(
         self,
@@ -274,6 +286,8 @@ class Bench:
         self.samples = 30 if quick else 200
         self.history_follow_ups = 400 if quick else 10_000
         self.range_follow_ups = 3_000 if quick else 100_000
+        self.settings_changes = 400 if quick else 10_000
+        self.listed_runs = 3_000 if quick else 100_000
         self.scratch = Scratch(url)
         self.events = events
         self.seconds = seconds
@@ -353,7 +367,7 @@ class Bench:
         self.advance("P3")
         return BenchResult(
             "P3",
-            f"full rebuild of all four read models ({read:,} events)",
+            f"full rebuild of all read models ({read:,} events)",
             rate,
             "events/s",
             baseline,
@@ -511,6 +525,141 @@ class Bench:
             p99 <= 5,
         )
 
+    # -- settings and the runs list ---------------------------------------------------------
+
+    SETTINGS_POLICY: Final = {
+        "rules": [{"path": "/counter", "permissions": {"human": ["replace"]}}]
+    }
+
+    def _rate(self, command: Callable[[int], object]) -> float:
+        count = 0
+        started = time.perf_counter()
+        while time.perf_counter() - started < self.seconds:
+            command(count)
+            count += 1
+        return count / (time.perf_counter() - started)
+
+    def p7_settings_changes(self) -> BenchResult:
+        url = self.scratch.new_url()
+        baseline = Raw(url).insert_rate(self.seconds)
+        with open_store(url) as store:
+
+            def queue(count: int) -> None:
+                run_id = f"p7-queue-{count // 100}"
+                if count % 100 == 0:
+                    self._prepared_run(store, run_id, "p7-session")
+                store.queue_follow_up(
+                    run_id,
+                    request_id=f"request-{count}",
+                    target_session_id="p7-session",
+                    actor=Actor("session", "p7-session"),
+                    source="pi-session",
+                    prompt=f"Follow-up {count}: check the edge cases.",
+                )
+
+            def change(count: int) -> None:
+                run_id = f"p7-settings-{count // 100}"
+                if count % 100 == 0:
+                    store.create_run(run_id, workflow_name="bench", input={"n": 1})
+                    store.ensure_settings_scope(
+                        run_id, settings={"counter": 0}, policy=self.SETTINGS_POLICY
+                    )
+                store.change_settings(
+                    run_id,
+                    f"{run_id}:$root:1",
+                    request_id=f"change-{count}",
+                    actor=Actor("human", "p7-user"),
+                    source="interactive-command",
+                    patch=[{"op": "replace", "path": "/counter", "value": count}],
+                )
+
+            queue_rate = self._rate(queue)
+            rate = self._rate(change)
+        cost = queue_rate / rate
+        self.advance("P7")
+        return BenchResult(
+            "P7",
+            f"change_settings, one writer ({cost:.2f} x the cost of queue_follow_up at "
+            f"{queue_rate:,.0f}/s)",
+            rate,
+            "commands/s",
+            baseline,
+            rate / baseline,
+            "cost <= 1.5 x queue_follow_up's",
+            cost <= 1.5,
+        )
+
+    @staticmethod
+    def _latencies(queries: Sequence[Any], query: Callable[[Any], None]) -> list[float]:
+        """Milliseconds for ``query`` on each of ``queries`` (it checks its own answer)."""
+        samples = []
+        for each in queries:
+            started = time.perf_counter()
+            query(each)
+            samples.append((time.perf_counter() - started) * 1000)
+        return samples
+
+    def _p99_result(
+        self, key: str, name: str, samples: list[float], baseline_samples: list[float]
+    ) -> BenchResult:
+        p99 = percentile(samples, 0.99)
+        baseline = percentile(baseline_samples, 0.99)
+        self.advance(key)
+        return BenchResult(
+            key, f"{name}, p99", p99, "ms", baseline, p99 / baseline, "p99 <= 5 ms", p99 <= 5
+        )
+
+    def p8_settings_at_change(self) -> BenchResult:
+        url = self.scratch.new_url()
+        total = self.settings_changes
+        scope_id = "p8-run:$root:1"
+        picker = random.Random(11)  # noqa: S311 - reproducible sampling
+        numbers = [picker.randrange(0, total + 1) for _ in range(500)]
+        with open_runtime(url, embedded_projections=False) as runtime:
+            store = WorkflowStore(runtime)
+            for batch in HistoryGenerator(prefix="p8").settings_events(scope_id, total):
+                runtime.storage.events.insert_events(batch)
+            store.rebuild_projection("settings")
+
+            def at_change(number: int) -> None:
+                found = store.settings_scope_at_change(scope_id, number)
+                if found is None or found.settings != {"counter": number}:
+                    raise AssertionError("settings_scope_at_change returned the wrong value")
+
+            samples = self._latencies(numbers, at_change)
+        baseline = Raw(url).query_latencies(
+            "SELECT * FROM rl_set_changes WHERE scope_id = {m} AND change_number = {m}",
+            [(scope_id, number) for number in numbers],
+        )
+        name = f"settings_scope_at_change on a scope with {total:,} changes"
+        return self._p99_result("P8", name, samples, baseline)
+
+    def p9_runs_list(self) -> BenchResult:
+        url = self.scratch.new_url()
+        total = self.listed_runs
+        picker = random.Random(13)  # noqa: S311 - reproducible sampling
+        cursors = [picker.randrange(1, total - 100) for _ in range(500)]
+        with open_runtime(url, embedded_projections=False) as runtime:
+            store = WorkflowStore(runtime)
+            for batch in HistoryGenerator(prefix="p9").created_runs(total):
+                runtime.storage.events.insert_events(batch)
+            store.rebuild_projection("runs")
+
+            def page_after(cursor: int) -> None:
+                page = store.list_runs(after=f"p9-run-{cursor}", limit=100)
+                if len(page.runs) != 100 or page.runs[0].run_id != f"p9-run-{cursor + 1}":
+                    raise AssertionError("list_runs returned the wrong page")
+
+            samples = self._latencies(cursors, page_after)
+        baseline = Raw(url).query_latencies(
+            "SELECT * FROM rl_runs WHERE position > "
+            "(SELECT position FROM rl_runs WHERE run_id = {m}) ORDER BY position LIMIT 101",
+            [(f"p9-run-{cursor}",) for cursor in cursors],
+        )
+        return self._p99_result(
+            "P9", f"list_runs page of 100 from {total:,} runs", samples, baseline
+        )
+
     def _steps(self) -> dict[str, Callable[[], BenchResult]]:
         steps = {"P1": self.p1_single_writer}
         if self.backend == "postgresql":
@@ -520,6 +669,9 @@ class Bench:
             "P4": self.p4_visibility,
             "P5": self.p5_history_cost,
             "P6": self.p6_range,
+            "P7": self.p7_settings_changes,
+            "P8": self.p8_settings_at_change,
+            "P9": self.p9_runs_list,
         }
         return {key: step for key, step in steps.items() if not self.only or key in self.only}
 

@@ -14,10 +14,13 @@ from datetime import UTC, datetime, timedelta
 from eventsourcing.persistence import StoredEvent
 
 from runledger.domain.aggregates import AggregateSet
+from runledger.domain.canonical import json_digest
 from runledger.domain.outbox import queue_follow_up, remove_follow_up
 from runledger.domain.run_endings import finish_run
 from runledger.domain.runs import Run
 from runledger.domain.serialisation import LedgerMapper
+from runledger.domain.settings_policy import check_policy
+from runledger.domain.settings_scopes import SettingsScope
 from runledger.domain.values import HOST, Actor
 
 
@@ -117,6 +120,74 @@ class HistoryGenerator:
         events = aggregates.collect_events()
         events.sort(key=lambda event: event.timestamp)
         return [self.mapper.to_stored_event(event) for event in events]
+
+    def _new_run(self, run_id: str, number: int) -> Run:
+        """A running root review run, just created."""
+        return Run.create(
+            run_id,
+            workflow_name="review",
+            input={"pr": number},
+            workflow_ref="builtin:review",
+            title=f"Review #{number}",
+            status="running",
+            parent=None,
+            lineage_kind=None,
+            parent_terminal_fingerprint=None,
+            actor=HOST,
+            now=self._tick(),
+        )
+
+    def settings_events(
+        self, scope_id: str, changes: int, *, batch_events: int = 5000
+    ) -> Iterator[list[StoredEvent]]:
+        """A run with one settings scope whose ``counter`` is replaced ``changes`` times."""
+        run_id = scope_id.split(":", 1)[0]
+        run = self._new_run(run_id, 0)
+        scope = SettingsScope.create(
+            scope_id,
+            run_id=run_id,
+            origin_run_id=run_id,
+            mount_path="",
+            invocation=1,
+            policy=check_policy(
+                {"rules": [{"path": "/counter", "permissions": {"human": ["replace"]}}]}
+            ),
+            settings={"counter": 0},
+            actor=HOST,
+            now=self._tick(),
+        )
+        human = Actor("human", "bench-user")
+        batch = [
+            self.mapper.to_stored_event(e) for e in (*run.collect_events(), *scope.collect_events())
+        ]
+        for number in range(1, changes + 1):
+            patch = [{"op": "replace", "path": "/counter", "value": number}]
+            scope.change(
+                f"change-{number}",
+                patch=patch,
+                patch_digest=json_digest(patch),
+                actor=human,
+                source="interactive-command",
+                now=self._tick(),
+            )
+            batch.extend(self.mapper.to_stored_event(e) for e in scope.collect_events())
+            if len(batch) >= batch_events:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
+
+    def created_runs(self, runs: int, *, batch_events: int = 5000) -> Iterator[list[StoredEvent]]:
+        """``runs`` new runs (``<prefix>-run-1`` ...), each just created."""
+        batch: list[StoredEvent] = []
+        for number in range(1, runs + 1):
+            run = self._new_run(f"{self.prefix}-run-{number}", number)
+            batch.extend(self.mapper.to_stored_event(e) for e in run.collect_events())
+            if len(batch) >= batch_events:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
 
     def batches(
         self, total_events: int, *, follow_ups_per_run: int = 30, batch_events: int = 5000

@@ -18,6 +18,7 @@ from eventsourcing.domain import Snapshot
 from eventsourcing.persistence import StoredEvent
 
 from runledger.domain import catalogue
+from runledger.domain.canonical import json_digest
 from runledger.domain.errors import JsonIntegerTooLargeError, UnknownStoredEventError
 from runledger.domain.events import LedgerEvent, LedgerSnapshot
 from runledger.domain.follow_ups import FollowUp
@@ -32,6 +33,8 @@ from runledger.domain.ids import (
 )
 from runledger.domain.runs import Run
 from runledger.domain.serialisation import LedgerMapper, LedgerStoredEvent
+from runledger.domain.settings_policy import check_policy
+from runledger.domain.settings_scopes import SettingsScope
 from runledger.domain.turn_reservations import TurnReservation
 from runledger.domain.values import SYSTEM, Actor
 from runledger.domain.workflow_messages import WorkflowMessage, follow_up_content
@@ -66,6 +69,10 @@ WIRE_NAMES = (
     "decision.accepted",
     "decision.cancelled",
     "decision.continuation-created",
+    "run.update-published",
+    "settings.scope-created",
+    "settings.changed",
+    "settings.scope-moved",
 )
 
 AGGREGATE_TOPICS = {
@@ -74,6 +81,7 @@ AGGREGATE_TOPICS = {
     WorkflowMessage: "workflow-message",
     TurnReservation: "workflow-turn-reservation",
     HumanDecision: "decision",
+    SettingsScope: "settings-scope",
 }
 
 SNAPSHOT_TOPICS = (
@@ -82,6 +90,7 @@ SNAPSHOT_TOPICS = (
     "workflow-message.snapshot",
     "workflow-turn-reservation.snapshot",
     "decision.snapshot",
+    "settings-scope.snapshot",
 )
 
 
@@ -258,6 +267,55 @@ def build_samples() -> dict[str, LedgerEvent]:
     cancelled.collect_events()
     cancelled.cancel("explicit_cancel", now=now())
     events += cancelled.collect_events()
+
+    publisher = Run.create(
+        "run-2",
+        workflow_name="echo",
+        input={},
+        workflow_ref=None,
+        title=None,
+        status="running",
+        parent=None,
+        lineage_kind=None,
+        parent_terminal_fingerprint=None,
+        actor=HOST,
+        now=now(),
+    )
+    publisher.collect_events()
+    publisher.publish_update(
+        attempt_id="attempt-1",
+        update_type="progress",
+        key="step",
+        data={"done": 1},
+        actor=HOST,
+        now=now(),
+    )
+    events += publisher.collect_events()
+
+    scope = SettingsScope.create(
+        "run-2:$root:1",
+        run_id="run-2",
+        origin_run_id="run-2",
+        mount_path="",
+        invocation=1,
+        policy=check_policy(
+            {"rules": [{"path": "/mode", "permissions": {"human": ["replace"]}}], "max_bytes": 64}
+        ),
+        settings={"mode": "a"},
+        actor=HOST,
+        now=now(),
+    )
+    patch = [{"op": "replace", "path": "/mode", "value": "b"}]
+    scope.change(
+        "change-1",
+        patch=patch,
+        patch_digest=json_digest(patch),
+        actor=Actor("human", "user-1"),
+        source="interactive-command",
+        now=now(),
+    )
+    scope.move_to("continuation-1", actor=HOST, now=now())
+    events += scope.collect_events()
 
     samples: dict[str, LedgerEvent] = {}
     for event in events:
@@ -519,6 +577,51 @@ EXPECTED: dict[str, tuple[str, int, str | None, str | None, bytes]] = {
         b'{"timestamp":"2026-01-01T00:00:00.025000+00:00","actor":{"type":"host","id":null},"run'
         b'_id":"run-1","decision_id":"decision-6080c2d2c197b12870597b67e812a1ab4f1a8e25","contin'
         b'uation_run_id":"continuation-6080c2d2c197b12870597b67e812a1ab4f1a8e25"}',
+    ),
+    "run.update-published": (
+        "e29dc05a-465a-5c93-9746-730c671ca5be",
+        2,
+        "run-2",
+        None,
+        b'{"timestamp":"2026-01-01T00:00:00.029000+00:00","actor":{"type":"host","id":null'
+        b'},"run_id":"run-2","update_id":"update-83b1bb1ef878863583a13733e64f77275634fc22"'
+        b',"seq":2,"attempt_id":"attempt-1","update_type":"progress","key":"step","data":{'
+        b'"done":1}}',
+    ),
+    "settings.scope-created": (
+        "47758c9d-e5cd-5f74-bc9c-63644734dd0d",
+        1,
+        "run-2",
+        "settings-of:run-2",
+        b'{"timestamp":"2026-01-01T00:00:00.030000+00:00","originator_topic":"settings-sco'
+        b'pe","actor":{"type":"host","id":null},"run_id":"run-2","scope_id":"run-2:$root:1'
+        b'","origin_run_id":"run-2","mount_path":"","invocation":1,"policy":{"rules":[{"pa'
+        b'th":"/mode","permissions":{"human":["replace"]}}],"max_bytes":64},"settings":{"m'
+        b'ode":"a"},"settings_hash":"77665b3ffc0e7da8606e368e9ae6ba9de9109cefd67f4bc193927'
+        b'44693894247"}',
+    ),
+    "settings.changed": (
+        "47758c9d-e5cd-5f74-bc9c-63644734dd0d",
+        2,
+        "run-2",
+        None,
+        b'{"timestamp":"2026-01-01T00:00:00.031000+00:00","actor":{"type":"human","id":"us'
+        b'er-1"},"run_id":"run-2","scope_id":"run-2:$root:1","request_id":"change-1","chan'
+        b'ge_number":1,"source":"interactive-command","patch":[{"op":"replace","path":"/mo'
+        b'de","value":"b"}],"patch_digest":"27a221699a57d53a558966dbb100ddbfd6c105e6e4afae'
+        b'deb280211a0f0818ba","before_hash":"77665b3ffc0e7da8606e368e9ae6ba9de9109cefd67f4'
+        b'bc19392744693894247","after_hash":"6275e35fd1c7dfbf89a70ad5cc6e1baa90926cab401e2'
+        b'8814baebca625c05c7e","settings":{"mode":"b"}}',
+    ),
+    "settings.scope-moved": (
+        "47758c9d-e5cd-5f74-bc9c-63644734dd0d",
+        3,
+        "continuation-1",
+        "settings-of:continuation-1",
+        b'{"timestamp":"2026-01-01T00:00:00.032000+00:00","actor":{"type":"host","id":null'
+        b'},"run_id":"continuation-1","scope_id":"run-2:$root:1","from_run_id":"run-2","mo'
+        b'unt_path":"","invocation":1,"change_number":1,"settings_hash":"6275e35fd1c7dfbf8'
+        b'9a70ad5cc6e1baa90926cab401e28814baebca625c05c7e"}',
     ),
 }
 """wire name -> (originator id, version, run id column, lookup key column, state bytes)."""
