@@ -8,15 +8,24 @@ added.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, ClassVar, Final
 
+from runledger.domain.catalogue import DOMAIN_EVENTS
 from runledger.domain.errors import InvalidPageError, UnknownRunCursorError
 from runledger.domain.records import RunPage, RunSummary
 from runledger.domain.runs import Run
 from runledger.domain.values import RunStatus
-from runledger.projections.base import ProjectedEvent, Row, Table, ViewReader, ViewWriter
+from runledger.projections.base import (
+    HandledProjection,
+    Handler,
+    ProjectedEvent,
+    Row,
+    Table,
+    ViewReader,
+    ViewWriter,
+)
 
 MAX_PAGE: Final = 1000
 
@@ -100,38 +109,24 @@ def _run_changed(event: ProjectedEvent, view: ViewWriter) -> None:
     view.put(RUNS, row)
 
 
-_RUN_EVENTS: Final = (
-    Run.SessionBound,
-    Run.Progressed,
-    Run.Paused,
-    Run.Resumed,
-    Run.PresentationInstructionsSet,
-    Run.FollowUpAccepted,
-    Run.Finished,
-    Run.RestartChildCreated,
-    Run.ContinuationEnded,
-    Run.UpdatePublished,
+_RUN_EVENTS: Final = tuple(
+    event for event in DOMAIN_EVENTS if issubclass(event, Run.Event) and event is not Run.Created
 )
+"""Every run event after ``run.created``: each one moves the run's ``updated_at``."""
 
-_HANDLERS: Final[dict[str, Callable[[ProjectedEvent, ViewWriter], None]]] = {
+_HANDLERS: Final[dict[str, Handler]] = {
     Run.Created.TOPIC: _run_created,
     **{event.TOPIC: _run_changed for event in _RUN_EVENTS},
 }
 
 
-class RunsProjection:
+class RunsProjection(HandledProjection):
     """Projects every run's list entry: status, pause, lineage, origin session and times."""
 
     name: ClassVar[str] = "runs"
     version: ClassVar[int] = 1
     tables: ClassVar[Sequence[Table]] = (RUNS,)
-    topics: ClassVar[frozenset[str]] = frozenset(_HANDLERS)
-
-    def apply(self, event: ProjectedEvent, view: ViewWriter) -> None:
-        """Change the view for one event of the topics above."""
-        handler = _HANDLERS.get(event.wire_name)
-        if handler is not None:
-            handler(event, view)
+    handlers = _HANDLERS
 
 
 def list_runs(

@@ -7,7 +7,7 @@ changes the scope has, never a replay.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, ClassVar, Final
 
@@ -16,7 +16,15 @@ from runledger.domain.errors import SettingsChangeMissingError
 from runledger.domain.records import SettingsScopeRecord
 from runledger.domain.settings_policy import check_change_number
 from runledger.domain.settings_scopes import SettingsScope
-from runledger.projections.base import ProjectedEvent, Row, Table, ViewReader, ViewWriter
+from runledger.projections.base import (
+    HandledProjection,
+    Handler,
+    ProjectedEvent,
+    Row,
+    Table,
+    ViewReader,
+    ViewWriter,
+)
 
 SCOPES: Final = Table(
     name="rl_set_scopes",
@@ -119,26 +127,20 @@ def _scope_moved(event: ProjectedEvent, view: ViewWriter) -> None:
     view.put(SCOPES, scope)
 
 
-_HANDLERS: Final[dict[str, Callable[[ProjectedEvent, ViewWriter], None]]] = {
+_HANDLERS: Final[dict[str, Handler]] = {
     SettingsScope.Created.TOPIC: _scope_created,
     SettingsScope.Changed.TOPIC: _settings_changed,
     SettingsScope.Moved.TOPIC: _scope_moved,
 }
 
 
-class SettingsProjection:
+class SettingsProjection(HandledProjection):
     """Projects settings scopes by active run, and every change's resulting value."""
 
     name: ClassVar[str] = "settings"
     version: ClassVar[int] = 1
     tables: ClassVar[Sequence[Table]] = (SCOPES, CHANGES)
-    topics: ClassVar[frozenset[str]] = frozenset(_HANDLERS)
-
-    def apply(self, event: ProjectedEvent, view: ViewWriter) -> None:
-        """Change the view for one event of the topics above."""
-        handler = _HANDLERS.get(event.wire_name)
-        if handler is not None:
-            handler(event, view)
+    handlers = _HANDLERS
 
 
 def settings_scopes(reader: ViewReader, run_id: str) -> list[SettingsScopeRecord]:

@@ -17,7 +17,7 @@ import sqlite3
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -25,6 +25,7 @@ from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
+from eventsourcing.persistence import StoredEvent
 from psycopg.sql import SQL, Identifier
 
 from runledger.domain.errors import InvalidStoreUrlError
@@ -210,6 +211,13 @@ class Raw:
         return samples
 
 
+def _in_batches(events: list[StoredEvent], size: int = 5000) -> Iterator[list[StoredEvent]]:
+    """``events`` in slices of ``size``; once consumed, nothing holds the list any more
+    (300k event objects alive would make the garbage collection of later samples slow)."""
+    for start in range(0, len(events), size):
+        yield events[start : start + size]
+
+
 def _queue(store: WorkflowStore, run_id: str, session_id: str, number: int) -> None:
     """Queue the session's follow-up ``number`` on the run, as a Pi session would."""
     store.queue_follow_up(
@@ -302,20 +310,33 @@ class Bench:
         store.create_run(run_id, workflow_name="bench", input={"n": 1})
         store.bind_origin_session(run_id, session_id)
 
+    def _queueing(self, store: WorkflowStore, prefix: str) -> Callable[[int], None]:
+        """A command queueing follow-up ``count``, on a new run every 100 follow-ups."""
+        session_id = f"{prefix}-session"
+
+        def queue(count: int) -> None:
+            run_id = f"{prefix}-{count // 100}"
+            if count % 100 == 0:
+                self._prepared_run(store, run_id, session_id)
+            _queue(store, run_id, session_id, count)
+
+        return queue
+
+    def _rate(self, command: Callable[[int], object]) -> float:
+        """Runs of ``command(count)`` per second, for the bench's measuring time."""
+        count = 0
+        started = time.perf_counter()
+        while time.perf_counter() - started < self.seconds:
+            command(count)
+            count += 1
+        return count / (time.perf_counter() - started)
+
     def p1_single_writer(self) -> BenchResult:
         """P1: queued follow-ups per second from one writer, projected in-process."""
         url = self.scratch.new_url()
         baseline = Raw(url).insert_rate(self.seconds)
         with open_store(url) as store:
-            count = 0
-            started = time.perf_counter()
-            while time.perf_counter() - started < self.seconds:
-                run_id = f"p1-{count // 100}"
-                if count % 100 == 0:
-                    self._prepared_run(store, run_id, "p1-session")
-                _queue(store, run_id, "p1-session", count)
-                count += 1
-            rate = count / (time.perf_counter() - started)
+            rate = self._rate(self._queueing(store, "p1"))
         self.advance("P1")
         return BenchResult(
             "P1",
@@ -491,39 +512,34 @@ class Bench:
         """P6: milliseconds for a 256-item range of a run's follow-up queue (p99)."""
         url = self.scratch.new_url()
         total = self.range_follow_ups
-        generator = HistoryGenerator(prefix="p6")
-        with open_runtime(url, embedded_projections=False) as runtime:
-            store = WorkflowStore(runtime)
-            events = generator.run_events(total)
-            for start in range(0, len(events), 5000):
-                runtime.storage.events.insert_events(events[start : start + 5000])
-            del events  # 300k event objects alive would make garbage collection slow
-            store.rebuild_projection("follow_up_queue")
-            run_id = "p6-run-1"
-            import random
+        run_id = "p6-run-1"
+        picker = random.Random(5)  # noqa: S311 - reproducible sampling
+        starts = [picker.randrange(0, total - 256) for _ in range(500)]
+        history = _in_batches(HistoryGenerator(prefix="p6").run_events(total))
+        with self._generated_store(url, history, "follow_up_queue") as store:
 
-            picker = random.Random(5)  # noqa: S311 - reproducible sampling
-            samples = []
-            for _ in range(500):
-                start_at = picker.randrange(0, total - 256)
-                started = time.perf_counter()
+            def range_at(start_at: int) -> None:
                 page = store.follow_up_queue_range(run_id, start=start_at, limit=256)
-                samples.append((time.perf_counter() - started) * 1000)
                 if page is None or len(page.follow_ups) != 256:
                     raise AssertionError("range query returned the wrong page")
-        baseline = percentile(Raw(url).range_latencies(run_id, total, 500), 0.99)
-        p99 = percentile(samples, 0.99)
-        self.advance("P6")
-        return BenchResult(
-            "P6",
-            f"follow_up_queue_range of 256 items on a run with {total:,} follow-ups, p99",
-            p99,
-            "ms",
-            baseline,
-            p99 / baseline,
-            "p99 <= 5 ms",
-            p99 <= 5,
-        )
+
+            samples = self._latencies(starts, range_at)
+        baseline = Raw(url).range_latencies(run_id, total, 500)
+        name = f"follow_up_queue_range of 256 items on a run with {total:,} follow-ups"
+        return self._p99_result("P6", name, samples, baseline)
+
+    @staticmethod
+    @contextmanager
+    def _generated_store(
+        url: str, history: Iterable[list[StoredEvent]], projection: str
+    ) -> Iterator[WorkflowStore]:
+        """A store over a generated history, with one read model rebuilt from it."""
+        with open_runtime(url, embedded_projections=False) as runtime:
+            for batch in history:
+                runtime.storage.events.insert_events(batch)
+            store = WorkflowStore(runtime)
+            store.rebuild_projection(projection)
+            yield store
 
     # -- settings and the runs list ---------------------------------------------------------
 
@@ -531,31 +547,11 @@ class Bench:
         "rules": [{"path": "/counter", "permissions": {"human": ["replace"]}}]
     }
 
-    def _rate(self, command: Callable[[int], object]) -> float:
-        count = 0
-        started = time.perf_counter()
-        while time.perf_counter() - started < self.seconds:
-            command(count)
-            count += 1
-        return count / (time.perf_counter() - started)
-
     def p7_settings_changes(self) -> BenchResult:
+        """P7: change_settings commands/s, and their cost against queue_follow_up's."""
         url = self.scratch.new_url()
         baseline = Raw(url).insert_rate(self.seconds)
         with open_store(url) as store:
-
-            def queue(count: int) -> None:
-                run_id = f"p7-queue-{count // 100}"
-                if count % 100 == 0:
-                    self._prepared_run(store, run_id, "p7-session")
-                store.queue_follow_up(
-                    run_id,
-                    request_id=f"request-{count}",
-                    target_session_id="p7-session",
-                    actor=Actor("session", "p7-session"),
-                    source="pi-session",
-                    prompt=f"Follow-up {count}: check the edge cases.",
-                )
 
             def change(count: int) -> None:
                 run_id = f"p7-settings-{count // 100}"
@@ -573,7 +569,7 @@ class Bench:
                     patch=[{"op": "replace", "path": "/counter", "value": count}],
                 )
 
-            queue_rate = self._rate(queue)
+            queue_rate = self._rate(self._queueing(store, "p7-queue"))
             rate = self._rate(change)
         cost = queue_rate / rate
         self.advance("P7")
@@ -610,16 +606,14 @@ class Bench:
         )
 
     def p8_settings_at_change(self) -> BenchResult:
+        """P8: milliseconds for settings_scope_at_change on a long-changed scope (p99)."""
         url = self.scratch.new_url()
         total = self.settings_changes
         scope_id = "p8-run:$root:1"
         picker = random.Random(11)  # noqa: S311 - reproducible sampling
         numbers = [picker.randrange(0, total + 1) for _ in range(500)]
-        with open_runtime(url, embedded_projections=False) as runtime:
-            store = WorkflowStore(runtime)
-            for batch in HistoryGenerator(prefix="p8").settings_events(scope_id, total):
-                runtime.storage.events.insert_events(batch)
-            store.rebuild_projection("settings")
+        history = HistoryGenerator(prefix="p8").settings_events("p8-run", total)
+        with self._generated_store(url, history, "settings") as store:
 
             def at_change(number: int) -> None:
                 found = store.settings_scope_at_change(scope_id, number)
@@ -635,15 +629,13 @@ class Bench:
         return self._p99_result("P8", name, samples, baseline)
 
     def p9_runs_list(self) -> BenchResult:
+        """P9: milliseconds for a page of 100 of the runs list (p99)."""
         url = self.scratch.new_url()
         total = self.listed_runs
         picker = random.Random(13)  # noqa: S311 - reproducible sampling
         cursors = [picker.randrange(1, total - 100) for _ in range(500)]
-        with open_runtime(url, embedded_projections=False) as runtime:
-            store = WorkflowStore(runtime)
-            for batch in HistoryGenerator(prefix="p9").created_runs(total):
-                runtime.storage.events.insert_events(batch)
-            store.rebuild_projection("runs")
+        history = HistoryGenerator(prefix="p9").created_runs(total)
+        with self._generated_store(url, history, "runs") as store:
 
             def page_after(cursor: int) -> None:
                 page = store.list_runs(after=f"p9-run-{cursor}", limit=100)

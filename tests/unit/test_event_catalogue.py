@@ -36,7 +36,7 @@ from runledger.domain.serialisation import LedgerMapper, LedgerStoredEvent
 from runledger.domain.settings_policy import check_policy
 from runledger.domain.settings_scopes import SettingsScope
 from runledger.domain.turn_reservations import TurnReservation
-from runledger.domain.values import SYSTEM, Actor
+from runledger.domain.values import SYSTEM, Actor, RunStatus
 from runledger.domain.workflow_messages import WorkflowMessage, follow_up_content
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -103,6 +103,25 @@ class Ticker:
     def __call__(self) -> datetime:
         self.count += 1
         return T0 + timedelta(milliseconds=self.count)
+
+
+def existing_root_run(run_id: str, status: RunStatus, now: datetime) -> Run:
+    """A root run whose ``run.created`` is not a sample (another run's is)."""
+    run = Run.create(
+        run_id,
+        workflow_name="echo",
+        input={},
+        workflow_ref=None,
+        title=None,
+        status=status,
+        parent=None,
+        lineage_kind=None,
+        parent_terminal_fingerprint=None,
+        actor=HOST,
+        now=now,
+    )
+    run.collect_events()
+    return run
 
 
 def build_samples() -> dict[str, LedgerEvent]:
@@ -224,20 +243,7 @@ def build_samples() -> dict[str, LedgerEvent]:
         events += message.collect_events()
 
     # Appended last so the times pinned for the events above do not shift.
-    parent = Run.create(
-        "parent-1",
-        workflow_name="echo",
-        input={},
-        workflow_ref=None,
-        title=None,
-        status="waiting",
-        parent=None,
-        lineage_kind=None,
-        parent_terminal_fingerprint=None,
-        actor=HOST,
-        now=now(),
-    )
-    parent.collect_events()
+    parent = existing_root_run("parent-1", "waiting", now())
     parent.record_continuation_ended(RUN_ID, status="failed", actor=Actor("system"), now=now())
     events += parent.collect_events()
 
@@ -268,20 +274,7 @@ def build_samples() -> dict[str, LedgerEvent]:
     cancelled.cancel("explicit_cancel", now=now())
     events += cancelled.collect_events()
 
-    publisher = Run.create(
-        "run-2",
-        workflow_name="echo",
-        input={},
-        workflow_ref=None,
-        title=None,
-        status="running",
-        parent=None,
-        lineage_kind=None,
-        parent_terminal_fingerprint=None,
-        actor=HOST,
-        now=now(),
-    )
-    publisher.collect_events()
+    publisher = existing_root_run("run-2", "running", now())
     publisher.publish_update(
         attempt_id="attempt-1",
         update_type="progress",
