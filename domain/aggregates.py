@@ -22,11 +22,13 @@ from runledger.domain.errors import (
     MessageNotFoundError,
     RunMissingError,
     SessionSegmentMissingError,
+    SettingsScopeNotFoundError,
     TurnNotFoundError,
 )
 from runledger.domain.follow_ups import FollowUp, follow_up_aggregate_id
 from runledger.domain.runs import Run, run_aggregate_id
 from runledger.domain.session_segments import SessionSegment, segment_aggregate_id
+from runledger.domain.settings_scopes import SettingsScope, settings_aggregate_id
 from runledger.domain.turn_reservations import TurnReservation, turn_aggregate_id
 from runledger.domain.workflow_messages import WorkflowMessage, message_aggregate_id
 
@@ -53,6 +55,10 @@ class Aggregates(ABC):
     @abstractmethod
     def messages_of_source(self, source_id: str) -> Iterator[WorkflowMessage]:
         """The workflow messages created for a source id (any kind), oldest first."""
+
+    @abstractmethod
+    def settings_scopes_active_on(self, run_id: str) -> Iterator[SettingsScope]:
+        """The settings scopes active on the run, in the order they became active on it."""
 
     def find_run(self, run_id: str) -> Run | None:
         """The run with that id, or None."""
@@ -84,6 +90,12 @@ class Aggregates(ABC):
         """The session segment, or ``Session capture segment is missing: <id>``."""
         return self._found(
             SessionSegment, segment_aggregate_id, segment_id, SessionSegmentMissingError
+        )
+
+    def settings_scope(self, scope_id: object) -> SettingsScope:
+        """The settings scope, or ``Workflow settings scope not found: <id>``."""
+        return self._found(
+            SettingsScope, settings_aggregate_id, scope_id, SettingsScopeNotFoundError
         )
 
     def _found(
@@ -124,6 +136,10 @@ class AggregateSet(Aggregates):
     def messages_of_source(self, source_id: str) -> Iterator[WorkflowMessage]:
         found = [a for a in self._everything(WorkflowMessage) if a.source_id == source_id]
         return self._read(WorkflowMessage, found)
+
+    def settings_scopes_active_on(self, run_id: str) -> Iterator[SettingsScope]:
+        found = [a for a in self._everything(SettingsScope) if a.active_run_id == run_id]
+        return self._read(SettingsScope, found)
 
     def _everything(self, cls: type[A]) -> list[A]:
         every = {**self._stored, **self._aggregates}.values()

@@ -35,7 +35,7 @@ from eventsourcing.persistence import (
 from eventsourcing.popo import POPOFactory
 from eventsourcing.utils import Environment
 
-from runledger.domain import lineage, outbox, restarts, run_endings
+from runledger.domain import lineage, outbox, restarts, run_endings, settings_changes
 from runledger.domain.aggregates import Aggregates
 from runledger.domain.effects import (
     Effect,
@@ -55,6 +55,7 @@ from runledger.domain.errors import (
     DecisionRunMissingError,
     InvalidPageError,
     RunNotFoundError,
+    SettingsKeptChangingError,
 )
 from runledger.domain.follow_ups import (
     FollowUp,
@@ -98,7 +99,10 @@ from runledger.domain.records import (
     SessionEntryRecord,
     SessionEventRecord,
     SessionSegmentRecord,
+    SettingsChange,
+    SettingsScopeRecord,
     TurnRecord,
+    UpdateRecord,
     WorkflowMessageRecord,
 )
 from runledger.domain.runs import Run, check_interruption_reason, check_run_id, run_aggregate_id
@@ -114,6 +118,14 @@ from runledger.domain.session_segments import (
     segment_id_for,
     segments_of_run_key,
 )
+from runledger.domain.settings_policy import (
+    check_expected_change_number,
+    check_invocation,
+    check_mount_path,
+    check_patch,
+    check_policy,
+)
+from runledger.domain.settings_scopes import SettingsScope, settings_of_run_key
 from runledger.domain.turn_reservations import TurnReservation, check_turn_id, turn_aggregate_id
 from runledger.domain.values import (
     HOST,
@@ -126,6 +138,7 @@ from runledger.domain.values import (
     MessageKind,
     ProgressStatus,
     RecoveryVerdict,
+    StartStatus,
     StopReason,
     TerminalStatus,
     is_count,
@@ -184,6 +197,11 @@ class UnitOfWork(Aggregates):
 
     def effects_of(self, run_id: str) -> Iterator[Effect]:
         return self._indexed(Effect, effects_of_run_key(run_id))
+
+    def settings_scopes_active_on(self, run_id: str) -> Iterator[SettingsScope]:
+        # The index lists every scope that ever became active on the run; some moved on.
+        scopes = self._indexed(SettingsScope, settings_of_run_key(run_id))
+        return (scope for scope in scopes if scope.active_run_id == run_id)
 
     def _indexed(self, cls: type[A], lookup_key: str) -> Iterator[A]:
         for aggregate_id in self.app.storage.originator_ids_by_key(lookup_key):
@@ -262,15 +280,22 @@ class WorkflowRuns(Application[UUID]):
             return moment.replace(tzinfo=UTC)
         return moment.astimezone(UTC)
 
-    def execute(self, command: Callable[[UnitOfWork], T]) -> T:
+    def execute(
+        self,
+        command: Callable[[UnitOfWork], T],
+        *,
+        attempts: int | None = None,
+        exhausted: Callable[[], Exception] = ConcurrencyError,
+    ) -> T:
         """Run ``command`` and save what it changed, retrying on a version conflict.
 
         The first attempt is optimistic (no lock, one round trip). After a conflict, the
         command runs again holding every aggregate it changed so far, so the writers of a hot
         run take turns instead of retrying without bound; the version check stays the guard.
+        At most ``attempts`` times (default ``max_attempts``), then ``exhausted()`` is raised.
         """
         contended: list[UUID] = []
-        for attempt in range(self.max_attempts):
+        for attempt in range(self.max_attempts if attempts is None else attempts):
             changed: list[BaseAggregate[UUID]] = []
             try:
                 with self.storage.lock_aggregates(contended):
@@ -289,7 +314,7 @@ class WorkflowRuns(Application[UUID]):
             if changed and self._on_commit is not None:
                 self._on_commit()
             return result
-        raise ConcurrencyError()
+        raise exhausted()
 
     # -- runs -----------------------------------------------------------------------------
 
@@ -302,9 +327,10 @@ class WorkflowRuns(Application[UUID]):
         workflow_ref: str | None = None,
         title: str | None = None,
         parent_run_id: str | None = None,
-        status: ProgressStatus = "running",
+        status: StartStatus = "running",
     ) -> RunRecord:
-        """Create a root run, or a continuation child of ``parent_run_id``."""
+        """Create a root run, or a continuation child of ``parent_run_id`` (it takes the
+        parent's settings scopes); ``status="queued"`` reserves a run no worker has started."""
         check_run_id(run_id)
 
         def command(unit: UnitOfWork) -> RunRecord:
@@ -407,6 +433,33 @@ class WorkflowRuns(Application[UUID]):
             run.fence(claim, now=unit.now)
             run.set_presentation_instructions(instructions, actor=HOST, now=unit.now)
             return run.to_record()
+
+        return self.execute(command)
+
+    def publish_update(
+        self,
+        run_id: str,
+        *,
+        attempt_id: str,
+        update_type: str,
+        key: str,
+        data: JsonValue,
+        authority: RunClaim | None = None,
+    ) -> UpdateRecord:
+        """Publish a progress update of the run (upstream §3.9 ``publishUpdate``)."""
+        claim = check_authority(authority)
+
+        def command(unit: UnitOfWork) -> UpdateRecord:
+            run = unit.run(run_id)
+            run.fence(claim, now=unit.now)
+            return run.publish_update(
+                attempt_id=attempt_id,
+                update_type=update_type,
+                key=key,
+                data=data,
+                actor=HOST,
+                now=unit.now,
+            )
 
         return self.execute(command)
 
@@ -635,6 +688,75 @@ class WorkflowRuns(Application[UUID]):
             return message.turn_record(reservation.workflow_turn_id)
 
         return self.execute(command)
+
+    # -- settings -------------------------------------------------------------------------
+
+    def ensure_settings_scope(
+        self,
+        run_id: str,
+        *,
+        mount_path: str = "",
+        invocation: int = 1,
+        settings: JsonValue,
+        policy: dict[str, Any],
+    ) -> SettingsScopeRecord:
+        """The run's settings scope for a mount and invocation, created once (upstream §9.1)."""
+        mount = check_mount_path(mount_path)
+        number = check_invocation(invocation)
+        checked_policy = check_policy(policy)
+
+        def command(unit: UnitOfWork) -> SettingsScopeRecord:
+            scope = settings_changes.ensure_settings_scope(
+                unit,
+                run_id,
+                mount_path=mount,
+                invocation=number,
+                settings=settings,
+                policy=checked_policy,
+                actor=HOST,
+                now=unit.now,
+            )
+            return scope.to_record()
+
+        return self.execute(command)
+
+    def change_settings(
+        self,
+        run_id: str,
+        scope_id: str,
+        *,
+        request_id: str,
+        actor: Actor,
+        source: str,
+        patch: list[dict[str, Any]],
+        expected_change_number: int | None = None,
+    ) -> SettingsChange:
+        """Apply an RFC 6902 patch to a scope under its policy (upstream §9.2, in its order)."""
+        check_request_id(request_id)
+        check_source(source)
+        operations = check_patch(patch)
+        requester = Actor.coerce(actor)
+        expected = check_expected_change_number(expected_change_number)
+
+        def command(unit: UnitOfWork) -> SettingsChange:
+            return settings_changes.change_settings(
+                unit,
+                run_id,
+                scope_id,
+                request_id=request_id,
+                patch=operations,
+                actor=requester,
+                source=source,
+                expected_change_number=expected,
+                now=unit.now,
+            )
+
+        # With an expected number a lost race surfaces as "settings changed" on the rerun.
+        return self.execute(
+            command,
+            attempts=settings_changes.SETTINGS_ATTEMPTS,
+            exhausted=SettingsKeptChangingError,
+        )
 
     # -- human decisions ------------------------------------------------------------------
 

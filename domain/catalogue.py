@@ -17,6 +17,7 @@ from runledger.domain.follow_ups import FollowUp
 from runledger.domain.human_decisions import HumanDecision
 from runledger.domain.runs import Run
 from runledger.domain.session_segments import SessionSegment
+from runledger.domain.settings_scopes import SettingsScope
 from runledger.domain.turn_reservations import TurnReservation
 from runledger.domain.workflow_messages import WorkflowMessage
 
@@ -28,6 +29,7 @@ AGGREGATES: Final[tuple[type[BaseAggregate[UUID]], ...]] = (
     HumanDecision,
     SessionSegment,
     Effect,
+    SettingsScope,
 )
 
 DOMAIN_EVENTS: Final[tuple[type[LedgerEvent], ...]] = (
@@ -67,6 +69,10 @@ DOMAIN_EVENTS: Final[tuple[type[LedgerEvent], ...]] = (
     Effect.Settled,
     Effect.RetryReady,
     Effect.BecameAmbiguous,
+    Run.UpdatePublished,
+    SettingsScope.Created,
+    SettingsScope.Changed,
+    SettingsScope.Moved,
 )
 
 SNAPSHOTS: Final[tuple[type[LedgerSnapshot], ...]] = (
@@ -77,6 +83,7 @@ SNAPSHOTS: Final[tuple[type[LedgerSnapshot], ...]] = (
     HumanDecision.Snapshot,
     SessionSegment.Snapshot,
     Effect.Snapshot,
+    SettingsScope.Snapshot,
 )
 
 WIRE_NAMES: Final[tuple[str, ...]] = tuple(event.TOPIC for event in DOMAIN_EVENTS)

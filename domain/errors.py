@@ -413,6 +413,101 @@ class InvalidStoreParameterError(WorkflowError):
     template = "Store URL parameter {}: {}"
 
 
+# -- settings scopes (upstream §9.1-9.2) ---------------------------------------------------
+
+
+class InvalidSettingsInvocationError(WorkflowError):
+    code = "settings.invalid-invocation"
+    template = "Workflow settings invocation must be a positive integer"
+
+
+class InvalidSettingsMountPathError(WorkflowError):
+    code = "settings.invalid-mount-path"
+    template = "Workflow settings mount path must be a string"
+
+
+class ContinuationChainTooDeepError(WorkflowError):
+    code = "settings.chain-too-deep"
+    template = "Workflow continuation chain is too deep for run {}"
+
+
+class SettingsScopeOfAnotherRunError(WorkflowError):
+    code = "settings.scope-of-another-run"
+    template = "Workflow settings scope belongs to another active run: {}"
+
+
+class InvalidSettingsPolicyError(WorkflowError):
+    code = "settings.invalid-policy"
+    template = "Workflow settings policy is invalid: {}"
+
+
+class InvalidSettingsPatchError(WorkflowError):
+    code = "settings.invalid-patch"
+    template = "Workflow settings patch is invalid: {}"
+
+
+class SettingsRequestReusedError(WorkflowError):
+    code = "settings.request-reused"
+    template = "Workflow settings request ID was reused with different content"
+
+
+class SettingsScopeNotFoundError(WorkflowError):
+    code = "settings.scope-not-found"
+    template = "Workflow settings scope not found: {}"
+
+
+class SettingsScopeNotActiveError(WorkflowError):
+    code = "settings.scope-not-active"
+    template = "Workflow settings scope is not active for run {}"
+
+
+class StaleSettingsError(WorkflowError):
+    code = "settings.stale"
+    template = "Workflow settings changed: expected {}, current {}"
+
+
+class SettingsPermissionError(WorkflowError):
+    code = "settings.not-allowed"
+    template = "Workflow settings {} is not allowed at {} for actor {}"
+
+    def __init__(self, permission: str, path: str, actor_type: str) -> None:
+        # Upstream quotes the path with JSON.stringify.
+        super().__init__(permission, json_string(path), actor_type)
+
+
+class SettingsTooLargeError(WorkflowError):
+    code = "settings.too-large"
+    template = "Workflow settings cannot exceed {} bytes"
+
+
+class SettingsKeptChangingError(WorkflowError):
+    code = "settings.kept-changing"
+    template = "Workflow settings kept changing; retry with an expected number"
+
+
+class InvalidSettingsChangeNumberError(WorkflowError):
+    code = "settings.invalid-change-number"
+    template = "Workflow settings change number must be a non-negative integer"
+
+
+class SettingsChangeMissingError(WorkflowError):
+    code = "settings.change-missing"
+    template = "Workflow settings change {} does not exist for {}"
+
+
+# -- progress updates (upstream §3.9 publishUpdate) -----------------------------------------
+
+
+class TooManyUpdatesError(WorkflowError):
+    code = "update.too-many"
+    template = "workflow run supports at most {} current updates"
+
+
+class InvalidUpdateFieldError(WorkflowError):
+    code = "update.invalid-field"
+    template = "Workflow update {} must be {}"
+
+
 # -- reads --------------------------------------------------------------------------------
 
 
@@ -495,6 +590,11 @@ def clipped_repr(value: object, limit: int = 80) -> str:
 class RebuildFailedError(WorkflowError):
     code = "projection.rebuild-failed"
     template = "Rebuilding the projections failed: {}"
+
+
+class UnknownRunCursorError(WorkflowError):
+    code = "query.unknown-run-cursor"
+    template = "Workflow runs page cursor names an unknown run: {}"
 
 
 class InvalidStoreUrlError(WorkflowError):

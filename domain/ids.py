@@ -12,7 +12,14 @@ from uuid import NAMESPACE_URL, UUID, uuid5
 from runledger.domain.canonical import canonical_json, sha256hex
 
 AggregateKind = Literal[
-    "run", "follow-up", "workflow-message", "workflow-turn", "decision", "effect", "segment"
+    "run",
+    "follow-up",
+    "workflow-message",
+    "workflow-turn",
+    "decision",
+    "settings",
+    "effect",
+    "segment",
 ]
 
 FOLLOW_UP_MESSAGE_KEY: Final[str] = "initial"

@@ -7,6 +7,7 @@ from typing import Final
 
 from runledger.domain.aggregates import Aggregates
 from runledger.domain.errors import (
+    ContinuationChainTooDeepError,
     InvalidRunFieldError,
     ParentRunMissingError,
     RunAlreadyExistsError,
@@ -14,7 +15,7 @@ from runledger.domain.errors import (
 from runledger.domain.human_decisions import HumanDecision
 from runledger.domain.ids import continuation_run_id_for
 from runledger.domain.runs import Run
-from runledger.domain.values import HOST, PROGRESS_STATUSES, Actor, JsonValue, is_one_of
+from runledger.domain.values import HOST, START_STATUSES, Actor, JsonValue, is_one_of
 
 MAX_LINEAGE_DEPTH: Final = 100
 
@@ -37,8 +38,8 @@ def create_run(
     ``run_id`` has passed ``check_run_id`` before the command started.
     """
     check_run_id_unused(aggregates, run_id)
-    if not is_one_of(status, PROGRESS_STATUSES):
-        raise InvalidRunFieldError("status", "running or waiting")
+    if not is_one_of(status, START_STATUSES):
+        raise InvalidRunFieldError("status", "queued, running or waiting")
     parent = None
     if parent_run_id is not None:
         parent = aggregates.run(parent_run_id, missing=ParentRunMissingError)
@@ -55,7 +56,7 @@ def create_run(
         actor=actor,
         now=now,
     )
-    return aggregates.add(run)
+    return _add_continuation(aggregates, run, parent, actor=actor, now=now)
 
 
 def continue_after_decision(
@@ -72,18 +73,32 @@ def continue_after_decision(
         return aggregates.run(child_id)
     check_run_id_unused(aggregates, child_id)
     parent = aggregates.run(decision.run_id)
-    child = aggregates.add(
-        Run.reserve_child(
-            child_id,
-            parent=parent,
-            lineage_kind="continuation",
-            actor=HOST,
-            now=now,
-            human_decision=decision.receipt(),
-        )
+    child = Run.reserve_child(
+        child_id,
+        parent=parent,
+        lineage_kind="continuation",
+        actor=HOST,
+        now=now,
+        human_decision=decision.receipt(),
     )
+    _add_continuation(aggregates, child, parent, actor=HOST, now=now)
     decision.record_continuation(child_id, actor=HOST, now=now)
     return child
+
+
+def _add_continuation(
+    aggregates: Aggregates, run: Run, parent: Run | None, *, actor: Actor, now: datetime
+) -> Run:
+    """Add a new run; a continuation child takes every settings scope active on its parent.
+
+    Upstream §3.6 with decisions 4 and 15: scopes travel with the run to its continuation
+    (from a decision too), in the same commit as ``run.created``; a restart takes none.
+    """
+    aggregates.add(run)
+    if parent is not None:
+        for scope in list(aggregates.settings_scopes_active_on(parent.run_id)):
+            scope.move_to(run.run_id, actor=actor, now=now)
+    return run
 
 
 def check_run_id_unused(aggregates: Aggregates, run_id: str) -> None:
@@ -102,11 +117,28 @@ def ancestors(run: Run, aggregates: Aggregates) -> list[Run]:
     return chain
 
 
-def continuation_chain(run: Run, aggregates: Aggregates) -> list[Run]:
-    """The run and its continuation ancestors, nearest first: a restart link ends the chain."""
+def continuation_chain(
+    run: Run, aggregates: Aggregates, *, max_steps: int | None = None
+) -> list[Run]:
+    """The run and its continuation ancestors, nearest first: a restart link ends the chain.
+
+    With ``max_steps`` the walk stops after that many parents.
+    """
     chain = [run]
     current = run
-    while current.lineage_kind == "continuation" and current.parent_run_id is not None:
+    while current.continues_a_parent and (max_steps is None or len(chain) <= max_steps):
         current = aggregates.run(current.parent_run_id)
         chain.append(current)
     return chain
+
+
+def continuation_origin(run: Run, aggregates: Aggregates) -> Run:
+    """Upstream ``logicalOriginRunId`` with decision 19: the top of the continuation chain.
+
+    The walk stops at a restart link (a restart child is its own origin) and takes at most
+    ``MAX_LINEAGE_DEPTH`` steps: ``Workflow continuation chain is too deep for run <runId>``.
+    """
+    top = continuation_chain(run, aggregates, max_steps=MAX_LINEAGE_DEPTH)[-1]
+    if top.continues_a_parent:
+        raise ContinuationChainTooDeepError(run.run_id)
+    return top

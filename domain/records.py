@@ -38,6 +38,19 @@ class Record(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class UpdateRecord(Record):
+    """One progress update (upstream §3.9 ``publishUpdate``)."""
+
+    update_id: str
+    run_id: str
+    attempt_id: str
+    update_type: str
+    key: str
+    data: JsonValue
+    seq: int
+    published_at: datetime
+
+
 class RunRecord(Record):
     """A run: workflow, input, status, paused, outcome, origin session, lineage, current node."""
 
@@ -67,6 +80,8 @@ class RunRecord(Record):
     finished_at: datetime | None
     human_decision: dict[str, Any] | None = None
     """The §3.7 receipt of the decision this continuation child was created from."""
+    updates: list[UpdateRecord] = []
+    """The current progress updates (latest per type and key), by sequence."""
 
 
 class FollowUpRecord(Record):
@@ -288,6 +303,22 @@ class EffectRecord(Record):
     updated_at: datetime
 
 
+class SettingsScopeRecord(Record):
+    """A settings scope as it is now (or, from ``settings_scope_at_change``, as it was)."""
+
+    scope_id: str
+    origin_run_id: str
+    active_run_id: str
+    mount_path: str
+    invocation: int
+    change_number: int
+    settings: JsonValue
+    settings_hash: str
+    policy: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+
+
 class EffectReservation(Record):
     """What ``reserve_effect`` returns: the effect and whether the caller may apply it now."""
 
@@ -342,3 +373,51 @@ class SessionEventRecord(Record):
     attempt_id: str
     payload: dict[str, Any]
     recorded_at: datetime
+
+
+class SettingsChangeRecord(Record):
+    """One accepted settings change."""
+
+    scope_id: str
+    request_id: str
+    change_number: int
+    actor: Actor
+    source: str
+    patch_digest: str
+    before_hash: str
+    after_hash: str
+    accepted_at: datetime
+
+
+class SettingsChange(Record):
+    """What ``change_settings`` answers: the scope after the change, and whether it was a retry."""
+
+    scope: SettingsScopeRecord
+    change: SettingsChangeRecord
+    adopted: bool
+
+
+class RunSummary(Record):
+    """A run as the runs list shows it."""
+
+    run_id: str
+    workflow_name: str
+    workflow_ref: str
+    title: str | None
+    status: RunStatus
+    paused: bool
+    origin_session_id: str | None
+    parent_run_id: str | None
+    root_run_id: str
+    lineage_kind: LineageKind | None
+    restart_number: int
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+
+class RunPage(Record):
+    """One keyset page of the runs list; ``next_after`` continues it (None: the last page)."""
+
+    runs: list[RunSummary]
+    next_after: str | None

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 from uuid import UUID
 
 from eventsourcing.domain import BaseAggregate
 
-from runledger.domain.canonical import check_plain_json, json_digest
+from runledger.domain.canonical import check_plain_json, json_digest, sha256hex
 from runledger.domain.errors import (
     CancelledRunRestartError,
     ClaimLostError,
@@ -19,6 +19,7 @@ from runledger.domain.errors import (
     InvalidRunIdError,
     InvalidRunStatusError,
     InvalidSessionIdError,
+    InvalidUpdateFieldError,
     InvalidWorkflowNameError,
     LeaseNotCurrentError,
     LeaseOfAnotherRunError,
@@ -29,6 +30,7 @@ from runledger.domain.errors import (
     RunHasNoOriginSessionError,
     RunNotAcceptingChangesError,
     RunOfAnotherSessionError,
+    TooManyUpdatesError,
 )
 from runledger.domain.events import (
     CopiedCheaply,
@@ -39,7 +41,7 @@ from runledger.domain.events import (
 )
 from runledger.domain.ids import aggregate_id
 from runledger.domain.leases import check_authority_lease_ms, expiry, token_hash
-from runledger.domain.records import RestartReceipt, RunClaim, RunRecord
+from runledger.domain.records import RestartReceipt, RunClaim, RunRecord, UpdateRecord
 from runledger.domain.values import (
     DEFAULT_PRESENTATION_INSTRUCTIONS,
     EXECUTION_MODES,
@@ -59,6 +61,7 @@ from runledger.domain.values import (
 )
 
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+MAX_CURRENT_UPDATES: Final = 1024
 
 
 def run_aggregate_id(run_id: str) -> UUID:
@@ -90,8 +93,9 @@ class Run(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
 
     TOPIC = "run"
     DATETIME_FIELDS: ClassVar[tuple[str, ...]] = ("finished_at", "lease_expires_at")
-    # Version 2 holds the human-decision receipt of a continuation child.
-    class_version = 2
+    # Version 2 holds the human-decision receipt of a continuation child and the current
+    # progress updates.
+    class_version: ClassVar[int] = 2
 
     run_id: str
     workflow_name: str
@@ -120,6 +124,8 @@ class Run(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
     terminal_message_id: str | None
     terminal_fingerprint: str | None
     human_decision: dict[str, JsonValue] | None
+    updates: dict[str, dict[str, Any]]
+    """Current progress updates by (type, key), in sequence order; never mutated in place."""
     # The lease (decision 16). Class defaults: runs created, and snapshots taken, before
     # leases existed load as never claimed.
     lease_generation: int = 0
@@ -133,8 +139,9 @@ class Run(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
 
     @staticmethod
     def upcast_v1_v2(state: dict[str, Any]) -> None:
-        """A snapshot taken before receipts existed is of a run created without one."""
+        """A snapshot taken before receipts and updates existed: none of either."""
         state["human_decision"] = None
+        state["updates"] = {}
 
     class Event(LedgerEvent):
         """Base of every Run event."""
@@ -192,6 +199,7 @@ class Run(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
             run.terminal_message_id = None
             run.terminal_fingerprint = None
             run.human_decision = self.human_decision
+            run.updates = {}
 
     class SessionBound(Event):
         """The run was bound to its origin Pi session and execution mode."""
@@ -346,6 +354,32 @@ class Run(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
             run.lease_owner_id = None
             run.lease_token_hash = None
             run.lease_expires_at = None
+
+    class UpdatePublished(Event):
+        """A progress update; the latest one per (type, key) is current (upstream §3.9)."""
+
+        TOPIC = "run.update-published"
+        update_id: str
+        seq: int
+        attempt_id: str
+        update_type: str
+        key: str
+        data: JsonValue
+
+        def apply(self, run: Run) -> None:
+            slot = _update_slot(self.update_type, self.key)
+            # Re-inserted at the end: the dict stays in sequence order.
+            updates = {name: item for name, item in run.updates.items() if name != slot}
+            updates[slot] = {
+                "update_id": self.update_id,
+                "seq": self.seq,
+                "attempt_id": self.attempt_id,
+                "update_type": self.update_type,
+                "key": self.key,
+                "data": self.data,
+                "published_at": self.timestamp.isoformat(),
+            }
+            run.updates = updates
 
     class Snapshot(LedgerSnapshot):
         """The run's state at a version."""
@@ -525,6 +559,38 @@ class Run(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
         order = self.follow_up_count + 1
         self._trigger(self.FollowUpAccepted, actor, now, follow_up_id=follow_up_id, order=order)
         return order
+
+    def publish_update(
+        self,
+        *,
+        attempt_id: object,
+        update_type: object,
+        key: object,
+        data: JsonValue,
+        actor: Actor,
+        now: datetime,
+    ) -> UpdateRecord:
+        """Publish a progress update; it replaces the current one of the same type and key."""
+        for name, value in (("attempt ID", attempt_id), ("type", update_type), ("key", key)):
+            if not isinstance(value, str) or not value:
+                raise InvalidUpdateFieldError(name, "a non-empty string")
+        check_plain_json(data)
+        slot = _update_slot(str(update_type), str(key))
+        if slot not in self.updates and len(self.updates) >= MAX_CURRENT_UPDATES:
+            raise TooManyUpdatesError(MAX_CURRENT_UPDATES)
+        seq = self.version + 1
+        self._trigger(
+            self.UpdatePublished,
+            actor,
+            now,
+            update_id="update-" + sha256hex(f"{self.run_id}\0{seq}")[:40],
+            seq=seq,
+            attempt_id=attempt_id,
+            update_type=update_type,
+            key=key,
+            data=data,
+        )
+        return self._update_record(self.updates[slot])
 
     def finish(
         self,
@@ -706,6 +772,11 @@ class Run(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
             raise RunAlreadyEndedError(self.run_id, self.status)
 
     @property
+    def continues_a_parent(self) -> bool:
+        """The run continues a parent run: it is neither a root nor a restart."""
+        return self.lineage_kind == "continuation" and self.parent_run_id is not None
+
+    @property
     def accepts_changes(self) -> bool:
         """Upstream §3.1: only a running or waiting run takes follow-ups."""
         return self.status in PROGRESS_STATUSES
@@ -727,6 +798,11 @@ class Run(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
         if self.origin_session_id is None:
             raise RunHasNoOriginSessionError(self.run_id)
         return self.origin_session_id
+
+    def check_running(self) -> None:
+        """Upstream ensureSettingsScope: only a running run creates settings scopes."""
+        if self.status != "running":
+            raise RunNotAcceptingChangesError(self.run_id, self.status)
 
     @staticmethod
     def check_finish_status(status: object) -> TerminalStatus:
@@ -808,6 +884,18 @@ class Run(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
             "earlierOutcomes": [run.outcome() for run in earlier if run.has_ended],
         }
 
+    def _update_record(self, item: dict[str, Any]) -> UpdateRecord:
+        return UpdateRecord(
+            update_id=item["update_id"],
+            run_id=self.run_id,
+            attempt_id=item["attempt_id"],
+            update_type=item["update_type"],
+            key=item["key"],
+            data=item["data"],
+            seq=item["seq"],
+            published_at=datetime.fromisoformat(item["published_at"]),
+        )
+
     @property
     def effective_presentation_instructions(self) -> str:
         """The instructions set on the run, else upstream's default."""
@@ -850,4 +938,9 @@ class Run(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
             updated_at=self.modified_on,
             finished_at=self.finished_at,
             human_decision=self.human_decision,
+            updates=[self._update_record(item) for item in self.updates.values()],
         )
+
+
+def _update_slot(update_type: str, key: str) -> str:
+    return f"{update_type}\0{key}"

@@ -39,8 +39,11 @@ BadEndStatus = Literal["failed", "timed_out", "cancelled"]
 """An end that cancels queued follow-ups (upstream §4.6)."""
 TerminalStatus = Literal["completed", BadEndStatus]
 """An ended run (upstream: the last four are terminal); what ``finish_run`` takes."""
-RunStatus = Literal["queued", ProgressStatus, TerminalStatus]
+StartStatus = Literal["queued", ProgressStatus]
+"""What a new run starts as: reserved (no worker has started it, decision 13), or in progress."""
+RunStatus = Literal[StartStatus, TerminalStatus]
 PROGRESS_STATUSES: Final[tuple[ProgressStatus, ...]] = get_args(ProgressStatus)
+START_STATUSES: Final[tuple[StartStatus, ...]] = get_args(StartStatus)
 BAD_END_STATUSES: Final[tuple[BadEndStatus, ...]] = get_args(BadEndStatus)
 TERMINAL_STATUSES: Final[tuple[TerminalStatus, ...]] = get_args(TerminalStatus)
 

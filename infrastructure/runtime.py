@@ -29,7 +29,14 @@ from runledger.infrastructure.storage.urls import redact_url
 from runledger.infrastructure.views.projector import Progress, Projector
 from runledger.infrastructure.views.rebuild import rebuild_in_processes, split
 from runledger.infrastructure.views.store import ViewReaderBase, ViewStore
-from runledger.projections import follow_up_queue, session_outbox, terminal_data, viewer_deltas
+from runledger.projections import (
+    follow_up_queue,
+    runs,
+    session_outbox,
+    settings,
+    terminal_data,
+    viewer_deltas,
+)
 from runledger.projections.base import Projection
 
 DEFAULT_URL: Final = "sqlite:///runledger.db"
@@ -46,6 +53,8 @@ def default_projections() -> list[Projection]:
         terminal_data.TerminalDataProjection(),
         viewer_deltas.ViewerDeltasProjection(),
         session_outbox.SessionOutboxProjection(),
+        settings.SettingsProjection(),
+        runs.RunsProjection(),
     ]
 
 

@@ -14,6 +14,7 @@ from runledger.domain.records import ProjectionStatus
 from runledger.infrastructure.runtime import ClosedOnExit, StoreRuntime, open_runtime
 from runledger.infrastructure.views.projector import Progress
 from runledger.projections import follow_up_queue as queue
+from runledger.projections import runs, settings
 from runledger.projections import session_outbox as outbox
 from runledger.projections import terminal_data as terminal
 from runledger.projections import viewer_deltas as viewer
@@ -121,6 +122,21 @@ class WorkflowStore(ClosedOnExit):
     create_workflow_message = _command(
         WorkflowRuns.create_workflow_message,
         "Create the host's notification, step or decision message for the run's origin session.",
+    )
+    publish_update = _command(
+        WorkflowRuns.publish_update,
+        "Publish a progress update; the latest per (type, key) is current.",
+    )
+
+    # -- settings ---------------------------------------------------------------------------
+
+    ensure_settings_scope = _command(
+        WorkflowRuns.ensure_settings_scope,
+        "The run's settings scope for a mount and invocation, created once with its policy.",
+    )
+    change_settings = _command(
+        WorkflowRuns.change_settings,
+        "Apply an RFC 6902 patch to a settings scope under its policy.",
     )
 
     # -- human decisions --------------------------------------------------------------------
@@ -244,6 +260,21 @@ class WorkflowStore(ClosedOnExit):
         "session_outbox",
         outbox.next_deliverable,
         "The session's first message eligible for delivery, or None.",
+    )
+    settings_scopes = _query(
+        "settings",
+        settings.settings_scopes,
+        "The settings scopes active on the run, by mount path and invocation.",
+    )
+    settings_scope_at_change = _query(
+        "settings",
+        settings.settings_scope_at_change,
+        "The settings scope as it was right after a change (0: as created); None if unknown.",
+    )
+    list_runs = _query(
+        "runs",
+        runs.list_runs,
+        "Runs in creation order, filtered by status, session or root run, keyset-paged.",
     )
 
     # -- operations -------------------------------------------------------------------------

@@ -133,3 +133,27 @@ class Projection(Protocol):
     def apply(self, event: ProjectedEvent, view: ViewWriter) -> None:
         """Change the view for one event. Deterministic: times come from the event only."""
         ...
+
+
+Handler = Callable[[ProjectedEvent, ViewWriter], None]
+"""One event's change to a view."""
+
+
+class HandledProjection:
+    """A projection that changes its view with one handler per consumed wire name.
+
+    Subclasses set ``handlers``; ``topics`` follows from it.
+    """
+
+    handlers: ClassVar[Mapping[str, Handler]]
+    topics: ClassVar[frozenset[str]]
+
+    def __init_subclass__(cls) -> None:
+        super().__init_subclass__()
+        cls.topics = frozenset(cls.handlers)
+
+    def apply(self, event: ProjectedEvent, view: ViewWriter) -> None:
+        """Change the view for one event of ``topics``."""
+        handler = self.handlers.get(event.wire_name)
+        if handler is not None:
+            handler(event, view)

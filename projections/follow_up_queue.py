@@ -8,7 +8,7 @@ the follow-up's state.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import ClassVar, Final
 
@@ -18,7 +18,15 @@ from runledger.domain.records import FollowUpQueue, FollowUpRecord
 from runledger.domain.runs import Run
 from runledger.domain.values import Actor, is_count
 from runledger.domain.workflow_messages import WorkflowMessage
-from runledger.projections.base import ProjectedEvent, Row, Table, ViewReader, ViewWriter
+from runledger.projections.base import (
+    HandledProjection,
+    Handler,
+    ProjectedEvent,
+    Row,
+    Table,
+    ViewReader,
+    ViewWriter,
+)
 
 FOLLOW_UP_KIND: Final = "followUp"
 
@@ -128,7 +136,7 @@ def _message_settled(event: ProjectedEvent, view: ViewWriter) -> None:
     view.put(FOLLOW_UPS, row)
 
 
-_HANDLERS: Final[dict[str, Callable[[ProjectedEvent, ViewWriter], None]]] = {
+_HANDLERS: Final[dict[str, Handler]] = {
     Run.Created.TOPIC: _run_created,
     Run.SessionBound.TOPIC: _session_bound,
     FollowUp.Queued.TOPIC: _follow_up_queued,
@@ -140,19 +148,13 @@ _HANDLERS: Final[dict[str, Callable[[ProjectedEvent, ViewWriter], None]]] = {
 }
 
 
-class FollowUpQueueProjection:
+class FollowUpQueueProjection(HandledProjection):
     """Projects runs' origin sessions and their follow-ups with delivery state."""
 
     name: ClassVar[str] = "follow_up_queue"
     version: ClassVar[int] = 1
     tables: ClassVar[Sequence[Table]] = (RUNS, FOLLOW_UPS)
-    topics: ClassVar[frozenset[str]] = frozenset(_HANDLERS)
-
-    def apply(self, event: ProjectedEvent, view: ViewWriter) -> None:
-        """Change the view for one event of the topics above."""
-        handler = _HANDLERS.get(event.wire_name)
-        if handler is not None:
-            handler(event, view)
+    handlers = _HANDLERS
 
 
 def follow_up_queue(reader: ViewReader, run_id: str) -> FollowUpQueue | None:

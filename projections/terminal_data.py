@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import ClassVar, Final
 
 from runledger.domain.records import TerminalData
 from runledger.domain.runs import Run
 from runledger.domain.values import DEFAULT_PRESENTATION_INSTRUCTIONS, TERMINAL_STATUSES
-from runledger.projections.base import ProjectedEvent, Table, ViewReader, ViewWriter
+from runledger.projections.base import (
+    HandledProjection,
+    Handler,
+    ProjectedEvent,
+    Table,
+    ViewReader,
+    ViewWriter,
+)
 
 # ``status`` stays None until the run ends: only ended runs are answered, and nothing
 # changes a run's status after ``run.finished``, so progress events are not needed here.
@@ -64,26 +71,20 @@ def _run_finished(event: ProjectedEvent, view: ViewWriter) -> None:
     view.put(RUNS, row)
 
 
-_HANDLERS: Final[dict[str, Callable[[ProjectedEvent, ViewWriter], None]]] = {
+_HANDLERS: Final[dict[str, Handler]] = {
     Run.Created.TOPIC: _run_created,
     Run.PresentationInstructionsSet.TOPIC: _instructions_set,
     Run.Finished.TOPIC: _run_finished,
 }
 
 
-class TerminalDataProjection:
+class TerminalDataProjection(HandledProjection):
     """Projects each run's input, lineage restart number and, once it ends, its outcome."""
 
     name: ClassVar[str] = "terminal_data"
     version: ClassVar[int] = 1
     tables: ClassVar[Sequence[Table]] = (RUNS,)
-    topics: ClassVar[frozenset[str]] = frozenset(_HANDLERS)
-
-    def apply(self, event: ProjectedEvent, view: ViewWriter) -> None:
-        """Change the view for one event of the topics above."""
-        handler = _HANDLERS.get(event.wire_name)
-        if handler is not None:
-            handler(event, view)
+    handlers = _HANDLERS
 
 
 def terminal_data(reader: ViewReader, run_id: str) -> TerminalData | None:

@@ -1,7 +1,10 @@
 """The viewer-delta stream live viewers follow: presentation revisions and JSON-patch ops.
 
 Upstream §7 adapted to events: ``run.created`` opens a run's viewer at revision 1; every
-other run event (a "run write") and every follow-up state change adds exactly one revision.
+other run event (a "run write"), every follow-up state change and every settings scope
+creation or accepted change adds exactly one revision; a scope moving to a continuation child
+adds one to the child and one to the parent. Every inspector revision carries both targets,
+``settings`` (delta 0) then ``follow-ups`` (delta 1), as upstream I1 (DESIGN decision 24).
 Revisions are kept in a ring of 256 rows per run, so retention never deletes anything and
 applying an event costs one keyed read and two keyed writes.
 """
@@ -15,6 +18,7 @@ from runledger.domain.errors import InvalidViewerCursorError, RunMissingError
 from runledger.domain.follow_ups import FollowUp
 from runledger.domain.records import SnapshotRequired, ViewerDelta, ViewerDeltas
 from runledger.domain.runs import Run
+from runledger.domain.settings_scopes import SettingsScope
 from runledger.projections.base import ProjectedEvent, Row, Table, ViewReader, ViewWriter
 
 VIEWER_PAGE_SIZE: Final = 256
@@ -31,6 +35,7 @@ RUN_WRITES: Final[frozenset[str]] = frozenset(
         Run.PresentationInstructionsSet.TOPIC,
         Run.Finished.TOPIC,
         Run.RestartChildCreated.TOPIC,
+        Run.UpdatePublished.TOPIC,
     }
 )
 """Run events that show in the viewer. ``run.follow-up-accepted`` is left out: its
@@ -39,6 +44,10 @@ trace event for a queued follow-up."""
 
 FOLLOW_UP_CHANGES: Final[frozenset[str]] = frozenset(
     {FollowUp.Queued.TOPIC, FollowUp.Removed.TOPIC, FollowUp.Cancelled.TOPIC}
+)
+
+SETTINGS_CHANGES: Final[frozenset[str]] = frozenset(
+    {SettingsScope.Created.TOPIC, SettingsScope.Changed.TOPIC, SettingsScope.Moved.TOPIC}
 )
 
 # Stored event fields that are not the event's own facts, so not part of a trace payload
@@ -115,10 +124,12 @@ RUNS = Table(
         ("graph", "json"),
         ("follow_ups", "json"),
         ("follow_up_total", "int"),
+        ("settings", "json"),
     ),
     key=("run_id",),
 )
-"""One row per run: its viewer revision and everything the next delta is computed from."""
+"""One row per run: its viewer revision and everything the next delta is computed from
+(``settings`` lists every scope active on the run, ordered by mount path and invocation)."""
 
 REVISIONS = Table(
     "rl_vd_revisions",
@@ -145,6 +156,7 @@ def _graph_state(status: str, finished_at: str | None) -> dict[str, Any]:
         "statusDetail": None,
         "paused": False,
         "waitingOn": None,
+        "updates": [],
     }
 
 
@@ -169,6 +181,8 @@ def _evolved_graph(graph: Mapping[str, Any], event: ProjectedEvent) -> dict[str,
         evolved.update(paused=True, statusDetail=event["status_detail"])
     elif name == Run.Resumed.TOPIC:
         evolved.update(paused=False, statusDetail=None)
+    elif name == Run.UpdatePublished.TOPIC:
+        evolved["updates"] = _evolved_updates(graph["updates"], event)
     elif name == Run.Finished.TOPIC:
         evolved.update(
             status=event["status"],
@@ -182,13 +196,42 @@ def _evolved_graph(graph: Mapping[str, Any], event: ProjectedEvent) -> dict[str,
     return evolved
 
 
+def _update_item(event: ProjectedEvent) -> dict[str, Any]:
+    return {
+        "updateId": event["update_id"],
+        "seq": event["seq"],
+        "at": event.recorded_at,
+        "type": event["update_type"],
+        "key": event["key"],
+        "attemptId": event["attempt_id"],
+        "data": event["data"],
+    }
+
+
+def _evolved_updates(
+    updates: Sequence[Mapping[str, Any]], event: ProjectedEvent
+) -> list[Mapping[str, Any]]:
+    """Every current update by sequence: the new one replaces its (type, key) and goes last."""
+    kept = [
+        item
+        for item in updates
+        if (item["type"], item["key"]) != (event["update_type"], event["key"])
+    ]
+    return [*kept, _update_item(event)]
+
+
 def _graph_ops(graph: Mapping[str, Any], trace_seq: int, updated_at: str) -> list[Op]:
-    # Upstream runViewerTargets order, without the step/update/settings/humanDecision
-    # fields runledger does not model.
+    # Upstream runViewerTargets order, without the step/settings/humanDecision fields
+    # runledger does not model.
     return [
         {"op": "replace", "path": "/state/traceSeq", "value": trace_seq},
         {"op": "replace", "path": "/state/updatedAt", "value": updated_at},
         {"op": "replace", "path": "/state/status", "value": graph["status"]},
+        {
+            "op": "add",
+            "path": "/state/updates",
+            "value": list(graph["updates"][-VIEWER_PAGE_SIZE:]),
+        },
         {"op": "add", "path": "/state/finishedAt", "value": graph["finishedAt"]},
         {"op": "add", "path": "/state/currentNode", "value": graph["currentNode"]},
         {"op": "add", "path": "/state/currentAttemptId", "value": graph["currentAttemptId"]},
@@ -258,14 +301,79 @@ def _follow_up_ops(window: list[Mapping[str, Any]], total: int) -> list[Op]:
     ]
 
 
+def _settings_item(event: ProjectedEvent, change_number: int) -> dict[str, Any]:
+    """A scope as the inspector lists it, from its creation or its move."""
+    return {
+        "scopeId": event["scope_id"],
+        "mountPath": event["mount_path"],
+        "invocation": event["invocation"],
+        "changeNumber": change_number,
+        "settingsHash": event["settings_hash"],
+    }
+
+
+def _changed_scopes(
+    items: Sequence[Mapping[str, Any]], event: ProjectedEvent
+) -> list[Mapping[str, Any]]:
+    return [
+        {**item, "changeNumber": event["change_number"], "settingsHash": event["after_hash"]}
+        if item["scopeId"] == event["scope_id"]
+        else item
+        for item in items
+    ]
+
+
+def _with_scope(
+    items: Sequence[Mapping[str, Any]], item: Mapping[str, Any]
+) -> list[Mapping[str, Any]]:
+    """The run's scopes with ``item`` added or replaced, ordered by (mount path, invocation)."""
+    others = [existing for existing in items if existing["scopeId"] != item["scopeId"]]
+    return sorted([*others, item], key=lambda scope: (scope["mountPath"], scope["invocation"]))
+
+
+def _without_scope(items: Sequence[Mapping[str, Any]], scope_id: str) -> list[Mapping[str, Any]]:
+    return [existing for existing in items if existing["scopeId"] != scope_id]
+
+
+def _settings_ops(items: Sequence[Mapping[str, Any]]) -> list[Op]:
+    total = len(items)
+    start = max(0, total - VIEWER_PAGE_SIZE)
+    return [
+        {"op": "replace", "path": "/settingsScopes", "value": list(items[start:])},
+        {"op": "replace", "path": "/settingsStart", "value": start},
+        {"op": "replace", "path": "/settingsTotal", "value": total},
+    ]
+
+
+def _inspector_deltas(run: Row) -> list[dict[str, Any]]:
+    """Upstream viewerInspectorTargets: delta 0 settings, delta 1 follow-ups."""
+    return [
+        {
+            "target_type": "inspector",
+            "target_key": "settings",
+            "patch": _settings_ops(run["settings"]),
+        },
+        {
+            "target_type": "inspector",
+            "target_key": "follow-ups",
+            "patch": _follow_up_ops(run["follow_ups"], run["follow_up_total"]),
+        },
+    ]
+
+
 class ViewerDeltasProjection:
     """Presentation revisions per run with their graph, timeline and inspector deltas."""
 
     name: ClassVar[str] = "viewer_deltas"
-    version: ClassVar[int] = 1
+    version: ClassVar[int] = 2
     tables: ClassVar[Sequence[Table]] = (RUNS, REVISIONS)
     topics: ClassVar[frozenset[str]] = frozenset(
-        {Run.Created.TOPIC, *RUN_WRITES, *FOLLOW_UP_CHANGES}
+        {
+            Run.Created.TOPIC,
+            *RUN_WRITES,
+            *FOLLOW_UP_CHANGES,
+            *SETTINGS_CHANGES,
+        }
     )
 
     def apply(self, event: ProjectedEvent, view: ViewWriter) -> None:
@@ -273,17 +381,40 @@ class ViewerDeltasProjection:
         if name == Run.Created.TOPIC:
             self._open(event, view)
             return
-        run_id: str = event["run_id"]
-        run = view.get(RUNS, (run_id,))
-        if run is None:
-            raise ViewerProjectionMissingError(run_id)
+        run = self._run(view, event["run_id"])
         if name in RUN_WRITES:
             deltas = self._run_write(run, event)
         elif name in FOLLOW_UP_CHANGES:
             deltas = self._follow_up_change(run, event)
+        elif name == SettingsScope.Created.TOPIC:
+            run["settings"] = _with_scope(run["settings"], _settings_item(event, 0))
+            deltas = _inspector_deltas(run)
+        elif name == SettingsScope.Changed.TOPIC:
+            run["settings"] = _changed_scopes(run["settings"], event)
+            deltas = _inspector_deltas(run)
+        elif name == SettingsScope.Moved.TOPIC:
+            self._scope_moved(view, run, event)
+            return
         else:
             return
         self._record(view, run, event, deltas)
+
+    @staticmethod
+    def _run(view: ViewWriter, run_id: str) -> Row:
+        run = view.get(RUNS, (run_id,))
+        if run is None:
+            raise ViewerProjectionMissingError(run_id)
+        return run
+
+    def _scope_moved(self, view: ViewWriter, child: Row, event: ProjectedEvent) -> None:
+        """The child gains the scope and the parent loses it: a revision for each."""
+        child["settings"] = _with_scope(
+            child["settings"], _settings_item(event, event["change_number"])
+        )
+        self._record(view, child, event, _inspector_deltas(child))
+        parent = self._run(view, event["from_run_id"])
+        parent["settings"] = _without_scope(parent["settings"], event["scope_id"])
+        self._record(view, parent, event, _inspector_deltas(parent))
 
     @staticmethod
     def _open(event: ProjectedEvent, view: ViewWriter) -> None:
@@ -301,6 +432,7 @@ class ViewerDeltasProjection:
                 "graph": _graph_state(status, event.recorded_at if status == "waiting" else None),
                 "follow_ups": [],
                 "follow_up_total": 0,
+                "settings": [],
             },
         )
 
@@ -330,15 +462,7 @@ class ViewerDeltasProjection:
         run["follow_ups"] = window
         if event.wire_name == FollowUp.Queued.TOPIC:
             run["follow_up_total"] += 1
-        # Upstream also records an ``inspector/settings`` delta here (delta 0); settings are
-        # not modelled yet (DESIGN.md decision 4), so follow-ups is the only inspector target.
-        return [
-            {
-                "target_type": "inspector",
-                "target_key": "follow-ups",
-                "patch": _follow_up_ops(window, run["follow_up_total"]),
-            }
-        ]
+        return _inspector_deltas(run)
 
     @staticmethod
     def _record(

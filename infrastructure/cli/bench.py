@@ -11,12 +11,13 @@ from __future__ import annotations
 import gc
 import multiprocessing
 import os
+import random
 import secrets
 import sqlite3
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 import psycopg
+from eventsourcing.persistence import StoredEvent
 from psycopg.sql import SQL, Identifier
 
 from runledger.domain.errors import InvalidStoreUrlError
@@ -199,6 +201,24 @@ class Raw:
                 samples.append((time.perf_counter() - started) * 1000)
         return samples
 
+    def query_latencies(self, statement: str, params: Sequence[tuple[Any, ...]]) -> list[float]:
+        """Milliseconds for each run of one plain statement (``{m}`` marks a parameter)."""
+        query = statement.replace("{m}", self.marker)
+        samples = []
+        with self.connection() as connection:
+            for values in params:
+                started = time.perf_counter()
+                connection.execute(query, values).fetchall()
+                samples.append((time.perf_counter() - started) * 1000)
+        return samples
+
+
+def _in_batches(events: list[StoredEvent], size: int = 5000) -> Iterator[list[StoredEvent]]:
+    """``events`` in slices of ``size``; once consumed, nothing holds the list any more
+    (300k event objects alive would make the garbage collection of later samples slow)."""
+    for start in range(0, len(events), size):
+        yield events[start : start + size]
+
 
 def _queue(store: WorkflowStore, run_id: str, session_id: str, number: int) -> None:
     """Queue the session's follow-up ``number`` on the run, as a Pi session would."""
@@ -336,7 +356,7 @@ def _parallel(target: Callable[..., None], args: list[tuple[Any, ...]]) -> float
 
 
 class Bench:
-    """The measurements P1-P8 on one backend, each in a scratch database of its own."""
+    """The measurements P1-P11 on one backend, each in a scratch database of its own."""
 
     def __init__(
         self,
@@ -353,6 +373,8 @@ class Bench:
         self.samples = 30 if quick else 200
         self.history_follow_ups = 400 if quick else 10_000
         self.range_follow_ups = 3_000 if quick else 100_000
+        self.settings_changes = 400 if quick else 10_000
+        self.listed_runs = 3_000 if quick else 100_000
         self.scratch = Scratch(url)
         self.events = events
         self.seconds = seconds
@@ -367,20 +389,33 @@ class Bench:
         store.create_run(run_id, workflow_name="bench", input={"n": 1})
         store.bind_origin_session(run_id, session_id)
 
+    def _queueing(self, store: WorkflowStore, prefix: str) -> Callable[[int], None]:
+        """A command queueing follow-up ``count``, on a new run every 100 follow-ups."""
+        session_id = f"{prefix}-session"
+
+        def queue(count: int) -> None:
+            run_id = f"{prefix}-{count // 100}"
+            if count % 100 == 0:
+                self._prepared_run(store, run_id, session_id)
+            _queue(store, run_id, session_id, count)
+
+        return queue
+
+    def _rate(self, command: Callable[[int], object]) -> float:
+        """Runs of ``command(count)`` per second, for the bench's measuring time."""
+        count = 0
+        started = time.perf_counter()
+        while time.perf_counter() - started < self.seconds:
+            command(count)
+            count += 1
+        return count / (time.perf_counter() - started)
+
     def p1_single_writer(self) -> BenchResult:
         """P1: queued follow-ups per second from one writer, projected in-process."""
         url = self.scratch.new_url()
         baseline = Raw(url).insert_rate(self.seconds)
         with open_store(url) as store:
-            count = 0
-            started = time.perf_counter()
-            while time.perf_counter() - started < self.seconds:
-                run_id = f"p1-{count // 100}"
-                if count % 100 == 0:
-                    self._prepared_run(store, run_id, "p1-session")
-                _queue(store, run_id, "p1-session", count)
-                count += 1
-            rate = count / (time.perf_counter() - started)
+            rate = self._rate(self._queueing(store, "p1"))
         self.advance("P1")
         return BenchResult(
             "P1",
@@ -432,7 +467,7 @@ class Bench:
         self.advance("P3")
         return BenchResult(
             "P3",
-            f"full rebuild of all four read models ({read:,} events)",
+            f"full rebuild of all read models ({read:,} events)",
             rate,
             "events/s",
             baseline,
@@ -556,48 +591,154 @@ class Bench:
         """P6: milliseconds for a 256-item range of a run's follow-up queue (p99)."""
         url = self.scratch.new_url()
         total = self.range_follow_ups
-        generator = HistoryGenerator(prefix="p6")
-        with open_runtime(url, embedded_projections=False) as runtime:
-            store = WorkflowStore(runtime)
-            events = generator.run_events(total)
-            for start in range(0, len(events), 5000):
-                runtime.storage.events.insert_events(events[start : start + 5000])
-            del events  # 300k event objects alive would make garbage collection slow
-            store.rebuild_projection("follow_up_queue")
-            run_id = "p6-run-1"
-            import random
+        run_id = "p6-run-1"
+        picker = random.Random(5)  # noqa: S311 - reproducible sampling
+        starts = [picker.randrange(0, total - 256) for _ in range(500)]
+        history = _in_batches(HistoryGenerator(prefix="p6").run_events(total))
+        with self._generated_store(url, history, "follow_up_queue") as store:
 
-            picker = random.Random(5)  # noqa: S311 - reproducible sampling
-            samples = []
-            for _ in range(500):
-                start_at = picker.randrange(0, total - 256)
-                started = time.perf_counter()
+            def range_at(start_at: int) -> None:
                 page = store.follow_up_queue_range(run_id, start=start_at, limit=256)
-                samples.append((time.perf_counter() - started) * 1000)
                 if page is None or len(page.follow_ups) != 256:
                     raise AssertionError("range query returned the wrong page")
-        baseline = percentile(Raw(url).range_latencies(run_id, total, 500), 0.99)
-        p99 = percentile(samples, 0.99)
-        self.advance("P6")
-        return BenchResult(
-            "P6",
-            f"follow_up_queue_range of 256 items on a run with {total:,} follow-ups, p99",
-            p99,
-            "ms",
-            baseline,
-            p99 / baseline,
-            "p99 <= 5 ms",
-            p99 <= 5,
-        )
 
-    def p7_session_events(self) -> BenchResult:
-        """P7: session event records per second, 64 per append_session_events batch."""
+            samples = self._latencies(starts, range_at)
+        baseline = Raw(url).range_latencies(run_id, total, 500)
+        name = f"follow_up_queue_range of 256 items on a run with {total:,} follow-ups"
+        return self._p99_result("P6", name, samples, baseline)
+
+    @staticmethod
+    @contextmanager
+    def _generated_store(
+        url: str, history: Iterable[list[StoredEvent]], projection: str
+    ) -> Iterator[WorkflowStore]:
+        """A store over a generated history, with one read model rebuilt from it."""
+        with open_runtime(url, embedded_projections=False) as runtime:
+            for batch in history:
+                runtime.storage.events.insert_events(batch)
+            store = WorkflowStore(runtime)
+            store.rebuild_projection(projection)
+            yield store
+
+    # -- settings and the runs list ---------------------------------------------------------
+
+    SETTINGS_POLICY: Final = {
+        "rules": [{"path": "/counter", "permissions": {"human": ["replace"]}}]
+    }
+
+    def p7_settings_changes(self) -> BenchResult:
+        """P7: change_settings commands/s, and their cost against queue_follow_up's."""
         url = self.scratch.new_url()
-        baseline = raw_batch_insert_rate(url, self.seconds)
-        rate = session_events_rate(url, self.seconds)
+        baseline = Raw(url).insert_rate(self.seconds)
+        with open_store(url) as store:
+
+            def change(count: int) -> None:
+                run_id = f"p7-settings-{count // 100}"
+                if count % 100 == 0:
+                    store.create_run(run_id, workflow_name="bench", input={"n": 1})
+                    store.ensure_settings_scope(
+                        run_id, settings={"counter": 0}, policy=self.SETTINGS_POLICY
+                    )
+                store.change_settings(
+                    run_id,
+                    f"{run_id}:$root:1",
+                    request_id=f"change-{count}",
+                    actor=Actor("human", "p7-user"),
+                    source="interactive-command",
+                    patch=[{"op": "replace", "path": "/counter", "value": count}],
+                )
+
+            queue_rate = self._rate(self._queueing(store, "p7-queue"))
+            rate = self._rate(change)
+        cost = queue_rate / rate
         self.advance("P7")
         return BenchResult(
             "P7",
+            f"change_settings, one writer ({cost:.2f} x the cost of queue_follow_up at "
+            f"{queue_rate:,.0f}/s)",
+            rate,
+            "commands/s",
+            baseline,
+            rate / baseline,
+            "cost <= 1.5 x queue_follow_up's",
+            cost <= 1.5,
+        )
+
+    @staticmethod
+    def _latencies(queries: Sequence[Any], query: Callable[[Any], None]) -> list[float]:
+        """Milliseconds for ``query`` on each of ``queries`` (it checks its own answer)."""
+        samples = []
+        for each in queries:
+            started = time.perf_counter()
+            query(each)
+            samples.append((time.perf_counter() - started) * 1000)
+        return samples
+
+    def _p99_result(
+        self, key: str, name: str, samples: list[float], baseline_samples: list[float]
+    ) -> BenchResult:
+        p99 = percentile(samples, 0.99)
+        baseline = percentile(baseline_samples, 0.99)
+        self.advance(key)
+        return BenchResult(
+            key, f"{name}, p99", p99, "ms", baseline, p99 / baseline, "p99 <= 5 ms", p99 <= 5
+        )
+
+    def p8_settings_at_change(self) -> BenchResult:
+        """P8: milliseconds for settings_scope_at_change on a long-changed scope (p99)."""
+        url = self.scratch.new_url()
+        total = self.settings_changes
+        scope_id = "p8-run:$root:1"
+        picker = random.Random(11)  # noqa: S311 - reproducible sampling
+        numbers = [picker.randrange(0, total + 1) for _ in range(500)]
+        history = HistoryGenerator(prefix="p8").settings_events("p8-run", total)
+        with self._generated_store(url, history, "settings") as store:
+
+            def at_change(number: int) -> None:
+                found = store.settings_scope_at_change(scope_id, number)
+                if found is None or found.settings != {"counter": number}:
+                    raise AssertionError("settings_scope_at_change returned the wrong value")
+
+            samples = self._latencies(numbers, at_change)
+        baseline = Raw(url).query_latencies(
+            "SELECT * FROM rl_set_changes WHERE scope_id = {m} AND change_number = {m}",
+            [(scope_id, number) for number in numbers],
+        )
+        name = f"settings_scope_at_change on a scope with {total:,} changes"
+        return self._p99_result("P8", name, samples, baseline)
+
+    def p9_runs_list(self) -> BenchResult:
+        """P9: milliseconds for a page of 100 of the runs list (p99)."""
+        url = self.scratch.new_url()
+        total = self.listed_runs
+        picker = random.Random(13)  # noqa: S311 - reproducible sampling
+        cursors = [picker.randrange(1, total - 100) for _ in range(500)]
+        history = HistoryGenerator(prefix="p9").created_runs(total)
+        with self._generated_store(url, history, "runs") as store:
+
+            def page_after(cursor: int) -> None:
+                page = store.list_runs(after=f"p9-run-{cursor}", limit=100)
+                if len(page.runs) != 100 or page.runs[0].run_id != f"p9-run-{cursor + 1}":
+                    raise AssertionError("list_runs returned the wrong page")
+
+            samples = self._latencies(cursors, page_after)
+        baseline = Raw(url).query_latencies(
+            "SELECT * FROM rl_runs WHERE position > "
+            "(SELECT position FROM rl_runs WHERE run_id = {m}) ORDER BY position LIMIT 101",
+            [(f"p9-run-{cursor}",) for cursor in cursors],
+        )
+        return self._p99_result(
+            "P9", f"list_runs page of 100 from {total:,} runs", samples, baseline
+        )
+
+    def p10_session_events(self) -> BenchResult:
+        """P10: session event records per second, 64 per append_session_events batch."""
+        url = self.scratch.new_url()
+        baseline = raw_batch_insert_rate(url, self.seconds)
+        rate = session_events_rate(url, self.seconds)
+        self.advance("P10")
+        return BenchResult(
+            "P10",
             f"append_session_events, batches of {SESSION_BATCH}, read models in-process",
             rate,
             "events/s",
@@ -607,14 +748,14 @@ class Bench:
             rate / baseline >= 0.3,
         )
 
-    def p8_leases(self) -> BenchResult:
-        """P8: claim_run and renew_claim commands per second (reported, no goal)."""
+    def p11_leases(self) -> BenchResult:
+        """P11: claim_run and renew_claim commands per second (reported, no goal)."""
         url = self.scratch.new_url()
         baseline = Raw(url).insert_rate(self.seconds)
         rate = claim_renew_rate(url, self.seconds)
-        self.advance("P8")
+        self.advance("P11")
         return BenchResult(
-            "P8",
+            "P11",
             "claim_run / renew_claim, one writer",
             rate,
             "commands/s",
@@ -633,8 +774,11 @@ class Bench:
             "P4": self.p4_visibility,
             "P5": self.p5_history_cost,
             "P6": self.p6_range,
-            "P7": self.p7_session_events,
-            "P8": self.p8_leases,
+            "P7": self.p7_settings_changes,
+            "P8": self.p8_settings_at_change,
+            "P9": self.p9_runs_list,
+            "P10": self.p10_session_events,
+            "P11": self.p11_leases,
         }
         return {key: step for key, step in steps.items() if not self.only or key in self.only}
 

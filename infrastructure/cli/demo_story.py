@@ -1,9 +1,11 @@
 """``runledger demo``: a narrated scenario through every command, then one run's event log.
 
-The story: a code-review run waits for approval, continues in a continuation child, collects
-follow-ups, fails (cancelling them), presents its failure to the Pi session, is restarted, and
-the restart succeeds and delivers its follow-up; a second follow-up of the restart is held until
-the root run closes. After the log, the read models show what the projections made of it all.
+The story: a code-review run gets a settings scope (a human tightens it, the session may not
+relax it), waits for approval, continues in a continuation child that takes the scope along,
+collects follow-ups, fails (cancelling them), presents its failure to the Pi session, is
+restarted, and the restart succeeds and delivers its follow-up; a second follow-up of the
+restart is held until the root run closes. After the log, the read models show what the
+projections made of it all.
 Ids carry a fresh token per invocation, so the demo can be re-run against a store that already
 holds an earlier one. This module decides which commands run and what is said about them;
 ``render`` decides how it looks.
@@ -18,6 +20,7 @@ from typing import Final, Literal
 from rich.console import Console
 from rich.text import Text
 
+from runledger.domain.canonical import canonical_json
 from runledger.domain.errors import WorkflowError
 from runledger.domain.ids import follow_up_message_id
 from runledger.domain.records import (
@@ -46,6 +49,13 @@ WORKFLOW_NAME: Final = "code-review"
 WORKFLOW_REF: Final = "code-review@1.4.0"
 REVIEW_INPUT: Final = {"repository": "acme/payments-api", "pull_request": 42}
 TEST_FAILURE: Final = "3 of 120 tests failed (test_refunds.py)"
+REVIEW_SETTINGS: Final = {"strictness": "normal", "notes": []}
+REVIEW_SETTINGS_POLICY: Final = {
+    "rules": [
+        {"path": "/strictness", "permissions": {"human": ["read", "replace"], "session": ["read"]}},
+        {"path": "/notes", "permissions": {"human": ["read", "add"], "session": ["read", "add"]}},
+    ]
+}
 
 
 @dataclass(frozen=True)
@@ -122,6 +132,7 @@ class DemoScenario:
             run_id, status="running", current_node="lint", current_attempt_id="lint-1"
         )
         self.say.step(f"{run.status} at node {run.current_node} (attempt {run.current_attempt_id})")
+        self.review_settings(run_id)
         run = self.store.record_progress(
             run_id,
             status="waiting",
@@ -145,6 +156,43 @@ class DemoScenario:
             run_id, status="running", current_node="test", current_attempt_id="test-1"
         )
         self.say.step(f"bound to {run.origin_session_id}; {run.status} at node {run.current_node}")
+        for scope in self.store.settings_scopes(run_id):
+            self.say.step(
+                f"settings scope {scope.scope_id} moved here with the run: "
+                f"change {scope.change_number}, {canonical_json(scope.settings)}"
+            )
+
+    def review_settings(self, run_id: str) -> None:
+        """A settings scope, a human change and a session change the policy refuses."""
+        scope = self.store.ensure_settings_scope(
+            run_id, settings=REVIEW_SETTINGS, policy=REVIEW_SETTINGS_POLICY
+        )
+        self.say.step(f"settings scope {scope.scope_id}: {canonical_json(scope.settings)}")
+        changed = self.store.change_settings(
+            run_id,
+            scope.scope_id,
+            request_id=f"strict-{self.ids.token}",
+            actor=Actor("human", "reviewer"),
+            source="interactive-command",
+            patch=[{"op": "replace", "path": "/strictness", "value": "strict"}],
+            expected_change_number=0,
+        )
+        self.say.step(
+            f"a human changed it (change {changed.change.change_number}): "
+            f"{canonical_json(changed.scope.settings)}"
+        )
+        self.say.step("the session tries to relax it again")
+        try:
+            self.store.change_settings(
+                run_id,
+                scope.scope_id,
+                request_id=f"relax-{self.ids.token}",
+                actor=self.session_actor,
+                source="workflow-tool",
+                patch=[{"op": "replace", "path": "/strictness", "value": "lenient"}],
+            )
+        except WorkflowError as error:
+            self.say.rejected(error)
 
     def queued_follow_ups(self) -> None:
         self.say.section("Follow-ups queued against the running child")

@@ -8,9 +8,11 @@ round trip per command: whole runs are built in memory and stored in large batch
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta
+from uuid import UUID
 
+from eventsourcing.domain import CanMutateAggregate
 from eventsourcing.persistence import StoredEvent
 
 from runledger.domain.aggregates import AggregateSet
@@ -18,6 +20,8 @@ from runledger.domain.outbox import queue_follow_up, remove_follow_up
 from runledger.domain.run_endings import finish_run
 from runledger.domain.runs import Run
 from runledger.domain.serialisation import LedgerMapper
+from runledger.domain.settings_changes import change_settings, ensure_settings_scope
+from runledger.domain.settings_policy import check_policy
 from runledger.domain.values import HOST, Actor
 
 
@@ -43,21 +47,8 @@ class HistoryGenerator:
         run_id = f"{self.prefix}-run-{self.runs}"
         session_id = f"{self.prefix}-session-{self.runs % 50}"
         aggregates = AggregateSet()
-        run = aggregates.add(
-            Run.create(
-                run_id,
-                workflow_name="review",
-                input={"pr": self.runs, "paths": ["src/app.py", "tests/test_app.py"]},
-                workflow_ref="builtin:review",
-                title=f"Review #{self.runs}",
-                status="running",
-                parent=None,
-                lineage_kind=None,
-                parent_terminal_fingerprint=None,
-                actor=HOST,
-                now=self._tick(),
-            )
-        )
+        paths = ["src/app.py", "tests/test_app.py"]
+        run = aggregates.add(self._new_run(run_id, self.runs, paths=paths))
         run.bind_origin_session(session_id, "interactive", actor=HOST, now=self._tick())
         session = Actor("session", session_id)
         for node in ("lint", "test"):
@@ -116,20 +107,98 @@ class HistoryGenerator:
         )
         events = aggregates.collect_events()
         events.sort(key=lambda event: event.timestamp)
-        return [self.mapper.to_stored_event(event) for event in events]
+        return self._stored(events)
+
+    def _new_run(self, run_id: str, number: int, *, paths: list[str] | None = None) -> Run:
+        """A running root review run of pull request ``number`` (and its paths), just created."""
+        return Run.create(
+            run_id,
+            workflow_name="review",
+            input={"pr": number} if paths is None else {"pr": number, "paths": paths},
+            workflow_ref="builtin:review",
+            title=f"Review #{number}",
+            status="running",
+            parent=None,
+            lineage_kind=None,
+            parent_terminal_fingerprint=None,
+            actor=HOST,
+            now=self._tick(),
+        )
+
+    def settings_events(
+        self, run_id: str, changes: int, *, batch_events: int = 5000
+    ) -> Iterator[list[StoredEvent]]:
+        """A run with its root settings scope, whose ``counter`` is replaced ``changes`` times."""
+        aggregates = AggregateSet()
+        aggregates.add(self._new_run(run_id, 0))
+        scope = ensure_settings_scope(
+            aggregates,
+            run_id,
+            mount_path="",
+            invocation=1,
+            settings={"counter": 0},
+            policy=check_policy(
+                {"rules": [{"path": "/counter", "permissions": {"human": ["replace"]}}]}
+            ),
+            actor=HOST,
+            now=self._tick(),
+        )
+        human = Actor("human", "bench-user")
+
+        def chunks() -> Iterator[list[StoredEvent]]:
+            yield self._stored(aggregates.collect_events())
+            for number in range(1, changes + 1):
+                change_settings(
+                    aggregates,
+                    run_id,
+                    scope.scope_id,
+                    request_id=f"change-{number}",
+                    patch=[{"op": "replace", "path": "/counter", "value": number}],
+                    actor=human,
+                    source="interactive-command",
+                    expected_change_number=None,
+                    now=self._tick(),
+                )
+                yield self._stored(aggregates.collect_events())
+
+        return _batched(chunks(), batch_events)
+
+    def created_runs(self, runs: int, *, batch_events: int = 5000) -> Iterator[list[StoredEvent]]:
+        """``runs`` new runs (``<prefix>-run-1`` ...), each just created."""
+        return _batched(
+            (
+                self._stored(self._new_run(f"{self.prefix}-run-{number}", number).collect_events())
+                for number in range(1, runs + 1)
+            ),
+            batch_events,
+        )
 
     def batches(
         self, total_events: int, *, follow_ups_per_run: int = 30, batch_events: int = 5000
     ) -> Iterator[list[StoredEvent]]:
         """Batches of stored events, about ``total_events`` in all, in log order."""
-        written = 0
-        batch: list[StoredEvent] = []
-        while written < total_events:
-            events = self.run_events(follow_ups_per_run)
-            batch.extend(events)
-            written += len(events)
-            if len(batch) >= batch_events:
-                yield batch
-                batch = []
-        if batch:
+
+        def whole_runs() -> Iterator[list[StoredEvent]]:
+            written = 0
+            while written < total_events:
+                events = self.run_events(follow_ups_per_run)
+                written += len(events)
+                yield events
+
+        return _batched(whole_runs(), batch_events)
+
+    def _stored(self, events: Iterable[CanMutateAggregate[UUID]]) -> list[StoredEvent]:
+        return [self.mapper.to_stored_event(event) for event in events]
+
+
+def _batched(chunks: Iterable[list[StoredEvent]], batch_events: int) -> Iterator[list[StoredEvent]]:
+    """The chunks' events in batches of at least ``batch_events`` (the last may be smaller);
+    a chunk (one run's life, one command's events) is never split."""
+    batch: list[StoredEvent] = []
+    for chunk in chunks:
+        batch.extend(chunk)
+        if len(batch) >= batch_events:
             yield batch
+            batch = []
+    if batch:
+        yield batch

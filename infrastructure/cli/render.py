@@ -351,6 +351,11 @@ _SUMMARIES: Final[dict[str, Callable[[dict[str, Any]], str]]] = {
     "workflow-turn.ended": lambda p: (
         f"{_text(p, 'stop_reason')} -> {_text(p, 'response_session_entry_id')}"
     ),
+    "settings.scope-created": lambda p: _text(p, "scope_id"),
+    "settings.changed": lambda p: (
+        f"{_text(p, 'scope_id')} change {_text(p, 'change_number')} by {_text(p, 'source')}"
+    ),
+    "settings.scope-moved": lambda p: f"{_text(p, 'scope_id')} from {_text(p, 'from_run_id')}",
 }
 
 

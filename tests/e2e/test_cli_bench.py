@@ -57,16 +57,22 @@ def check_document(stdout: str, backend: str, ids: list[str]) -> None:
 
 
 @pytest.mark.slow
-def test_bench_on_sqlite_reports_p1_and_p3_to_p8(tmp_path: Path) -> None:
+def test_bench_on_sqlite_reports_p1_and_p3_to_p11(tmp_path: Path) -> None:
     outcome = bench(f"sqlite:///{tmp_path / 'bench.db'}", tmp_path)
     assert outcome.returncode == 0, outcome.stderr
-    check_document(outcome.stdout, "sqlite", ["P1", "P3", "P4", "P5", "P6", "P7", "P8"])
+    check_document(
+        outcome.stdout, "sqlite", ["P1", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11"]
+    )
     assert not (tmp_path / "bench.db").exists(), "the bench must work in scratch databases"
 
 
 @pytest.mark.slow
 @pytest.mark.postgres
-def test_bench_on_postgresql_reports_p1_to_p8(tmp_path: Path, postgres_url: str) -> None:
+def test_bench_on_postgresql_reports_p1_to_p11(tmp_path: Path, postgres_url: str) -> None:
     outcome = bench(postgres_url, tmp_path)
     assert outcome.returncode == 0, outcome.stderr
-    check_document(outcome.stdout, "postgresql", ["P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8"])
+    check_document(
+        outcome.stdout,
+        "postgresql",
+        ["P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11"],
+    )

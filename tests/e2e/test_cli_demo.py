@@ -101,6 +101,7 @@ def test_demo_exits_with_status_zero(first_demo: Outcome) -> None:
         "workflow-message.sent",
         "workflow-turn.ended",
         "run.restart-child-created",
+        "settings.scope-moved",
     ],
 )
 def test_demo_event_log_shows_the_key_events(first_demo: Outcome, wire_name: str) -> None:
@@ -110,6 +111,23 @@ def test_demo_event_log_shows_the_key_events(first_demo: Outcome, wire_name: str
 
 def test_demo_prints_the_real_rejection_of_a_foreign_session(first_demo: Outcome) -> None:
     assert "Workflow follow-ups must target the run's origin Pi session" in first_demo.text
+
+
+def test_demo_prints_the_real_rejection_of_a_session_settings_change(
+    first_demo: Outcome,
+) -> None:
+    assert (
+        'Workflow settings replace is not allowed at "/strictness" for actor session'
+        in first_demo.text
+    )
+
+
+def test_demo_shows_the_settings_scope_handed_over_to_the_continuation(
+    first_demo: Outcome,
+) -> None:
+    story = first_demo.section_text("A continuation child")
+
+    assert "moved here with the run: change 1" in story
 
 
 def test_demo_prints_the_real_rejection_of_removing_a_sent_follow_up(
@@ -167,7 +185,10 @@ def test_demo_viewer_deltas_show_the_snapshot_cursor_rule(first_demo: Outcome) -
     viewer = first_demo.section_text("Read model: viewer deltas of")
 
     assert "viewer_deltas(after_revision=0) -> snapshot_required" in viewer
-    assert re.search(r"\b2 graph \d+ /presentationRevision, /graphRevision", viewer)
+    # Revision 2 is the settings hand-over from the parent (an inspector revision, settings
+    # before follow-ups, decision 24); the child's first graph revision follows it.
+    assert re.search(r"\b2 inspector/settings \d+ /presentationRevision, /settingsScopes", viewer)
+    assert re.search(r"\b3 graph \d+ /presentationRevision, /graphRevision", viewer)
     assert "inspector/follow-ups" in viewer
 
 
@@ -201,6 +222,8 @@ def test_demo_reports_every_projection_caught_up(first_demo: Outcome) -> None:
         "terminal_data",
         "viewer_deltas",
         "session_outbox",
+        "settings",
+        "runs",
     }
     assert {lag for _name, lag in rows} == {"0"}
 

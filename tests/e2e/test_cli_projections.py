@@ -20,7 +20,7 @@ from runledger.infrastructure.runtime import open_runtime
 from runledger.infrastructure.store import WorkflowStore, open_store
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-NAMES = ["follow_up_queue", "session_outbox", "terminal_data", "viewer_deltas"]
+NAMES = ["follow_up_queue", "runs", "session_outbox", "settings", "terminal_data", "viewer_deltas"]
 SESSION = "session-1"
 
 
@@ -240,4 +240,4 @@ def test_an_embedded_host_leaves_its_views_current_when_it_closes(tmp_path: Path
         outcome = runledger("projections", "status", "--json", "--url", url, cwd=tmp_path)
         assert outcome.returncode == 0, outcome
         lags.append(sorted(status["lag"] for status in json.loads(outcome.stdout)))
-    assert lags == [[0, 0, 0, 0]] * 3
+    assert lags == [[0] * len(NAMES)] * 3

@@ -594,3 +594,50 @@ def test_four_processes_queueing_500_each_on_one_run_store_2000_in_order_without
         f"({commands} commands with resends) in {race.elapsed:.1f} s: "
         f"{commands / race.elapsed:.0f} commands/s, {conflicts / commands:.2f} retries/command"
     )
+
+
+# -- J3: settings changes from two processes without expected numbers ----------------------
+
+
+@pytest.mark.parametrize(
+    "per_worker", [pytest.param(1, id="j3-one-each"), pytest.param(10, id="ten-each")]
+)
+def test_j3_two_processes_changing_settings_all_land_with_consecutive_change_numbers(
+    store: WorkflowStore, durable_url: str, per_worker: int
+) -> None:
+    run_id = start_run(store, "run-settings")
+    store.record_progress(run_id, status="running", current_node="hold")
+    scope = store.ensure_settings_scope(
+        run_id,
+        settings={"notes": []},
+        policy={"rules": [{"path": "/notes", "permissions": {"human": ["add"]}}]},
+    )
+    notes = [[f"{worker}-{n}" for n in range(per_worker)] for worker in ("one", "two")]
+    plan: Round = [
+        [
+            {
+                "op": "change_settings",
+                "run_id": run_id,
+                "scope_id": scope.scope_id,
+                "request_id": f"note-{note}",
+                "actor": HUMAN,
+                "source": SOURCE,
+                "patch": [{"op": "add", "path": "/notes/-", "value": note}],
+            }
+            for note in worker_notes
+        ]
+        for worker_notes in notes
+    ]
+
+    race = run_race(durable_url, [plan])
+
+    outcomes = race.round(0)
+    assert not failures(outcomes), "a settings change failed:\n" + "\n".join(failures(outcomes))
+    total = 2 * per_worker
+    numbers = sorted(o.result["change"]["change_number"] for o in outcomes if o.result)
+    assert numbers == list(range(1, total + 1))
+    [final] = store.settings_scopes(run_id)
+    assert final.change_number == total
+    assert sorted(final.settings["notes"]) == sorted(notes[0] + notes[1])
+    changed = [e for e in run_log(store, run_id) if e.wire_name == "settings.changed"]
+    assert [e.payload["change_number"] for e in changed] == list(range(1, total + 1))

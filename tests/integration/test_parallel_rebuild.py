@@ -38,6 +38,19 @@ def play(store: WorkflowStore) -> None:
                 source="workflow-tool",
                 prompt=f"prompt {index}",
             )
+        scope = store.ensure_settings_scope(
+            run_id,
+            settings={"run": run},
+            policy={"rules": [{"path": "/run", "permissions": {"human": ["replace"]}}]},
+        )
+        store.change_settings(
+            run_id,
+            scope.scope_id,
+            request_id="settings-1",
+            actor=Actor("human"),
+            source="cli",
+            patch=[{"op": "replace", "path": "/run", "value": -run}],
+        )
         if run % 2:
             store.finish_run(run_id, status="failed", error="boom")
         else:

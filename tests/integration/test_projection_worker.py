@@ -46,7 +46,7 @@ from tests.support.postgres import PostgresServer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PROJECTION_NAMES = frozenset(
-    {"follow_up_queue", "terminal_data", "viewer_deltas", "session_outbox"}
+    {"follow_up_queue", "terminal_data", "viewer_deltas", "session_outbox", "settings", "runs"}
 )
 SOURCE = "workflow-tool"
 STARTUP_SECONDS = 20.0
@@ -278,7 +278,8 @@ def describe_status(runtime: StoreRuntime) -> str:
 
 def min_position(runtime: StoreRuntime) -> int:
     states = [state for state in runtime.views.tracking() if state.name in PROJECTION_NAMES]
-    return min((state.position for state in states), default=0) if len(states) == 4 else 0
+    complete = len(states) == len(PROJECTION_NAMES)
+    return min((state.position for state in states), default=0) if complete else 0
 
 
 # -- worker subprocesses ------------------------------------------------------------------

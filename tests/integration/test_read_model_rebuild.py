@@ -50,7 +50,14 @@ from tests.support.scenario import (
     waiting_run,
 )
 
-PROJECTIONS = ("follow_up_queue", "terminal_data", "viewer_deltas", "session_outbox")
+PROJECTIONS = (
+    "follow_up_queue",
+    "terminal_data",
+    "viewer_deltas",
+    "session_outbox",
+    "settings",
+    "runs",
+)
 
 WINDOW_RUN = "run-window"
 WINDOW_SESSION = "session-3"
@@ -171,6 +178,28 @@ def run_changed_300_times(store: WorkflowStore) -> list[str]:
     return [REVISIONS_RUN]
 
 
+def run_with_settings(store: WorkflowStore) -> list[str]:
+    """Two settings scopes changed, handed over to a continuation, and progress updates."""
+    parent, child = "run-settings", "run-settings-continued"
+    running_run(store, parent)
+    policy = {"rules": [{"path": "", "permissions": {"human": ["read", "add", "replace"]}}]}
+    root = store.ensure_settings_scope(parent, settings={"mode": "a"}, policy=policy)
+    store.ensure_settings_scope(parent, mount_path="first", settings={"v": 1}, policy=policy)
+    for number, mode in enumerate(("b", "c"), start=1):
+        store.change_settings(
+            parent,
+            root.scope_id,
+            request_id=f"settings-{number}",
+            actor=HUMAN,
+            source=IC,
+            patch=[{"op": "replace", "path": "/mode", "value": mode}],
+        )
+    store.publish_update(parent, attempt_id="a-1", update_type="progress", key="k", data=1)
+    store.publish_update(parent, attempt_id="a-1", update_type="progress", key="k", data=2)
+    create(store, child, parent_run_id=parent)
+    return [parent, child]
+
+
 @dataclass(frozen=True)
 class Scenario:
     run_ids: tuple[str, ...]
@@ -188,6 +217,7 @@ def build_rich_scenario(runtime: StoreRuntime) -> Scenario:
         *timed_out_run(store),
         *run_with_300_follow_ups(store),
         *run_changed_300_times(store),
+        *run_with_settings(store),
     ]
     return Scenario(run_ids=tuple(run_ids))
 
@@ -403,7 +433,7 @@ def newest_deltas(store: WorkflowStore, run_id: str) -> list[ViewerDelta]:
 
 
 def test_i2_with_300_follow_ups_the_inspector_shows_the_last_256(rich: Built) -> None:
-    [delta] = newest_deltas(rich.store, WINDOW_RUN)
+    [_, delta] = newest_deltas(rich.store, WINDOW_RUN)
 
     values: dict[str, Any] = {op["path"]: op.get("value") for op in delta.patch}
 

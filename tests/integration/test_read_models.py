@@ -357,11 +357,16 @@ def test_i1_the_newest_revision_after_two_follow_ups_shows_the_follow_ups_inspec
     second = queued_id(store, "follow-2", prompt="Second task")
     current = store.viewer_deltas(RUN, after_revision=0).current_revision
 
-    [delta] = newest_deltas(store, RUN)
+    [settings, delta] = newest_deltas(store, RUN)
 
-    # Settings are not modelled yet (DESIGN decision 4), so follow-ups is delta 0, not 1.
-    assert (delta.delta_index, delta.target_type, delta.target_key, delta.patch) == (
+    # Delta 0 is the settings target (empty: R has no scopes), as upstream I1.
+    assert (settings.delta_index, settings.target_type, settings.target_key) == (
         0,
+        "inspector",
+        "settings",
+    )
+    assert (delta.delta_index, delta.target_type, delta.target_key, delta.patch) == (
+        1,
         "inspector",
         "follow-ups",
         [
@@ -618,7 +623,7 @@ def test_end_turn_is_read_at_once_as_a_released_follow_up(store: WorkflowStore) 
 # -- a projection that fails -------------------------------------------------------------------
 
 BROKEN = "follow_up_queue"
-OTHERS = ("terminal_data", "viewer_deltas", "session_outbox")
+OTHERS = ("terminal_data", "viewer_deltas", "session_outbox", "settings", "runs")
 FAILURE = "projection bug under test"
 
 

@@ -218,6 +218,9 @@ FENCED: dict[str, FencedCommand] = {
     "reserve_effect": lambda s, a: s.reserve_effect(
         RUN, effect_type="email", key="k", request={}, authority=a
     ),
+    "publish_update": lambda s, a: s.publish_update(
+        RUN, attempt_id="attempt-1", update_type="progress", key="step", data=1, authority=a
+    ),
 }
 
 

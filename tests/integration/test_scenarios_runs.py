@@ -163,14 +163,14 @@ def test_create_run_with_an_invalid_id_is_rejected(
     )
 
 
-@pytest.mark.parametrize("status", ["completed", "queued", "paused"])
-def test_create_run_with_a_status_other_than_running_or_waiting_is_rejected(
+@pytest.mark.parametrize("status", ["completed", "paused"])
+def test_create_run_with_a_status_other_than_queued_running_or_waiting_is_rejected(
     store: WorkflowStore, status: str
 ) -> None:
     assert_rejected(
         store,
         InvalidRunFieldError,
-        "Workflow run status must be running or waiting",
+        "Workflow run status must be queued, running or waiting",
         create,
         store,
         status=status,

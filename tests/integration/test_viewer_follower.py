@@ -1,6 +1,7 @@
 """A live viewer that applies every delta to its documents ends where the run is.
 
-The viewer keeps one document per target (graph, timeline, follow-ups inspector), starts
+The viewer keeps one document per target (graph, timeline, settings and follow-ups
+inspectors), starts
 from the revision-1 snapshot and applies each revision's patches with ``jsonpatch``. Upstream's
 ``append`` (extend an array) is not RFC 6902, so the viewer registers it as an extra operation.
 """
@@ -55,6 +56,12 @@ def initial_documents() -> dict[tuple[str, str], dict[str, Any]]:
             "items": [{"seq": 1, "type": "run.created"}],
             "start": 0,
             "total": 1,
+        },
+        ("inspector", "settings"): {
+            "presentationRevision": 1,
+            "settingsScopes": [],
+            "settingsStart": 0,
+            "settingsTotal": 0,
         },
         ("inspector", "follow-ups"): {
             "presentationRevision": 1,
@@ -133,3 +140,33 @@ def test_the_newest_document_is_at_the_current_revision(store: WorkflowStore) ->
     # cancellations come after the run's own last write, so the inspector is newest.
     assert documents[("inspector", "follow-ups")]["presentationRevision"] == current
     assert documents[("graph", "")]["presentationRevision"] < current
+
+
+def test_the_settings_and_updates_a_viewer_builds_are_the_runs_current_ones(
+    store: WorkflowStore,
+) -> None:
+    store.create_run("run-1", workflow_name="review", input={"pr": 1})
+    policy = {"rules": [{"path": "/mode", "permissions": {"human": ["replace"]}}]}
+    scope = store.ensure_settings_scope("run-1", settings={"mode": "a"}, policy=policy)
+    store.change_settings(
+        "run-1",
+        scope.scope_id,
+        request_id="change-1",
+        actor=Actor("human"),
+        source="cli",
+        patch=[{"op": "replace", "path": "/mode", "value": "b"}],
+    )
+    for data in (1, 2):
+        store.publish_update("run-1", attempt_id="a1", update_type="progress", key="k", data=data)
+
+    documents = follow(store, "run-1")
+
+    [shown] = documents[("inspector", "settings")]["settingsScopes"]
+    [current] = store.settings_scopes("run-1")
+    assert (shown["scopeId"], shown["changeNumber"], shown["settingsHash"]) == (
+        current.scope_id,
+        1,
+        current.settings_hash,
+    )
+    [update] = documents[("graph", "")]["state"]["updates"]
+    assert (update["key"], update["data"]) == ("k", 2)

@@ -31,6 +31,7 @@ class World:
     turn_id: str
     decision_id: str
     effect_id: str
+    scope_id: str
     claim: RunClaim
     number: int
 
@@ -69,6 +70,7 @@ def build_world(store: WorkflowStore) -> World:
     )
     store.record_session_binding(run_id, session_binding(run_id, session_id))
     effect = store.reserve_effect(run_id, effect_type="email", key="key-1", request={"to": "a"})
+    scope = store.ensure_settings_scope(run_id, settings={"mode": "a"}, policy=SETTINGS_POLICY)
     # A run of its own holds the lease, so the other commands of the world need no authority.
     claimed_run_id = f"claimed-{number}"
     store.create_run(claimed_run_id, workflow_name="echo", input={})
@@ -83,6 +85,7 @@ def build_world(store: WorkflowStore) -> World:
         turn_id=turn_id,
         decision_id=decision.decision_id,
         effect_id=effect.effect.effect_id,
+        scope_id=scope.scope_id,
         claim=claim,
         number=number,
     )
@@ -99,6 +102,10 @@ def session_binding(run_id: str, session_id: str) -> dict[str, Any]:
 
 
 DECISION_REQUEST: Final = {"title": "Ship it?", "choices": ["yes", "no"]}
+SETTINGS_POLICY: Final = {
+    "rules": [{"path": "/mode", "permissions": {"session": ["read", "replace"]}}],
+    "max_bytes": 4096,
+}
 
 
 SPECIFIC: Final[dict[tuple[str, str], Any]] = {
@@ -187,6 +194,17 @@ GENERAL: Final[dict[str, Any]] = {
     "attempt": 1,
     "outcome": "applied",
     "result": {"sent": True},
+    "mount_path": "",
+    "invocation": 2,
+    "settings": {"mode": "a"},
+    "policy": SETTINGS_POLICY,
+    "scope_id": "{scope}",
+    "patch": [{"op": "replace", "path": "/mode", "value": "b"}],
+    "expected_change_number": None,
+    "change_number": 0,
+    "update_type": "progress",
+    "data": {"done": 1},
+    "root_run_id": None,
 }
 """A baseline for every argument name of the public surface (a new one must be added here)."""
 
@@ -224,5 +242,6 @@ def _filled(store: WorkflowStore, world: World, template: Any) -> Any:
         turn=world.turn_id,
         decision=world.decision_id,
         effect=world.effect_id,
+        scope=world.scope_id,
         number=world.number,
     )

@@ -17,7 +17,7 @@ from runledger.domain.records import (
     RunRecord,
     WorkflowMessageRecord,
 )
-from runledger.domain.values import Actor, ExecutionMode, JsonValue, ProgressStatus
+from runledger.domain.values import Actor, ExecutionMode, JsonValue, StartStatus
 from runledger.infrastructure.store import WorkflowStore
 
 RUN: Final = "run-1"
@@ -38,7 +38,7 @@ def create(
     run_id: str = RUN,
     *,
     parent_run_id: str | None = None,
-    status: ProgressStatus = "running",
+    status: StartStatus = "running",
     input: JsonValue = None,
 ) -> RunRecord:
     """A run that exists but is bound to no session."""

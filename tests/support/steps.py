@@ -10,10 +10,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-from runledger.domain import lineage, outbox, run_endings
+from runledger.domain import lineage, outbox, run_endings, settings_changes
 from runledger.domain.aggregates import AggregateSet
 from runledger.domain.ids import follow_up_id_for, follow_up_message_id
 from runledger.domain.runs import Run
+from runledger.domain.settings_policy import check_policy
 from runledger.domain.values import HOST, Actor
 
 Step = Callable[[AggregateSet], object]
@@ -23,6 +24,10 @@ LATER: Final = NOW + timedelta(minutes=1)
 SESSION: Final = "session-1"
 SESSION_ACTOR: Final = Actor("session", SESSION)
 INPUT: Final = {"task": "reply"}
+HUMAN: Final = Actor("human", "user-1")
+SETTINGS_POLICY: Final = check_policy(
+    {"rules": [{"path": "/mode", "permissions": {"human": ["read", "replace"]}}]}
+)
 
 
 def created(
@@ -114,5 +119,37 @@ def ended(run_id: str, status: str = "failed", **outcome: Any) -> Step:
         error=outcome.get("error"),
         status_detail=outcome.get("status_detail"),
         actor=HOST,
+        now=NOW,
+    )
+
+
+def scoped(run_id: str = "run-1", *, mount_path: str = "") -> Step:
+    """The run's settings scope at ``mount_path`` (invocation 1): ``{"mode": "a"}``, whose
+    "/mode" a human may read and replace."""
+    return lambda aggregates: settings_changes.ensure_settings_scope(
+        aggregates,
+        run_id,
+        mount_path=mount_path,
+        invocation=1,
+        settings={"mode": "a"},
+        policy=SETTINGS_POLICY,
+        actor=HOST,
+        now=NOW,
+    )
+
+
+def mode_changed(
+    run_id: str, scope_id: str, request_id: str = "change-1", *, mode: str = "b"
+) -> Step:
+    """A human replaced the scope's "/mode" through the run."""
+    return lambda aggregates: settings_changes.change_settings(
+        aggregates,
+        run_id,
+        scope_id,
+        request_id=request_id,
+        patch=[{"op": "replace", "path": "/mode", "value": mode}],
+        actor=HUMAN,
+        source="interactive-command",
+        expected_change_number=None,
         now=NOW,
     )

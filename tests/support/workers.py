@@ -14,6 +14,7 @@ Operations are plain dicts so that they pickle across the spawn boundary:
 - ``{"op": "answer", "decision_id", "actor", "response", "submission_id"}``
 - ``{"op": "conflicts"}``: how many version conflicts made this process's commands run again
   so far (its result is ``{"conflicts": n}``).
+- ``{"op": "change_settings", "run_id", "scope_id", "request_id", "actor", "source", "patch"}``
 - ``{"op": "sleep", "seconds"}``: pace a burst, so that a slower command (ending a run walks
   all its follow-ups) gets a chance between two fast ones instead of losing every retry.
 - ``{"op": "wait_for", "kind", "at_least"}``: wait (bounded) until the round's completed
@@ -132,6 +133,15 @@ def _perform(store: WorkflowStore, op: Op) -> dict[str, Any]:
         )
     elif kind == "conflicts":
         return {"conflicts": store._runtime.app.conflicts}
+    elif kind == "change_settings":
+        record = store.change_settings(
+            op["run_id"],
+            op["scope_id"],
+            request_id=op["request_id"],
+            actor=Actor(**op["actor"]),
+            source=op["source"],
+            patch=op["patch"],
+        )
     else:
         msg = f"Unknown race operation {kind!r}"
         raise ValueError(msg)

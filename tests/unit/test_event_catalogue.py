@@ -18,6 +18,7 @@ from eventsourcing.domain import BaseAggregate, Snapshot
 from eventsourcing.persistence import StoredEvent
 
 from runledger.domain import catalogue
+from runledger.domain.canonical import json_digest
 from runledger.domain.effects import Effect, effect_id_for
 from runledger.domain.errors import (
     CorruptEventError,
@@ -38,8 +39,10 @@ from runledger.domain.ids import (
 from runledger.domain.runs import Run
 from runledger.domain.serialisation import LedgerMapper, LedgerStoredEvent
 from runledger.domain.session_segments import SessionSegment, segment_id_for
+from runledger.domain.settings_policy import check_policy
+from runledger.domain.settings_scopes import SettingsScope
 from runledger.domain.turn_reservations import TurnReservation
-from runledger.domain.values import SYSTEM, Actor
+from runledger.domain.values import SYSTEM, Actor, RunStatus
 from runledger.domain.workflow_messages import WorkflowMessage, follow_up_content
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -84,6 +87,10 @@ WIRE_NAMES = (
     "effect.settled",
     "effect.retry-ready",
     "effect.ambiguous",
+    "run.update-published",
+    "settings.scope-created",
+    "settings.changed",
+    "settings.scope-moved",
 )
 
 AGGREGATE_TOPICS: dict[type[BaseAggregate[UUID]], str] = {
@@ -94,6 +101,7 @@ AGGREGATE_TOPICS: dict[type[BaseAggregate[UUID]], str] = {
     HumanDecision: "decision",
     SessionSegment: "session-segment",
     Effect: "effect",
+    SettingsScope: "settings-scope",
 }
 
 SNAPSHOT_TOPICS = (
@@ -104,6 +112,7 @@ SNAPSHOT_TOPICS = (
     "decision.snapshot",
     "session-segment.snapshot",
     "effect.snapshot",
+    "settings-scope.snapshot",
 )
 
 
@@ -116,6 +125,25 @@ class Ticker:
     def __call__(self) -> datetime:
         self.count += 1
         return T0 + timedelta(milliseconds=self.count)
+
+
+def existing_root_run(run_id: str, status: RunStatus, now: datetime) -> Run:
+    """A root run whose ``run.created`` is not a sample (another run's is)."""
+    run = Run.create(
+        run_id,
+        workflow_name="echo",
+        input={},
+        workflow_ref=None,
+        title=None,
+        status=status,
+        parent=None,
+        lineage_kind=None,
+        parent_terminal_fingerprint=None,
+        actor=HOST,
+        now=now,
+    )
+    run.collect_events()
+    return run
 
 
 def build_samples() -> dict[str, LedgerEvent]:
@@ -237,20 +265,7 @@ def build_samples() -> dict[str, LedgerEvent]:
         events += message.collect_events()
 
     # Appended last so the times pinned for the events above do not shift.
-    parent = Run.create(
-        "parent-1",
-        workflow_name="echo",
-        input={},
-        workflow_ref=None,
-        title=None,
-        status="waiting",
-        parent=None,
-        lineage_kind=None,
-        parent_terminal_fingerprint=None,
-        actor=HOST,
-        now=now(),
-    )
-    parent.collect_events()
+    parent = existing_root_run("parent-1", "waiting", now())
     parent.record_continuation_ended(RUN_ID, status="failed", actor=Actor("system"), now=now())
     events += parent.collect_events()
     events += lease_session_and_effect_events(now)
@@ -281,6 +296,42 @@ def build_samples() -> dict[str, LedgerEvent]:
     cancelled.collect_events()
     cancelled.cancel("explicit_cancel", now=now())
     events += cancelled.collect_events()
+
+    publisher = existing_root_run("run-2", "running", now())
+    publisher.publish_update(
+        attempt_id="attempt-1",
+        update_type="progress",
+        key="step",
+        data={"done": 1},
+        actor=HOST,
+        now=now(),
+    )
+    events += publisher.collect_events()
+
+    scope = SettingsScope.create(
+        "run-2:$root:1",
+        run_id="run-2",
+        origin_run_id="run-2",
+        mount_path="",
+        invocation=1,
+        policy=check_policy(
+            {"rules": [{"path": "/mode", "permissions": {"human": ["replace"]}}], "max_bytes": 64}
+        ),
+        settings={"mode": "a"},
+        actor=HOST,
+        now=now(),
+    )
+    patch = [{"op": "replace", "path": "/mode", "value": "b"}]
+    scope.change(
+        "change-1",
+        patch=patch,
+        patch_digest=json_digest(patch),
+        actor=Actor("human", "user-1"),
+        source="interactive-command",
+        now=now(),
+    )
+    scope.move_to("continuation-1", actor=HOST, now=now())
+    events += scope.collect_events()
 
     samples: dict[str, LedgerEvent] = {}
     for event in events:
@@ -542,6 +593,51 @@ EXPECTED: dict[str, tuple[str, int, str | None, str | None, bytes]] = {
         b'{"timestamp":"2026-01-01T00:00:00.039000+00:00","actor":{"type":"host","id":null},"run'
         b'_id":"run-1","decision_id":"decision-6080c2d2c197b12870597b67e812a1ab4f1a8e25","contin'
         b'uation_run_id":"continuation-6080c2d2c197b12870597b67e812a1ab4f1a8e25"}',
+    ),
+    "run.update-published": (
+        "e29dc05a-465a-5c93-9746-730c671ca5be",
+        2,
+        "run-2",
+        None,
+        b'{"timestamp":"2026-01-01T00:00:00.043000+00:00","actor":{"type":"host","id":null'
+        b'},"run_id":"run-2","update_id":"update-83b1bb1ef878863583a13733e64f77275634fc22"'
+        b',"seq":2,"attempt_id":"attempt-1","update_type":"progress","key":"step","data":{'
+        b'"done":1}}',
+    ),
+    "settings.scope-created": (
+        "47758c9d-e5cd-5f74-bc9c-63644734dd0d",
+        1,
+        "run-2",
+        "settings-of:run-2",
+        b'{"timestamp":"2026-01-01T00:00:00.044000+00:00","originator_topic":"settings-sco'
+        b'pe","actor":{"type":"host","id":null},"run_id":"run-2","scope_id":"run-2:$root:1'
+        b'","origin_run_id":"run-2","mount_path":"","invocation":1,"policy":{"rules":[{"pa'
+        b'th":"/mode","permissions":{"human":["replace"]}}],"max_bytes":64},"settings":{"m'
+        b'ode":"a"},"settings_hash":"77665b3ffc0e7da8606e368e9ae6ba9de9109cefd67f4bc193927'
+        b'44693894247"}',
+    ),
+    "settings.changed": (
+        "47758c9d-e5cd-5f74-bc9c-63644734dd0d",
+        2,
+        "run-2",
+        None,
+        b'{"timestamp":"2026-01-01T00:00:00.045000+00:00","actor":{"type":"human","id":"us'
+        b'er-1"},"run_id":"run-2","scope_id":"run-2:$root:1","request_id":"change-1","chan'
+        b'ge_number":1,"source":"interactive-command","patch":[{"op":"replace","path":"/mo'
+        b'de","value":"b"}],"patch_digest":"27a221699a57d53a558966dbb100ddbfd6c105e6e4afae'
+        b'deb280211a0f0818ba","before_hash":"77665b3ffc0e7da8606e368e9ae6ba9de9109cefd67f4'
+        b'bc19392744693894247","after_hash":"6275e35fd1c7dfbf89a70ad5cc6e1baa90926cab401e2'
+        b'8814baebca625c05c7e","settings":{"mode":"b"}}',
+    ),
+    "settings.scope-moved": (
+        "47758c9d-e5cd-5f74-bc9c-63644734dd0d",
+        3,
+        "continuation-1",
+        "settings-of:continuation-1",
+        b'{"timestamp":"2026-01-01T00:00:00.046000+00:00","actor":{"type":"host","id":null'
+        b'},"run_id":"continuation-1","scope_id":"run-2:$root:1","from_run_id":"run-2","mo'
+        b'unt_path":"","invocation":1,"change_number":1,"settings_hash":"6275e35fd1c7dfbf8'
+        b'9a70ad5cc6e1baa90926cab401e28814baebca625c05c7e"}',
     ),
 }
 """wire name -> (originator id, version, run id column, lookup key column, state bytes)."""

@@ -66,7 +66,7 @@ def test_a_used_run_id_is_refused_before_the_status_is_checked() -> None:
 
 def test_the_status_is_checked_before_the_parent_is_looked_up() -> None:
     when_creating(parent_run_id="missing", status="done").then_raises(
-        InvalidRunFieldError, "Workflow run status must be running or waiting"
+        InvalidRunFieldError, "Workflow run status must be queued, running or waiting"
     )
 
 
@@ -106,3 +106,20 @@ def test_ancestors_follow_every_link_and_the_continuation_chain_stops_at_a_resta
     outcome = given_events(history_of(*steps)).when(walks)
     outcome.then([])
     assert outcome.result == (["run-2", "run-1", "run-0"], ["run-3", "run-2", "run-1"])
+
+
+def test_the_continuation_chain_stops_after_its_step_limit() -> None:
+    steps = (
+        created("run-0"),
+        created("run-1", parent_run_id="run-0"),
+        created("run-2", parent_run_id="run-1"),
+    )
+
+    outcome = given_events(history_of(*steps)).when(
+        lambda aggregates: [
+            r.run_id for r in continuation_chain(aggregates.run("run-2"), aggregates, max_steps=1)
+        ]
+    )
+
+    outcome.then([])
+    assert outcome.result == ["run-2", "run-1"]

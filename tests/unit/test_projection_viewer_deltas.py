@@ -113,8 +113,14 @@ def latest(store: StoreWithLog, run_id: str = RUN) -> list[ViewerDelta]:
     return deltas_after(view, current - 1, run_id).deltas
 
 
-def latest_target(store: StoreWithLog, target_type: str) -> ViewerDelta:
-    [delta] = [delta for delta in latest(store) if delta.target_type == target_type]
+def latest_target(
+    store: StoreWithLog, target_type: str, target_key: str | None = None
+) -> ViewerDelta:
+    [delta] = [
+        delta
+        for delta in latest(store)
+        if delta.target_type == target_type and target_key in (None, delta.target_key)
+    ]
     return delta
 
 
@@ -177,7 +183,10 @@ def test_queueing_a_follow_up_adds_one_revision_only(store: StoreWithLog) -> Non
 
     result = deltas_after(project(store), before)
     assert result.current_revision == before + 1
-    assert [(d.target_type, d.target_key) for d in result.deltas] == [("inspector", "follow-ups")]
+    assert [(d.target_type, d.target_key) for d in result.deltas] == [
+        ("inspector", "settings"),
+        ("inspector", "follow-ups"),
+    ]
 
 
 def test_deltas_are_recorded_at_their_event_time(store: StoreWithLog) -> None:
@@ -185,7 +194,7 @@ def test_deltas_are_recorded_at_their_event_time(store: StoreWithLog) -> None:
     queue(store)
 
     [queued] = [e for e in store.event_log(run_id=RUN) if e.wire_name == "follow-up.queued"]
-    assert [delta.recorded_at for delta in latest(store)] == [queued.recorded_at]
+    assert [delta.recorded_at for delta in latest(store)] == [queued.recorded_at] * 2
 
 
 # -- I4: retention and cursors ----------------------------------------------------------------
@@ -252,6 +261,7 @@ def test_the_graph_delta_carries_the_full_run_state_in_upstream_order(
         replace("/state/traceSeq", 3),
         replace("/state/updatedAt", at),
         replace("/state/status", "running"),
+        {"op": "add", "path": "/state/updates", "value": []},
         {"op": "add", "path": "/state/finishedAt", "value": None},
         {"op": "add", "path": "/state/currentNode", "value": "hold"},
         {"op": "add", "path": "/state/currentAttemptId", "value": None},
@@ -375,10 +385,17 @@ def test_two_follow_ups_show_in_the_follow_ups_inspector_target(store: StoreWith
     first = queued_id(store, "follow-1")
     second = queued_id(store, "follow-2")
 
-    [inspector] = latest(store)
+    [settings, inspector] = latest(store)
 
+    assert (settings.target_type, settings.target_key) == ("inspector", "settings")
     assert (inspector.target_type, inspector.target_key) == ("inspector", "follow-ups")
     revision = inspector.presentation_revision
+    assert settings.patch == [
+        replace("/presentationRevision", revision),
+        replace("/settingsScopes", []),
+        replace("/settingsStart", 0),
+        replace("/settingsTotal", 0),
+    ]
     assert inspector.patch == [
         replace("/presentationRevision", revision),
         replace(
@@ -396,7 +413,7 @@ def test_two_follow_ups_show_in_the_follow_ups_inspector_target(store: StoreWith
 
 
 def test_three_hundred_follow_ups_show_the_last_256(many_follow_ups: StoreWithLog) -> None:
-    inspector = ops(latest_target(many_follow_ups, "inspector"))
+    inspector = ops(latest_target(many_follow_ups, "inspector", "follow-ups"))
 
     items = inspector["/followUpQueue"]["items"]
     assert (inspector["/followUpStart"], len(items), inspector["/followUpTotal"]) == (44, 256, 300)
@@ -408,7 +425,7 @@ def test_removing_a_follow_up_shows_it_removed(store: StoreWithLog) -> None:
     follow_up_id = queued_id(store)
     store.remove_follow_up(RUN, follow_up_id, actor=HUMAN, source="viewer")
 
-    [item] = ops(latest_target(store, "inspector"))["/followUpQueue"]["items"]
+    [item] = ops(latest_target(store, "inspector", "follow-ups"))["/followUpQueue"]["items"]
 
     assert (item["followUpId"], item["state"]) == (follow_up_id, "removed")
 
@@ -418,7 +435,7 @@ def test_cancelling_follow_ups_on_a_failed_end_shows_them_cancelled(store: Store
     follow_up_id = queued_id(store)
     store.finish_run(RUN, status="failed", error="boom")
 
-    inspector = latest_target(store, "inspector")
+    inspector = latest_target(store, "inspector", "follow-ups")
 
     [item] = ops(inspector)["/followUpQueue"]["items"]
     assert (item["followUpId"], item["state"]) == (follow_up_id, "cancelled")
@@ -435,11 +452,11 @@ def test_removing_a_follow_up_older_than_the_window_resends_the_same_window(
     oldest = queued_id(store, "follow-1")
     for number in range(2, 258):
         queue(store, f"follow-{number}")
-    before = ops(latest_target(store, "inspector"))
+    before = ops(latest_target(store, "inspector", "follow-ups"))
 
     store.remove_follow_up(RUN, oldest, actor=HUMAN, source="viewer")
 
-    after = latest_target(store, "inspector")
+    after = latest_target(store, "inspector", "follow-ups")
     assert after.presentation_revision == before["/presentationRevision"] + 1
     assert {**ops(after), "/presentationRevision": None} == {
         **before,

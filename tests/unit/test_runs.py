@@ -931,4 +931,5 @@ def test_the_run_record_shows_the_rebuilt_state_and_its_times() -> None:
         "updated_at": LATER,
         "finished_at": LATER,
         "human_decision": None,
+        "updates": [],
     }

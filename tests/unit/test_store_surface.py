@@ -32,6 +32,10 @@ DESIGNED_API = frozenset(
         "start_turn",
         "end_turn",
         "create_workflow_message",
+        "publish_update",
+        # settings
+        "ensure_settings_scope",
+        "change_settings",
         # human decisions
         "request_human_decision",
         "answer_human_decision",
@@ -70,6 +74,9 @@ DESIGNED_API = frozenset(
         "viewer_deltas",
         "session_outbox",
         "next_deliverable",
+        "settings_scopes",
+        "settings_scope_at_change",
+        "list_runs",
         # operations
         "projection_status",
         "rebuild_projection",
