@@ -19,6 +19,7 @@ from jsonpointer import JsonPointerException
 from runledger.domain.records import SessionEventRecord, ViewerDeltas
 from runledger.domain.values import Actor
 from runledger.infrastructure.store import WorkflowStore
+from tests.support.sessions import session_binding, session_capture, session_events
 
 SESSION = Actor("session", "session-1")
 FOLLOW_UPS = 40
@@ -204,52 +205,19 @@ def test_the_settings_and_updates_a_viewer_builds_are_the_runs_current_ones(
     assert (update["key"], update["data"]) == ("k", 2)
 
 
-def session_binding(session_id: str) -> dict[str, Any]:
-    return {
-        "schema": "pi-workflows.session-binding.v1",
-        "runId": "run-1",
-        "piSessionId": session_id,
-        "boundAt": "2026-01-01T00:00:00.000Z",
-    }
-
-
-def session_events(first: int, count: int) -> list[dict[str, Any]]:
-    return [
-        {
-            "seq": seq,
-            "at": "2026-01-01T00:00:01.000Z",
-            "type": "tool_execution_finished",
-            "nodeId": "ask",
-            "attemptId": "attempt-1",
-            "payload": {"n": seq},
-        }
-        for seq in range(first, first + count)
-    ]
-
-
-def session_capture(status: str, entries: int, events: int) -> dict[str, Any]:
-    return {
-        "schema": "pi-workflows.session-capture.v1",
-        "eventSchema": "pi-workflows.session-event.v1",
-        "status": status,
-        "entryCount": entries,
-        "eventCount": events,
-    }
-
-
 def record_session(store: WorkflowStore) -> None:
     """A recorded session: an entry before the first capture, 300 events in batches of
     100 (the third reaches page two), a second entry, the capture complete, then a
     second attempt's binding."""
     store.create_run("run-1", workflow_name="review", input={"pr": 1})
-    store.record_session_binding("run-1", session_binding("pi-1"))
+    store.record_session_binding("run-1", session_binding("run-1", "pi-1"))
     store.append_session_entry("run-1", {"id": "e-1", "role": "user"})
     store.update_session_capture("run-1", session_capture("recording", 1, 0))
     for first in (1, 101, 201):
         store.append_session_events("run-1", session_events(first, 100))
     store.append_session_entry("run-1", {"role": "assistant"})
     store.update_session_capture("run-1", session_capture("complete", 2, 300))
-    store.record_session_binding("run-1", session_binding("pi-2"), attempt_id="attempt-2")
+    store.record_session_binding("run-1", session_binding("run-1", "pi-2"), attempt_id="attempt-2")
 
 
 def test_the_session_a_viewer_builds_is_the_recorded_one(store: WorkflowStore) -> None:
@@ -258,7 +226,7 @@ def test_the_session_a_viewer_builds_is_the_recorded_one(store: WorkflowStore) -
     documents = follow(store, "run-1")
 
     session = documents[("graph", "")]["session"]
-    assert session["binding"] == session_binding("pi-2")
+    assert session["binding"] == session_binding("run-1", "pi-2")
     assert (session["capture"], session["eventPage"]["total"]) == (None, 0)
     entries = documents[("conversation", "entries:tail")]
     assert entries["total"] == 2
@@ -282,7 +250,7 @@ def test_the_session_timeline_a_viewer_builds_is_the_last_page_of_events(
 
 def test_counts_after_the_first_capture_reach_the_viewers_capture(store: WorkflowStore) -> None:
     store.create_run("run-1", workflow_name="review", input={"pr": 1})
-    store.record_session_binding("run-1", session_binding("pi-1"))
+    store.record_session_binding("run-1", session_binding("run-1", "pi-1"))
     store.update_session_capture("run-1", session_capture("recording", 0, 0))
     store.append_session_entry("run-1", {"role": "user"})
     store.append_session_events("run-1", session_events(1, 5))

@@ -27,6 +27,7 @@ from runledger.projections.viewer_deltas import (
     workflow_page_start,
 )
 from tests.support.fake_view import FakeView, StoreWithLog, open_memory_store_with_log, project_log
+from tests.support.sessions import session_binding, session_capture, session_events
 
 RUN = "run-1"
 SESSION = "session-1"
@@ -470,36 +471,7 @@ def test_removing_a_follow_up_older_than_the_window_resends_the_same_window(
 
 
 def binding(session_id: str = SESSION) -> dict[str, Any]:
-    return {
-        "schema": "pi-workflows.session-binding.v1",
-        "runId": RUN,
-        "piSessionId": session_id,
-        "boundAt": "2026-01-01T00:00:00.000Z",
-    }
-
-
-def session_events(first: int, count: int) -> list[dict[str, Any]]:
-    return [
-        {
-            "seq": seq,
-            "at": "2026-01-01T00:00:01.000Z",
-            "type": "turn_started",
-            "nodeId": "ask",
-            "attemptId": "attempt-1",
-            "payload": {"turn": seq},
-        }
-        for seq in range(first, first + count)
-    ]
-
-
-def session_capture(entries: int, events: int, status: str = "recording") -> dict[str, Any]:
-    return {
-        "schema": "pi-workflows.session-capture.v1",
-        "eventSchema": "pi-workflows.session-event.v1",
-        "status": status,
-        "entryCount": entries,
-        "eventCount": events,
-    }
+    return session_binding(RUN, session_id)
 
 
 def recording_run(store: StoreWithLog) -> None:
@@ -555,7 +527,7 @@ def test_an_entry_appends_to_the_conversation_and_counts_in_the_capture(
     store: StoreWithLog,
 ) -> None:
     recording_run(store)
-    store.update_session_capture(RUN, session_capture(0, 0))
+    store.update_session_capture(RUN, session_capture("recording", 0, 0))
     store.append_session_entry(RUN, {"id": "e-1", "role": "user"})
 
     [entries, capture] = latest(store)
@@ -585,7 +557,7 @@ def test_an_event_batch_appends_to_the_session_timeline_and_counts_in_the_captur
     store: StoreWithLog,
 ) -> None:
     recording_run(store)
-    store.update_session_capture(RUN, session_capture(0, 0))
+    store.update_session_capture(RUN, session_capture("recording", 0, 0))
     store.append_session_events(RUN, session_events(1, 3))
 
     [timeline, capture] = latest(store)
@@ -612,7 +584,7 @@ def test_a_batch_reaching_a_new_page_reloads_the_session_timeline(store: StoreWi
 def test_a_capture_update_adds_the_conversations_capture(store: StoreWithLog) -> None:
     recording_run(store)
     before = viewer_deltas(project(store), RUN, after_revision=1).current_revision
-    store.update_session_capture(RUN, session_capture(0, 0, "complete"))
+    store.update_session_capture(RUN, session_capture("complete", 0, 0))
 
     result = deltas_after(project(store), before)
 
@@ -620,7 +592,7 @@ def test_a_capture_update_adds_the_conversations_capture(store: StoreWithLog) ->
     assert result.current_revision == before + 1
     assert (capture.target_type, capture.target_key) == ("conversation", "capture")
     assert body(capture) == [
-        {"op": "add", "path": "/capture", "value": session_capture(0, 0, "complete")}
+        {"op": "add", "path": "/capture", "value": session_capture("complete", 0, 0)}
     ]
 
 
