@@ -14,7 +14,7 @@ applying an event costs one keyed read and two keyed writes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Final
 
 from runledger.domain.errors import InvalidViewerCursorError, RunMissingError
@@ -59,15 +59,6 @@ SETTINGS_CHANGES: Final[frozenset[str]] = frozenset(
 _ENVELOPE_FIELDS: Final = frozenset({"timestamp", "actor", "run_id", "originator_topic"})
 # Upstream §10.2 compaction: large values stay in the run record, the trace says so.
 _COMPACTED_FIELDS: Final = (("input", "inputStored"), ("final_output", "finalOutputStored"))
-
-SESSION_CHANGES: Final[frozenset[str]] = frozenset(
-    {
-        SessionSegment.Created.TOPIC,
-        SessionSegment.EntryAppended.TOPIC,
-        SessionSegment.EventsAppended.TOPIC,
-        SessionSegment.CaptureUpdated.TOPIC,
-    }
-)
 
 
 class ViewerPageTotalError(ValueError):
@@ -437,60 +428,86 @@ def _capture_delta(captured: bool, ops: list[Op]) -> dict[str, Any]:
     }
 
 
+SessionDeltas = Callable[[dict[str, Any], dict[str, bool], ProjectedEvent], list[dict[str, Any]]]
+
+
+def _segment_created(
+    session: dict[str, Any], segments: dict[str, bool], event: ProjectedEvent
+) -> list[dict[str, Any]]:
+    patch = _binding_ops(session, event)
+    segments[event["segment_id"]] = False
+    return [{"target_type": "graph", "target_key": "", "patch": patch}]
+
+
+def _entry_appended(
+    session: dict[str, Any], segments: dict[str, bool], event: ProjectedEvent
+) -> list[dict[str, Any]]:
+    old_total: int = session["entries"]
+    session["entries"] = old_total + 1
+    return [
+        {
+            "target_type": "conversation",
+            "target_key": "entries:tail",
+            "patch": viewer_tail_patch(old_total, [_entry_item(event)]),
+        },
+        _capture_delta(
+            segments[event["segment_id"]],
+            [{"op": "replace", "path": "/capture/entryCount", "value": event["entry_seq"]}],
+        ),
+    ]
+
+
+def _events_appended(
+    session: dict[str, Any], segments: dict[str, bool], event: ProjectedEvent
+) -> list[dict[str, Any]]:
+    old_total: int = session["events"]
+    records: list[Any] = event["records"]
+    session["events"] = old_total + len(records)
+    key, patch = _events_ops(old_total, records)
+    # A segment's seqs run 1, 2, ... without gaps, so its last seq is its event count.
+    last_seq: int = event["last_seq"]
+    return [
+        {"target_type": "timeline", "target_key": key, "patch": patch},
+        _capture_delta(
+            segments[event["segment_id"]],
+            [
+                {"op": "replace", "path": "/capture/eventCount", "value": last_seq},
+                {"op": "add", "path": "/capture/lastEventSeq", "value": last_seq},
+            ],
+        ),
+    ]
+
+
+def _capture_updated(
+    _session: dict[str, Any], segments: dict[str, bool], event: ProjectedEvent
+) -> list[dict[str, Any]]:
+    segments[event["segment_id"]] = True
+    return [_capture_delta(True, [{"op": "add", "path": "/capture", "value": event["capture"]}])]
+
+
+SESSION_CHANGES: Final[Mapping[str, SessionDeltas]] = {
+    SessionSegment.Created.TOPIC: _segment_created,
+    SessionSegment.EntryAppended.TOPIC: _entry_appended,
+    SessionSegment.EventsAppended.TOPIC: _events_appended,
+    SessionSegment.CaptureUpdated.TOPIC: _capture_updated,
+}
+"""Each session segment event's targets (§7.4), by wire name."""
+
+
 def _session_change(run: Row, event: ProjectedEvent) -> list[dict[str, Any]]:
-    """The session targets of one segment event, updating the run's session counts."""
+    """The session targets of one segment event, updating the run's session state."""
     # Copy-on-write, as for the graph: the previous state is in the row a view handed out.
     session = dict(run["session"])
     segments: dict[str, bool] = dict(session["segments"])
-    segment_id: str = event["segment_id"]
-    name = event.wire_name
-    deltas: list[dict[str, Any]]
-    if name == SessionSegment.Created.TOPIC:
-        deltas = [{"target_type": "graph", "target_key": "", "patch": _binding_ops(session, event)}]
-        segments[segment_id] = False
-    elif name == SessionSegment.EntryAppended.TOPIC:
-        old_entries: int = session["entries"]
-        session["entries"] = old_entries + 1
-        deltas = [
-            {
-                "target_type": "conversation",
-                "target_key": "entries:tail",
-                "patch": viewer_tail_patch(old_entries, [_entry_item(event)]),
-            },
-            _capture_delta(
-                segments[segment_id],
-                [{"op": "replace", "path": "/capture/entryCount", "value": event["entry_seq"]}],
-            ),
-        ]
-    elif name == SessionSegment.EventsAppended.TOPIC:
-        old_events: int = session["events"]
-        records: list[Any] = event["records"]
-        session["events"] = old_events + len(records)
-        key, patch = _events_ops(old_events, records)
-        # A segment's seqs run 1, 2, ... without gaps, so its last seq is its event count.
-        last_seq: int = event["last_seq"]
-        deltas = [
-            {"target_type": "timeline", "target_key": key, "patch": patch},
-            _capture_delta(
-                segments[segment_id],
-                [
-                    {"op": "replace", "path": "/capture/eventCount", "value": last_seq},
-                    {"op": "add", "path": "/capture/lastEventSeq", "value": last_seq},
-                ],
-            ),
-        ]
-    else:
-        segments[segment_id] = True
-        deltas = [
-            _capture_delta(True, [{"op": "add", "path": "/capture", "value": event["capture"]}])
-        ]
+    deltas = SESSION_CHANGES[event.wire_name](session, segments, event)
     session["segments"] = segments
     run["session"] = session
     return deltas
 
 
 class ViewerDeltasProjection:
-    """Presentation revisions per run with their graph, timeline and inspector deltas."""
+    """Presentation revisions per run with their graph, timeline, inspector and conversation
+    deltas."""
 
     name: ClassVar[str] = "viewer_deltas"
     version: ClassVar[int] = 3

@@ -616,6 +616,23 @@ def test_replaying_the_log_in_two_halves_equals_one_pass(store: StoreWithLog) ->
     store.pause_run(RUN)
     store.remove_follow_up(RUN, follow_up_id, actor=HUMAN, source="viewer")
     store.finish_run(RUN, status="failed", error="boom")
+
+    assert replayed_in_halves(store).tables == project(store).tables
+
+
+def test_replaying_a_recorded_session_in_two_halves_equals_one_pass(store: StoreWithLog) -> None:
+    recording_run(store)
+    store.update_session_capture(RUN, session_capture("recording", 0, 0))
+    store.append_session_entry(RUN, {"role": "user"})
+    store.append_session_events(RUN, session_events(1, 3))
+    store.record_session_binding(RUN, binding("session-2"), attempt_id="attempt-2")
+    store.append_session_entry(RUN, {"role": "assistant"}, attempt_id="attempt-2")
+
+    assert replayed_in_halves(store).tables == project(store).tables
+
+
+def replayed_in_halves(store: StoreWithLog) -> FakeView:
+    """The view after applying the first half of the log, copying it, then the rest."""
     projection = ViewerDeltasProjection()
     events = [
         event
@@ -631,8 +648,7 @@ def test_replaying_the_log_in_two_halves_equals_one_pass(store: StoreWithLog) ->
     resumed.tables = copy.deepcopy(first.tables)
     for event in events[half:]:
         projection.apply(event, resumed)
-
-    assert resumed.tables == project(store).tables
+    return resumed
 
 
 # -- pure helpers (I3, I5) --------------------------------------------------------------------
