@@ -58,7 +58,7 @@ MESSAGE_KINDS: Final[tuple[MessageKind, ...]] = get_args(MessageKind)
 HOST_MESSAGE_KINDS: Final[tuple[HostMessageKind, ...]] = get_args(HostMessageKind)
 MessageStatus = Literal["pending", "sent", "cancelled"]
 TurnState = Literal["started", "ended"]
-ViewerTargetType = Literal["graph", "timeline", "inspector"]
+ViewerTargetType = Literal["graph", "timeline", "inspector", "conversation"]
 StopReason = Literal["completed", "aborted", "error", "lost"]
 STOP_REASONS: Final[tuple[StopReason, ...]] = get_args(StopReason)
 

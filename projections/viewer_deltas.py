@@ -5,19 +5,23 @@ other run event (a "run write"), every follow-up state change and every settings
 creation or accepted change adds exactly one revision; a scope moving to a continuation child
 adds one to the child and one to the parent. Every inspector revision carries both targets,
 ``settings`` (delta 0) then ``follow-ups`` (delta 1), as upstream I1 (DESIGN decision 24).
+Each session segment event adds one revision with upstream's session targets (§7.4): the
+graph's ``/session`` on a binding, ``conversation`` for entries and captures, ``timeline``
+``session:tail`` (or ``session:reload``) for event batches.
 Revisions are kept in a ring of 256 rows per run, so retention never deletes anything and
 applying an event costs one keyed read and two keyed writes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Final
 
 from runledger.domain.errors import InvalidViewerCursorError, RunMissingError
 from runledger.domain.follow_ups import FollowUp
 from runledger.domain.records import SnapshotRequired, ViewerDelta, ViewerDeltas
 from runledger.domain.runs import Run
+from runledger.domain.session_segments import SessionSegment
 from runledger.domain.settings_scopes import SettingsScope
 from runledger.projections.base import ProjectedEvent, Row, Table, ViewReader, ViewWriter
 
@@ -125,11 +129,14 @@ RUNS = Table(
         ("follow_ups", "json"),
         ("follow_up_total", "int"),
         ("settings", "json"),
+        ("session", "json"),
     ),
     key=("run_id",),
 )
 """One row per run: its viewer revision and everything the next delta is computed from
-(``settings`` lists every scope active on the run, ordered by mount path and invocation)."""
+(``settings`` lists every scope active on the run, ordered by mount path and invocation;
+``session`` counts the run's recorded entries and events and maps each segment id to whether
+it has a capture yet)."""
 
 REVISIONS = Table(
     "rl_vd_revisions",
@@ -361,11 +368,149 @@ def _inspector_deltas(run: Row) -> list[dict[str, Any]]:
     ]
 
 
+def _empty_page() -> dict[str, Any]:
+    return {"items": [], "start": 0, "total": 0}
+
+
+def _binding_ops(session: Mapping[str, Any], event: ProjectedEvent) -> list[Op]:
+    """Upstream writeSessionBinding: the run's first segment brings the graph's session."""
+    if session["segments"]:
+        return [{"op": "add", "path": "/session/binding", "value": event["binding"]}]
+    return [
+        {
+            "op": "add",
+            "path": "/session",
+            "value": {
+                "binding": event["binding"],
+                "presentationRevision": 0,
+                "entryPage": _empty_page(),
+                "eventPage": _empty_page(),
+                "eventsMalformed": False,
+                "eventsTornTail": False,
+                "capture": None,
+                "replayCheckpoint": None,
+            },
+        }
+    ]
+
+
+def _entry_item(event: ProjectedEvent) -> dict[str, Any]:
+    return {
+        "segmentId": event["segment_id"],
+        "entrySeq": event["entry_seq"],
+        "entryId": event["entry_id"],
+        "entry": event["entry"],
+    }
+
+
+def crosses_page(old_total: int, new_total: int) -> bool:
+    """Whether the last new item is on another 256-item page than the last old one."""
+    return max(0, old_total - 1) // VIEWER_PAGE_SIZE != (new_total - 1) // VIEWER_PAGE_SIZE
+
+
+def _events_ops(old_total: int, records: Sequence[Any]) -> tuple[str, list[Op]]:
+    """Upstream appendSessionEventBatch's timeline target: a tail append within a page,
+    only the new total when the batch reaches a new page (the viewer reloads that page)."""
+    new_total = old_total + len(records)
+    total: Op = {"op": "replace", "path": "/total", "value": new_total}
+    if crosses_page(old_total, new_total):
+        return "session:reload", [total]
+    return "session:tail", [{"op": "append", "path": "/items", "value": list(records)}, total]
+
+
+def _capture_delta(captured: bool, ops: list[Op]) -> dict[str, Any]:
+    # A count patch on a capture the host has not written yet has nothing to change (JSON
+    # Patch would refuse it), so it is a revision bump only, as upstream's host transitions.
+    return {
+        "target_type": "conversation",
+        "target_key": "capture",
+        "patch": ops if captured else [],
+    }
+
+
+SessionDeltas = Callable[[dict[str, Any], dict[str, bool], ProjectedEvent], list[dict[str, Any]]]
+
+
+def _segment_created(
+    session: dict[str, Any], segments: dict[str, bool], event: ProjectedEvent
+) -> list[dict[str, Any]]:
+    patch = _binding_ops(session, event)
+    segments[event["segment_id"]] = False
+    return [{"target_type": "graph", "target_key": "", "patch": patch}]
+
+
+def _entry_appended(
+    session: dict[str, Any], segments: dict[str, bool], event: ProjectedEvent
+) -> list[dict[str, Any]]:
+    old_total: int = session["entries"]
+    session["entries"] = old_total + 1
+    return [
+        {
+            "target_type": "conversation",
+            "target_key": "entries:tail",
+            "patch": viewer_tail_patch(old_total, [_entry_item(event)]),
+        },
+        _capture_delta(
+            segments[event["segment_id"]],
+            [{"op": "replace", "path": "/capture/entryCount", "value": event["entry_seq"]}],
+        ),
+    ]
+
+
+def _events_appended(
+    session: dict[str, Any], segments: dict[str, bool], event: ProjectedEvent
+) -> list[dict[str, Any]]:
+    old_total: int = session["events"]
+    records: list[Any] = event["records"]
+    session["events"] = old_total + len(records)
+    key, patch = _events_ops(old_total, records)
+    # A segment's seqs run 1, 2, ... without gaps, so its last seq is its event count.
+    last_seq: int = event["last_seq"]
+    return [
+        {"target_type": "timeline", "target_key": key, "patch": patch},
+        _capture_delta(
+            segments[event["segment_id"]],
+            [
+                {"op": "replace", "path": "/capture/eventCount", "value": last_seq},
+                {"op": "add", "path": "/capture/lastEventSeq", "value": last_seq},
+            ],
+        ),
+    ]
+
+
+def _capture_updated(
+    _session: dict[str, Any], segments: dict[str, bool], event: ProjectedEvent
+) -> list[dict[str, Any]]:
+    segments[event["segment_id"]] = True
+    return [_capture_delta(True, [{"op": "add", "path": "/capture", "value": event["capture"]}])]
+
+
+SESSION_CHANGES: Final[Mapping[str, SessionDeltas]] = {
+    SessionSegment.Created.TOPIC: _segment_created,
+    SessionSegment.EntryAppended.TOPIC: _entry_appended,
+    SessionSegment.EventsAppended.TOPIC: _events_appended,
+    SessionSegment.CaptureUpdated.TOPIC: _capture_updated,
+}
+"""Each session segment event's targets (§7.4), by wire name."""
+
+
+def _session_change(run: Row, event: ProjectedEvent) -> list[dict[str, Any]]:
+    """The session targets of one segment event, updating the run's session state."""
+    # Copy-on-write, as for the graph: the previous state is in the row a view handed out.
+    session = dict(run["session"])
+    segments: dict[str, bool] = dict(session["segments"])
+    deltas = SESSION_CHANGES[event.wire_name](session, segments, event)
+    session["segments"] = segments
+    run["session"] = session
+    return deltas
+
+
 class ViewerDeltasProjection:
-    """Presentation revisions per run with their graph, timeline and inspector deltas."""
+    """Presentation revisions per run with their graph, timeline, inspector and conversation
+    deltas."""
 
     name: ClassVar[str] = "viewer_deltas"
-    version: ClassVar[int] = 2
+    version: ClassVar[int] = 3
     tables: ClassVar[Sequence[Table]] = (RUNS, REVISIONS)
     topics: ClassVar[frozenset[str]] = frozenset(
         {
@@ -373,6 +518,7 @@ class ViewerDeltasProjection:
             *RUN_WRITES,
             *FOLLOW_UP_CHANGES,
             *SETTINGS_CHANGES,
+            *SESSION_CHANGES,
         }
     )
 
@@ -395,6 +541,8 @@ class ViewerDeltasProjection:
         elif name == SettingsScope.Moved.TOPIC:
             self._scope_moved(view, run, event)
             return
+        elif name in SESSION_CHANGES:
+            deltas = _session_change(run, event)
         else:
             return
         self._record(view, run, event, deltas)
@@ -433,6 +581,7 @@ class ViewerDeltasProjection:
                 "follow_ups": [],
                 "follow_up_total": 0,
                 "settings": [],
+                "session": {"segments": {}, "entries": 0, "events": 0},
             },
         )
 

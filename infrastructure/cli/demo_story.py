@@ -1,7 +1,8 @@
 """``runledger demo``: a narrated scenario through every command, then one run's event log.
 
 The story: a code-review run gets a settings scope (a human tightens it, the session may not
-relax it), waits for approval, continues in a continuation child that takes the scope along,
+relax it), waits for a human decision, whose answer continues it in a continuation child that
+takes the scope along; the child records its Pi session and applies a managed effect,
 collects follow-ups, fails (cancelling them), presents its failure to the Pi session, is
 restarted, and the restart succeeds and delivers its follow-up; a second follow-up of the
 restart is held until the root run closes. After the log, the read models show what the
@@ -22,7 +23,7 @@ from rich.text import Text
 
 from runledger.domain.canonical import canonical_json
 from runledger.domain.errors import WorkflowError
-from runledger.domain.ids import follow_up_message_id
+from runledger.domain.ids import continuation_run_id_for, decision_id_for, follow_up_message_id
 from runledger.domain.records import (
     FollowUpRecord,
     RunRecord,
@@ -50,6 +51,10 @@ WORKFLOW_REF: Final = "code-review@1.4.0"
 REVIEW_INPUT: Final = {"repository": "acme/payments-api", "pull_request": 42}
 TEST_FAILURE: Final = "3 of 120 tests failed (test_refunds.py)"
 REVIEW_SETTINGS: Final = {"strictness": "normal", "notes": []}
+PLAN_DECISION: Final = {"title": "Approve the review plan?", "choices": ["approve", "revise"]}
+PLAN_NODE: Final = "approve-plan"
+PLAN_ATTEMPT: Final = "approve-plan-1"
+TEST_ATTEMPT: Final = "test-1"
 REVIEW_SETTINGS_POLICY: Final = {
     "rules": [
         {"path": "/strictness", "permissions": {"human": ["read", "replace"], "session": ["read"]}},
@@ -72,12 +77,16 @@ class DemoIds:
     def fresh(cls, token: str | None = None) -> DemoIds:
         """The ids for a new demo, under ``token`` or a random one."""
         token = token or secrets.token_hex(3)
+        review_run = f"review-{token}"
         return cls(
             token=token,
             session=f"pi-{token}",
             stranger_session=f"pi-other-{token}",
-            review_run=f"review-{token}",
-            continuation_run=f"review-{token}-c1",
+            review_run=review_run,
+            # The answered plan decision names its continuation child.
+            continuation_run=continuation_run_id_for(
+                decision_id_for(review_run, PLAN_NODE, PLAN_ATTEMPT)
+            ),
         )
 
 
@@ -108,6 +117,8 @@ class DemoScenario:
         """Play every section in order and return what it created."""
         self.bound_run()
         self.continuation_child()
+        self.recorded_session()
+        self.managed_effect()
         self.queued_follow_ups()
         terminal_message = self.failing_run()
         self.terminal_presentation(terminal_message)
@@ -136,24 +147,39 @@ class DemoScenario:
         run = self.store.record_progress(
             run_id,
             status="waiting",
-            waiting_on="approve-plan",
+            waiting_on=PLAN_NODE,
             status_detail="Waiting for a reviewer to approve the plan",
         )
         self.say.step(f"{run.status} on {run.waiting_on}: {run.status_detail}")
 
     def continuation_child(self) -> None:
-        self.say.section("A continuation child")
-        run_id = self.ids.continuation_run
-        run = self.create_review(
-            run_id, "Review PR #42 (approved plan)", parent_run_id=self.ids.review_run
+        self.say.section("A continuation child from a human decision")
+        decision = self.store.request_human_decision(
+            self.ids.review_run, node_id=PLAN_NODE, attempt_id=PLAN_ATTEMPT, request=PLAN_DECISION
         )
         self.say.step(
-            f"created {run.run_id}: {run.lineage_kind} of {run.parent_run_id}, "
-            f"root {run.root_run_id}"
+            f"decision {short_id(decision.decision_id)} {decision.status}: "
+            f"{PLAN_DECISION['title']} ({' or '.join(PLAN_DECISION['choices'])})"
         )
-        self.store.bind_origin_session(run_id, self.ids.session)
+        answer = self.store.answer_human_decision(
+            decision.decision_id,
+            actor=Actor("human", "reviewer"),
+            response={"choice": "approve"},
+            submission_id=f"approve-{self.ids.token}",
+            continue_run=True,
+        )
+        self.say.step(
+            f"human:reviewer answered approve with continue_run: {answer.outcome}, "
+            f"decision {answer.decision.status}"
+        )
+        run_id = self.ids.continuation_run
+        run = self.require_run(run_id)
+        self.say.step(
+            f"continuation child {run.run_id} ({run.status}): {run.lineage_kind} of "
+            f"{run.parent_run_id}, root {run.root_run_id}"
+        )
         run = self.store.record_progress(
-            run_id, status="running", current_node="test", current_attempt_id="test-1"
+            run_id, status="running", current_node="test", current_attempt_id=TEST_ATTEMPT
         )
         self.say.step(f"bound to {run.origin_session_id}; {run.status} at node {run.current_node}")
         for scope in self.store.settings_scopes(run_id):
@@ -161,6 +187,72 @@ class DemoScenario:
                 f"settings scope {scope.scope_id} moved here with the run: "
                 f"change {scope.change_number}, {canonical_json(scope.settings)}"
             )
+
+    def recorded_session(self) -> None:
+        self.say.section("The child records its Pi session")
+        run_id = self.ids.continuation_run
+        binding = {
+            "schema": "pi-workflows.session-binding.v1",
+            "runId": run_id,
+            "piSessionId": self.ids.session,
+            "boundAt": "2026-01-01T00:00:00.000Z",
+        }
+        segment = self.store.record_session_binding(run_id, binding, attempt_id=TEST_ATTEMPT)
+        self.say.step(
+            f"segment {short_id(segment.segment_id)} of attempt {segment.attempt_id}: "
+            f"{segment.status}"
+        )
+        entry_seq = self.store.append_session_entry(
+            run_id, {"id": "run-tests", "role": "user"}, attempt_id=TEST_ATTEMPT
+        )
+        self.say.step(f"entry {entry_seq} recorded: the prompt to run the tests")
+        batch = [
+            {
+                "seq": seq,
+                "at": "2026-01-01T00:00:01.000Z",
+                "type": kind,
+                "nodeId": "test",
+                "attemptId": TEST_ATTEMPT,
+                "payload": {"turn": 1},
+            }
+            for seq, kind in enumerate(("turn_started", "turn_finished"), start=1)
+        ]
+        self.store.append_session_events(run_id, batch, attempt_id=TEST_ATTEMPT)
+        capture = {
+            "schema": "pi-workflows.session-capture.v1",
+            "eventSchema": "pi-workflows.session-event.v1",
+            "status": "complete",
+            "entryCount": entry_seq,
+            "eventCount": len(batch),
+        }
+        segment = self.store.update_session_capture(run_id, capture, attempt_id=TEST_ATTEMPT)
+        self.say.step(
+            f"a batch of {len(batch)} events, then the capture is {segment.status}: "
+            f"{segment.entry_count} entry, {segment.event_count} events, "
+            f"integrity {segment.integrity}"
+        )
+
+    def managed_effect(self) -> None:
+        self.say.section("The child applies a managed effect")
+        request = {"check": "ci/tests", "pull_request": 42, "recovery": "idempotent"}
+        reserved = self.store.reserve_effect(
+            self.ids.continuation_run,
+            effect_type="status-check",
+            key="pr-42-tests",
+            request=request,
+        )
+        effect = reserved.effect
+        self.say.step(
+            f"reserved {effect.effect_type} effect {short_id(effect.effect_id)}: "
+            f"{reserved.outcome}, attempt {effect.attempt} {effect.status}, "
+            f"may apply: {reserved.may_apply}"
+        )
+        effect = self.store.settle_effect(
+            effect.effect_id, attempt=effect.attempt, outcome="applied", result={"state": "pending"}
+        )
+        self.say.step(
+            f"settled attempt {effect.attempt}: {effect.status}, {canonical_json(effect.result)}"
+        )
 
     def review_settings(self, run_id: str) -> None:
         """A settings scope, a human change and a session change the policy refuses."""

@@ -102,6 +102,12 @@ def test_demo_exits_with_status_zero(first_demo: Outcome) -> None:
         "workflow-turn.ended",
         "run.restart-child-created",
         "settings.scope-moved",
+        "session.segment-created",
+        "session.entry-appended",
+        "session.events-appended",
+        "session.capture-updated",
+        "effect.reserved",
+        "effect.settled",
     ],
 )
 def test_demo_event_log_shows_the_key_events(first_demo: Outcome, wire_name: str) -> None:
@@ -128,6 +134,33 @@ def test_demo_shows_the_settings_scope_handed_over_to_the_continuation(
     story = first_demo.section_text("A continuation child")
 
     assert "moved here with the run: change 1" in story
+
+
+def test_demo_continues_the_run_through_an_answered_human_decision(first_demo: Outcome) -> None:
+    story = first_demo.section_text("A continuation child")
+
+    assert "pending: Approve the review plan? (approve or revise)" in story
+    assert "answered approve with continue_run: won, decision accepted" in story
+    assert re.search(
+        r"continuation child continuation-\S+ \(queued\): continuation of review-", story
+    )
+    assert first_demo.logged_run.startswith("continuation-")
+
+
+def test_demo_records_a_complete_session_of_the_child(first_demo: Outcome) -> None:
+    story = first_demo.section_text("The child records its Pi session")
+
+    assert "of attempt test-1: recording" in story
+    assert "entry 1 recorded" in story
+    assert "a batch of 2 events, then the capture is complete: 1 entry, 2 events" in story
+    assert "integrity valid" in story
+
+
+def test_demo_reserves_and_settles_a_managed_effect(first_demo: Outcome) -> None:
+    story = first_demo.section_text("The child applies a managed effect")
+
+    assert "new, attempt 1 applying, may apply: True" in story
+    assert 'settled attempt 1: applied, {"state":"pending"}' in story
 
 
 def test_demo_prints_the_real_rejection_of_removing_a_sent_follow_up(
@@ -185,11 +218,21 @@ def test_demo_viewer_deltas_show_the_snapshot_cursor_rule(first_demo: Outcome) -
     viewer = first_demo.section_text("Read model: viewer deltas of")
 
     assert "viewer_deltas(after_revision=0) -> snapshot_required" in viewer
-    # Revision 2 is the settings hand-over from the parent (an inspector revision, settings
-    # before follow-ups, decision 24); the child's first graph revision follows it.
-    assert re.search(r"\b2 inspector/settings \d+ /presentationRevision, /settingsScopes", viewer)
-    assert re.search(r"\b3 graph \d+ /presentationRevision, /graphRevision", viewer)
+    # The decision's continuation child is created bound to the parent's session: revision 2
+    # is that binding (a graph revision), revision 3 the settings hand-over from the parent
+    # (an inspector revision, settings before follow-ups, decision 24).
+    assert re.search(r"\b2 graph \d+ /presentationRevision, /graphRevision", viewer)
+    assert re.search(r"\b3 inspector/settings \d+ /presentationRevision, /settingsScopes", viewer)
     assert "inspector/follow-ups" in viewer
+
+
+def test_demo_viewer_deltas_show_the_recorded_sessions_targets(first_demo: Outcome) -> None:
+    viewer = first_demo.section_text("Read model: viewer deltas of")
+
+    # The binding's graph delta is the revision prefix and the one ``add /session``.
+    assert re.search(r"\bgraph 3 /presentationRevision, /graphRevision\b", viewer)
+    for target in ("conversation/entries:tail", "timeline/session:tail", "conversation/capture"):
+        assert target in viewer
 
 
 def test_demo_outbox_lists_the_sessions_messages_from_order_one(first_demo: Outcome) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from runledger.domain.errors import (
@@ -23,38 +21,11 @@ from runledger.domain.session_segments import segment_id_for
 from runledger.infrastructure.store import WorkflowStore
 from tests.support.assertions import assert_rejected, recording
 from tests.support.scenario import RUN, create
+from tests.support.sessions import session_binding
+from tests.support.sessions import session_capture as capture
+from tests.support.sessions import session_events as events
 
-BINDING: dict[str, Any] = {
-    "schema": "pi-workflows.session-binding.v1",
-    "runId": RUN,
-    "piSessionId": "pi-1",
-    "boundAt": "2026-01-01T00:00:00.000Z",
-}
-
-
-def events(first: int, count: int) -> list[dict[str, Any]]:
-    return [
-        {
-            "seq": seq,
-            "at": "2026-01-01T00:00:01.000Z",
-            "type": "tool_execution_finished",
-            "nodeId": "ask",
-            "attemptId": "attempt-1",
-            "payload": {"n": seq},
-        }
-        for seq in range(first, first + count)
-    ]
-
-
-def capture(status: str, entries: int, events_: int, **extra: Any) -> dict[str, Any]:
-    return {
-        "schema": "pi-workflows.session-capture.v1",
-        "eventSchema": "pi-workflows.session-event.v1",
-        "status": status,
-        "entryCount": entries,
-        "eventCount": events_,
-        **extra,
-    }
+BINDING = session_binding(RUN, "pi-1")
 
 
 def bound(store: WorkflowStore, attempt_id: str | None = None) -> None:

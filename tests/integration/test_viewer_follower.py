@@ -1,9 +1,10 @@
 """A live viewer that applies every delta to its documents ends where the run is.
 
 The viewer keeps one document per target (graph, timeline, settings and follow-ups
-inspectors), starts
+inspectors, the conversation), starts
 from the revision-1 snapshot and applies each revision's patches with ``jsonpatch``. Upstream's
 ``append`` (extend an array) is not RFC 6902, so the viewer registers it as an extra operation.
+A ``timeline`` ``session:reload`` tells the viewer to read the session events' new page.
 """
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ from typing import Any
 import jsonpatch
 from jsonpointer import JsonPointerException
 
-from runledger.domain.records import ViewerDeltas
+from runledger.domain.records import SessionEventRecord, ViewerDeltas
 from runledger.domain.values import Actor
 from runledger.infrastructure.store import WorkflowStore
+from tests.support.sessions import session_binding, session_capture, session_events
 
 SESSION = Actor("session", "session-1")
 FOLLOW_UPS = 40
+PAGE = 256
 
 
 class AppendItems(jsonpatch.PatchOperation):
@@ -69,7 +72,34 @@ def initial_documents() -> dict[tuple[str, str], dict[str, Any]]:
             "followUpStart": 0,
             "followUpTotal": 0,
         },
+        ("conversation", "entries:tail"): {"presentationRevision": 1, **empty_page()},
+        ("conversation", "capture"): {"presentationRevision": 1, "capture": None},
+        ("timeline", "session:tail"): {"presentationRevision": 1, **empty_page()},
     }
+
+
+def empty_page() -> dict[str, Any]:
+    return {"items": [], "start": 0, "total": 0}
+
+
+def as_sent(record: SessionEventRecord) -> dict[str, Any]:
+    """A stored session event record in the shape the host sent it."""
+    return {
+        "seq": record.seq,
+        "at": record.at,
+        "type": record.type,
+        "nodeId": record.node_id,
+        "attemptId": record.attempt_id,
+        "payload": record.payload,
+    }
+
+
+def reloaded_page(store: WorkflowStore, run_id: str, patch: list[dict[str, Any]]) -> dict[str, Any]:
+    """The 256-event page holding the last of ``total`` events, read back from the store."""
+    [total] = [op["value"] for op in patch if op["path"] == "/total"]
+    start = (total - 1) // PAGE * PAGE
+    records = store.session_events(run_id, start=start, limit=total - start)
+    return {"items": [as_sent(record) for record in records], "start": start, "total": total}
 
 
 def follow(store: WorkflowStore, run_id: str) -> dict[tuple[str, str], dict[str, Any]]:
@@ -78,6 +108,9 @@ def follow(store: WorkflowStore, run_id: str) -> dict[tuple[str, str], dict[str,
     assert isinstance(result, ViewerDeltas)
     for delta in result.deltas:
         key = (delta.target_type, delta.target_key)
+        if key == ("timeline", "session:reload"):
+            key = ("timeline", "session:tail")
+            documents[key] = {**documents[key], **reloaded_page(store, run_id, delta.patch)}
         documents[key] = ViewerPatch(delta.patch).apply(documents[key])
     return documents
 
@@ -170,3 +203,58 @@ def test_the_settings_and_updates_a_viewer_builds_are_the_runs_current_ones(
     )
     [update] = documents[("graph", "")]["state"]["updates"]
     assert (update["key"], update["data"]) == ("k", 2)
+
+
+def record_session(store: WorkflowStore) -> None:
+    """A recorded session: an entry before the first capture, 300 events in batches of
+    100 (the third reaches page two), a second entry, the capture complete, then a
+    second attempt's binding."""
+    store.create_run("run-1", workflow_name="review", input={"pr": 1})
+    store.record_session_binding("run-1", session_binding("run-1", "pi-1"))
+    store.append_session_entry("run-1", {"id": "e-1", "role": "user"})
+    store.update_session_capture("run-1", session_capture("recording", 1, 0))
+    for first in (1, 101, 201):
+        store.append_session_events("run-1", session_events(first, 100))
+    store.append_session_entry("run-1", {"role": "assistant"})
+    store.update_session_capture("run-1", session_capture("complete", 2, 300))
+    store.record_session_binding("run-1", session_binding("run-1", "pi-2"), attempt_id="attempt-2")
+
+
+def test_the_session_a_viewer_builds_is_the_recorded_one(store: WorkflowStore) -> None:
+    record_session(store)
+
+    documents = follow(store, "run-1")
+
+    session = documents[("graph", "")]["session"]
+    assert session["binding"] == session_binding("run-1", "pi-2")
+    assert (session["capture"], session["eventPage"]["total"]) == (None, 0)
+    entries = documents[("conversation", "entries:tail")]
+    assert entries["total"] == 2
+    assert [(e["entrySeq"], e["entryId"]) for e in entries["items"]] == [
+        (1, "e-1"),
+        (2, "entry-2"),
+    ]
+    assert documents[("conversation", "capture")]["capture"] == session_capture("complete", 2, 300)
+
+
+def test_the_session_timeline_a_viewer_builds_is_the_last_page_of_events(
+    store: WorkflowStore,
+) -> None:
+    record_session(store)
+
+    timeline = follow(store, "run-1")[("timeline", "session:tail")]
+
+    assert (timeline["start"], timeline["total"]) == (PAGE, 300)
+    assert timeline["items"] == session_events(PAGE + 1, 300 - PAGE)
+
+
+def test_counts_after_the_first_capture_reach_the_viewers_capture(store: WorkflowStore) -> None:
+    store.create_run("run-1", workflow_name="review", input={"pr": 1})
+    store.record_session_binding("run-1", session_binding("run-1", "pi-1"))
+    store.update_session_capture("run-1", session_capture("recording", 0, 0))
+    store.append_session_entry("run-1", {"role": "user"})
+    store.append_session_events("run-1", session_events(1, 5))
+
+    capture = follow(store, "run-1")[("conversation", "capture")]["capture"]
+
+    assert (capture["entryCount"], capture["eventCount"], capture["lastEventSeq"]) == (1, 5, 5)

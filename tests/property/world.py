@@ -15,6 +15,7 @@ from runledger.domain.records import RunClaim
 from runledger.domain.values import Actor
 from runledger.infrastructure.store import WorkflowStore
 from tests.support.scenario import notification_content
+from tests.support.sessions import session_binding
 
 _worlds = itertools.count(1)
 
@@ -89,16 +90,6 @@ def build_world(store: WorkflowStore) -> World:
         claim=claim,
         number=number,
     )
-
-
-def session_binding(run_id: str, session_id: str) -> dict[str, Any]:
-    """A session binding of upstream's schema for ``run_id``."""
-    return {
-        "schema": "pi-workflows.session-binding.v1",
-        "runId": run_id,
-        "piSessionId": session_id,
-        "boundAt": "2026-01-01T00:00:00.000Z",
-    }
 
 
 DECISION_REQUEST: Final = {"title": "Ship it?", "choices": ["yes", "no"]}

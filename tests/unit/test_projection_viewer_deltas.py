@@ -14,17 +14,20 @@ import pytest
 
 from runledger.domain.errors import InvalidViewerCursorError, RunMissingError
 from runledger.domain.records import SnapshotRequired, ViewerDelta, ViewerDeltas
+from runledger.domain.session_segments import segment_id_for
 from runledger.domain.values import Actor
 from runledger.projections.events import projected
 from runledger.projections.viewer_deltas import (
     REVISIONS,
     ViewerDeltasProjection,
     ViewerPageTotalError,
+    crosses_page,
     viewer_deltas,
     viewer_tail_patch,
     workflow_page_start,
 )
 from tests.support.fake_view import FakeView, StoreWithLog, open_memory_store_with_log, project_log
+from tests.support.sessions import session_binding, session_capture, session_events
 
 RUN = "run-1"
 SESSION = "session-1"
@@ -464,6 +467,145 @@ def test_removing_a_follow_up_older_than_the_window_resends_the_same_window(
     }
 
 
+# -- session targets (§7.4) -------------------------------------------------------------------
+
+
+def binding(session_id: str = SESSION) -> dict[str, Any]:
+    return session_binding(RUN, session_id)
+
+
+def recording_run(store: StoreWithLog) -> None:
+    create(store)
+    store.record_session_binding(RUN, binding())
+
+
+def body(delta: ViewerDelta) -> list[dict[str, Any]]:
+    """The patch without its revision prefix."""
+    return [
+        op for op in delta.patch if op["path"] not in ("/presentationRevision", "/graphRevision")
+    ]
+
+
+def test_the_first_binding_adds_the_graphs_empty_session(store: StoreWithLog) -> None:
+    recording_run(store)
+
+    [graph] = latest(store)
+
+    empty = {"items": [], "start": 0, "total": 0}
+    assert (graph.target_type, graph.target_key) == ("graph", "")
+    assert ops(graph)["/graphRevision"] == graph.presentation_revision
+    assert body(graph) == [
+        {
+            "op": "add",
+            "path": "/session",
+            "value": {
+                "binding": binding(),
+                "presentationRevision": 0,
+                "entryPage": empty,
+                "eventPage": empty,
+                "eventsMalformed": False,
+                "eventsTornTail": False,
+                "capture": None,
+                "replayCheckpoint": None,
+            },
+        }
+    ]
+
+
+def test_a_later_segments_binding_replaces_only_the_sessions_binding(
+    store: StoreWithLog,
+) -> None:
+    recording_run(store)
+    store.record_session_binding(RUN, binding("session-2"), attempt_id="attempt-2")
+
+    [graph] = latest(store)
+
+    assert body(graph) == [{"op": "add", "path": "/session/binding", "value": binding("session-2")}]
+
+
+def test_an_entry_appends_to_the_conversation_and_counts_in_the_capture(
+    store: StoreWithLog,
+) -> None:
+    recording_run(store)
+    store.update_session_capture(RUN, session_capture("recording", 0, 0))
+    store.append_session_entry(RUN, {"id": "e-1", "role": "user"})
+
+    [entries, capture] = latest(store)
+
+    assert (entries.target_type, entries.target_key) == ("conversation", "entries:tail")
+    item = {"segmentId": segment_id_for(RUN, None), "entrySeq": 1, "entryId": "e-1"}
+    assert body(entries) == [
+        append("/items", [{**item, "entry": {"id": "e-1", "role": "user"}}]),
+        replace("/total", 1),
+    ]
+    assert (capture.target_type, capture.target_key) == ("conversation", "capture")
+    assert body(capture) == [replace("/capture/entryCount", 1)]
+
+
+def test_counts_before_any_capture_only_bump_the_conversations_revision(
+    store: StoreWithLog,
+) -> None:
+    recording_run(store)
+    store.append_session_entry(RUN, {"role": "user"})
+
+    [_, capture] = latest(store)
+
+    assert capture.patch == [replace("/presentationRevision", capture.presentation_revision)]
+
+
+def test_an_event_batch_appends_to_the_session_timeline_and_counts_in_the_capture(
+    store: StoreWithLog,
+) -> None:
+    recording_run(store)
+    store.update_session_capture(RUN, session_capture("recording", 0, 0))
+    store.append_session_events(RUN, session_events(1, 3))
+
+    [timeline, capture] = latest(store)
+
+    assert (timeline.target_type, timeline.target_key) == ("timeline", "session:tail")
+    assert body(timeline) == [append("/items", session_events(1, 3)), replace("/total", 3)]
+    assert body(capture) == [
+        replace("/capture/eventCount", 3),
+        {"op": "add", "path": "/capture/lastEventSeq", "value": 3},
+    ]
+
+
+def test_a_batch_reaching_a_new_page_reloads_the_session_timeline(store: StoreWithLog) -> None:
+    recording_run(store)
+    store.append_session_events(RUN, session_events(1, 250))
+    store.append_session_events(RUN, session_events(251, 10))
+
+    [timeline, _] = latest(store)
+
+    assert (timeline.target_type, timeline.target_key) == ("timeline", "session:reload")
+    assert body(timeline) == [replace("/total", 260)]
+
+
+def test_a_capture_update_adds_the_conversations_capture(store: StoreWithLog) -> None:
+    recording_run(store)
+    before = viewer_deltas(project(store), RUN, after_revision=1).current_revision
+    store.update_session_capture(RUN, session_capture("complete", 0, 0))
+
+    result = deltas_after(project(store), before)
+
+    [capture] = result.deltas
+    assert result.current_revision == before + 1
+    assert (capture.target_type, capture.target_key) == ("conversation", "capture")
+    assert body(capture) == [
+        {"op": "add", "path": "/capture", "value": session_capture("complete", 0, 0)}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("old_total", "new_total", "crosses"),
+    [(0, 1, False), (0, 256, False), (0, 257, True), (255, 256, False), (256, 257, True)],
+)
+def test_a_batch_crosses_a_page_when_its_last_item_is_on_a_new_page(
+    old_total: int, new_total: int, crosses: bool
+) -> None:
+    assert crosses_page(old_total, new_total) is crosses
+
+
 # -- rebuilds ---------------------------------------------------------------------------------
 
 
@@ -474,6 +616,23 @@ def test_replaying_the_log_in_two_halves_equals_one_pass(store: StoreWithLog) ->
     store.pause_run(RUN)
     store.remove_follow_up(RUN, follow_up_id, actor=HUMAN, source="viewer")
     store.finish_run(RUN, status="failed", error="boom")
+
+    assert replayed_in_halves(store).tables == project(store).tables
+
+
+def test_replaying_a_recorded_session_in_two_halves_equals_one_pass(store: StoreWithLog) -> None:
+    recording_run(store)
+    store.update_session_capture(RUN, session_capture("recording", 0, 0))
+    store.append_session_entry(RUN, {"role": "user"})
+    store.append_session_events(RUN, session_events(1, 3))
+    store.record_session_binding(RUN, binding("session-2"), attempt_id="attempt-2")
+    store.append_session_entry(RUN, {"role": "assistant"}, attempt_id="attempt-2")
+
+    assert replayed_in_halves(store).tables == project(store).tables
+
+
+def replayed_in_halves(store: StoreWithLog) -> FakeView:
+    """The view after applying the first half of the log, copying it, then the rest."""
     projection = ViewerDeltasProjection()
     events = [
         event
@@ -489,8 +648,7 @@ def test_replaying_the_log_in_two_halves_equals_one_pass(store: StoreWithLog) ->
     resumed.tables = copy.deepcopy(first.tables)
     for event in events[half:]:
         projection.apply(event, resumed)
-
-    assert resumed.tables == project(store).tables
+    return resumed
 
 
 # -- pure helpers (I3, I5) --------------------------------------------------------------------
