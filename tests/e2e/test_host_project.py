@@ -23,9 +23,12 @@ HOST_PACKAGES = ("domain", "projections", "infrastructure")
 
 HOST_SCRIPT = textwrap.dedent(
     """
-    import json, sys
-    import domain, projections, infrastructure
-    from domain.model import Order
+    import importlib, json, sys
+    # The host's own top-level packages, by the names runledger's folders have.
+    domain, projections, infrastructure = (
+        importlib.import_module(name) for name in ("domain", "projections", "infrastructure")
+    )
+    Order = importlib.import_module("domain.model").Order
     from runledger.domain import Actor
     from runledger.infrastructure import open_store
 
