@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+import sqlite3
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 from uuid import UUID
 
 from eventsourcing.persistence import Notification, StoredEvent
+from eventsourcing.persistence import OperationalError as PersistenceOperationalError
 from eventsourcing.sqlite import (
     SQLiteAggregateRecorder,
     SQLiteApplicationRecorder,
@@ -174,6 +177,24 @@ class SQLiteSnapshotRecorder(UuidOriginatorIds, SQLiteAggregateRecorder):
         return super()._insert_events(c, normalised, **kwargs)
 
 
+def _while_locked(action: Callable[[], None], *, timeout: float) -> None:
+    """Run ``action``, again while another process holds the new file's lock.
+
+    Two processes opening a new file at once race on ``PRAGMA journal_mode=WAL``, which
+    SQLite answers "database is locked" without waiting for its busy timeout.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            action()
+        except (sqlite3.OperationalError, PersistenceOperationalError) as error:
+            if "locked" not in str(error) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.02)
+        else:
+            return
+
+
 class SQLiteStorage(RecorderBackedStorage[SQLiteEventRecorder, SQLiteSnapshotRecorder]):
     """Event log and snapshots in the SQLite file at ``path``; tables made on first use."""
 
@@ -192,8 +213,8 @@ class SQLiteStorage(RecorderBackedStorage[SQLiteEventRecorder, SQLiteSnapshotRec
         super().__init__(
             SQLiteEventRecorder(self.datastore), SQLiteSnapshotRecorder(self.datastore)
         )
-        self._events.create_table()
-        self._snapshots.create_table()
+        _while_locked(self._events.create_table, timeout=lock_timeout)
+        _while_locked(self._snapshots.create_table, timeout=lock_timeout)
         self._read_log_statement = (
             "SELECT position, topic, originator_id, originator_version, state "
             f"FROM {self._events.events_table_name} WHERE position > ? ORDER BY position LIMIT ?"
