@@ -12,7 +12,7 @@ import os
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from types import TracebackType
 from typing import Any, Final, Self
@@ -145,6 +145,7 @@ class StoreRuntime(ClosedOnExit):
         self._wake = threading.Event()
         self._closing = threading.Event()
         self._follower: threading.Thread | None = None
+        self._views_listeners: list[Callable[[], None]] = []
         if embedded_projections:
             self.catch_up()
             self._follower = threading.Thread(
@@ -177,6 +178,9 @@ class StoreRuntime(ClosedOnExit):
         # picks it up with whatever else arrives, and a query catches up itself first.
         if not self._try_catch_up():
             self._wake.set()
+        # Whoever projected it (this thread, the commit itself, or the follower soon), a query
+        # made from now on sees it: listeners may look.
+        self._views_advanced()
 
     def _try_catch_up(self) -> bool:
         if not self.projector.try_lock():
@@ -202,13 +206,35 @@ class StoreRuntime(ClosedOnExit):
         """
         for attempt in range(CATCH_UP_ATTEMPTS):
             try:
-                return self.projector.catch_up(progress=progress)
+                read = self.projector.catch_up(progress=progress)
             except Exception:
                 # A failed page is forgotten by the projector; a busy or briefly unreachable
                 # database usually lets the next attempt through.
                 logger.exception("projection catch-up failed (attempt %d)", attempt + 1)
                 time.sleep(0.01 * (attempt + 1))
+            else:
+                # Also other processes' commits, whichever thread of this one projected them.
+                if read:
+                    self._views_advanced()
+                return read
         return 0
+
+    def add_views_listener(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener`` whenever the read models may have advanced; returns its removal.
+
+        It is called on whichever thread committed or projected, so it must be quick and
+        thread-safe (hand over to its own thread or event loop); a change may be told twice.
+        """
+        self._views_listeners.append(listener)
+        return lambda: self._views_listeners.remove(listener)
+
+    def _views_advanced(self) -> None:
+        for listener in list(self._views_listeners):
+            try:
+                listener()
+            except Exception:
+                # A listener's fault must not look like a failed command that has committed.
+                logger.exception("views listener failed")
 
     def reader(self, name: str) -> ViewReaderBase:
         """The views, once projection ``name`` has what this process wrote (read-your-writes)."""
