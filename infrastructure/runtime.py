@@ -22,6 +22,7 @@ from runledger.domain.errors import (
     InvalidStoreUrlError,
     ProjectionStalledError,
     StoreClosedError,
+    WorkflowError,
 )
 from runledger.domain.ports import EventStorage
 from runledger.domain.records import ProjectionStatus
@@ -146,6 +147,7 @@ class StoreRuntime(ClosedOnExit):
         self._closing = threading.Event()
         self._follower: threading.Thread | None = None
         self._views_listeners: list[Callable[[], None]] = []
+        self._told_head = 0
         if embedded_projections:
             self.catch_up()
             self._follower = threading.Thread(
@@ -197,6 +199,7 @@ class StoreRuntime(ClosedOnExit):
             self._wake.clear()
             if not self._closing.is_set():
                 self.catch_up()
+                self._tell_if_the_log_moved()
 
     def catch_up(self, *, progress: Progress | None = None) -> int:
         """Bring every projection up to the end of the log; returns events read.
@@ -227,6 +230,20 @@ class StoreRuntime(ClosedOnExit):
         """
         self._views_listeners.append(listener)
         return lambda: self._views_listeners.remove(listener)
+
+    def _tell_if_the_log_moved(self) -> None:
+        # Another process projecting its own commits moves the shared views while this one
+        # reads nothing: the log's head shows it (one cheap query a second, with listeners).
+        if not self._views_listeners:
+            return
+        try:
+            head = self.storage.max_position()
+        except WorkflowError as error:
+            logger.warning("views listeners not told: %s", error)
+            return
+        if head != self._told_head:
+            self._told_head = head
+            self._views_advanced()
 
     def _views_advanced(self) -> None:
         for listener in list(self._views_listeners):

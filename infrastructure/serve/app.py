@@ -7,6 +7,7 @@ server does, once per process).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -39,6 +40,17 @@ STREAM_HEADERS: Final = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 class UnauthorisedError(Exception):
     """The request has no bearer token, or a wrong one."""
+
+
+@functools.cache
+def _endpoints() -> tuple[Endpoint, ...]:
+    # The table and the signatures are fixed for the process: bind and describe them once.
+    return tuple(bind(route) for route in ROUTES)
+
+
+@functools.cache
+def _openapi() -> dict[str, Any]:
+    return openapi_document(_endpoints())
 
 
 def _page() -> str:
@@ -74,8 +86,7 @@ class Server:
         self.store = WorkflowStore(runtime)
         self.access = access
         self.broadcaster = ViewerBroadcaster(self.store)
-        self.endpoints = [bind(route) for route in ROUTES]
-        self.openapi = openapi_document(self.endpoints)
+        self.endpoints = _endpoints()
 
     def check(self, request: Request, *, writes: bool) -> None:
         """Refuse a request without the access it needs."""
@@ -123,7 +134,7 @@ class Server:
 
     async def openapi_json(self, _request: Request) -> Response:
         """The OpenAPI document (public: it holds no data)."""
-        return JSONResponse(self.openapi)
+        return JSONResponse(_openapi())
 
     async def page(self, _request: Request) -> Response:
         """The viewer page (public: it asks for the token and holds no data)."""
