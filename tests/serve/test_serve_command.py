@@ -1,0 +1,144 @@
+"""``runledger serve`` as a user starts it: it prints where it listens and its token once,
+stops cleanly on SIGTERM or SIGINT with its store closed, and never prints a password."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+import psycopg
+import pytest
+
+from runledger.infrastructure.storage.urls import redact_url
+
+SECRET = "serve-secret-never-shown"
+STOP_SECONDS = 15
+
+
+@dataclass
+class Running:
+    """A ``runledger serve`` process and what it printed on starting."""
+
+    process: subprocess.Popen[str]
+    banner: list[str]
+    base_url: str
+    token: str
+
+    def stop(self, sig: signal.Signals) -> tuple[int, str, str]:
+        """Send ``sig``; the exit code and the rest of its output."""
+        self.process.send_signal(sig)
+        out, err = self.process.communicate(timeout=STOP_SECONDS)
+        return self.process.returncode, out, err
+
+
+def start(url: str, env: dict[str, str] | None = None) -> Running:
+    environment = {key: value for key, value in os.environ.items() if key != "RUNLEDGER_URL"}
+    environment.pop("RUNLEDGER_SERVE_TOKEN", None)
+    environment.update(env or {})
+    command = [sys.executable, "-m", "runledger.infrastructure.cli", "serve", "--url", url]
+    process = subprocess.Popen(
+        [*command, "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=environment,
+    )
+    assert process.stdout is not None
+    banner = [process.stdout.readline() for _ in range(3)]
+    listening = re.search(r"(http://127\.0\.0\.1:\d+)/", banner[0])
+    if listening is None:
+        process.kill()
+        raise AssertionError(f"no banner: {banner} {process.communicate()}")
+    token = banner[1].removeprefix("token: ").strip()
+    return Running(process, banner, listening.group(1), token)
+
+
+@pytest.fixture
+def running_sqlite(tmp_path: Path) -> Iterator[tuple[Running, Path]]:
+    path = tmp_path / "runledger.db"
+    running = start(f"sqlite:///{path}")
+    yield running, path
+    if running.process.poll() is None:
+        running.process.kill()
+        running.process.wait()
+
+
+def test_sigterm_stops_the_server_with_exit_0_and_closes_the_store(
+    running_sqlite: tuple[Running, Path],
+) -> None:
+    running, path = running_sqlite
+    headers = {"Authorization": f"Bearer {running.token}"}
+    with httpx.Client(base_url=running.base_url, headers=headers, timeout=10) as client:
+        created = client.post("/runs", json={"run_id": "run-1", "workflow_name": "e", "input": {}})
+        assert created.status_code == 200
+        # A live stream must not keep the server from stopping.
+        with client.stream("GET", "/runs/run-1/viewer?after_revision=1") as stream:
+            next(stream.iter_lines())
+            code, out, err = running.stop(signal.SIGTERM)
+
+    assert code == 0, err
+    assert out.strip().splitlines()[-1] == "runledger serve: stopped, store closed"
+    # SQLite removes the write-ahead log when the last connection to the file closes.
+    assert not Path(f"{path}-wal").exists()
+
+
+def test_a_generated_token_is_printed_once_and_a_given_one_never(tmp_path: Path) -> None:
+    generated = start(f"sqlite:///{tmp_path / 'a.db'}")
+    given = start(f"sqlite:///{tmp_path / 'b.db'}", {"RUNLEDGER_SERVE_TOKEN": "given-token-1"})
+    _, generated_rest, _ = generated.stop(signal.SIGINT)
+    code, given_rest, _ = given.stop(signal.SIGINT)
+
+    assert len(generated.token) >= 32
+    assert generated_rest.count(generated.token) == 0
+    assert given.banner[1].strip() == "token: from RUNLEDGER_SERVE_TOKEN"
+    assert "given-token-1" not in "".join(given.banner) + given_rest
+    assert code == 0
+
+
+@pytest.mark.postgres
+def test_sigint_on_postgresql_closes_every_connection_and_no_output_has_the_password(
+    postgres_store_url: str,
+) -> None:
+    parts = urlsplit(postgres_store_url)
+    netloc = f"{parts.username}:{SECRET}@{parts.hostname}:{parts.port}"
+    url = urlunsplit(parts._replace(netloc=netloc))
+    running = start(url)
+    headers = {"Authorization": f"Bearer {running.token}"}
+    with httpx.Client(base_url=running.base_url, headers=headers, timeout=10) as client:
+        missing = client.get("/runs/run-1")
+        client.post("/runs", json={"run_id": "run-1", "workflow_name": "e", "input": {}})
+        listed = client.get("/runs")
+
+    code, out, err = running.stop(signal.SIGINT)
+
+    assert code == 0, err
+    assert SECRET not in "".join(running.banner) + out + err + missing.text + listed.text
+    assert redact_url(url) in running.banner[0]
+    assert connections_left(postgres_store_url) == 0, "the server left connections open"
+
+
+def connections_left(url: str) -> int:
+    """Connections to the database other than this one, once closed ones had time to go."""
+    database = urlsplit(url).path.lstrip("/")
+    deadline = time.monotonic() + 5
+    with psycopg.connect(url, autocommit=True) as admin:
+        while True:
+            row = admin.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = %s AND pid <> pg_backend_pid()",
+                (database,),
+            ).fetchone()
+            left = int(row[0]) if row else 0
+            # A backend exits a moment after its client hung up.
+            if left == 0 or time.monotonic() > deadline:
+                return left
+            time.sleep(0.05)
