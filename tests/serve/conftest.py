@@ -1,13 +1,17 @@
 """A real ``runledger serve`` app under uvicorn on a free port, over each backend.
 
-The server runs in a thread of the test process (the SIGTERM tests start the real command
-as a subprocess instead); tests talk to it over TCP with httpx, as any host would.
+One uvicorn server runs in a thread of the test process for the whole session and serves
+each test's app, over that test's new store (the SIGTERM tests start the real command as a
+subprocess instead); tests talk to it over TCP with httpx, as any host would.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,36 +80,71 @@ class Served:
         return WorkflowStore(self.runtime)
 
 
-class ThreadedServer:
-    """uvicorn serving an app in a thread; ``stop`` ends it (the store stays open)."""
+class SharedHost:
+    """One uvicorn server for the whole test session, serving each test's app in turn.
 
-    def __init__(self, runtime: StoreRuntime, access: Access) -> None:
-        self.app = create_app(runtime, access)
+    Starting and stopping uvicorn costs about 0.3 s (its loop ticks every 0.1 s), which made
+    up most of these tests' time; a test's app is mounted here instead, with its own lifespan
+    (the broadcaster following that test's store) run on the server's event loop.
+    """
+
+    def __init__(self) -> None:
         self.sock = listening_socket("127.0.0.1", 0)
-        self.port = self.sock.getsockname()[1]
-        config = uvicorn.Config(
-            self.app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2
-        )
+        self.base_url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.app: Any = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        config = uvicorn.Config(self, log_level="warning", lifespan="on")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
         )
 
-    def start(self) -> str:
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            self.loop = asyncio.get_running_loop()
+            while True:
+                message = await receive()
+                await send({"type": message["type"] + ".complete"})
+                if message["type"] == "lifespan.shutdown":
+                    return
+        await self.app(scope, receive, send)
+
+    def start(self) -> None:
         self.thread.start()
-        started = threading.Event()
-        while not started.wait(0.01):
-            if self.server.started:
-                started.set()
+        while not self.server.started:
             if not self.thread.is_alive():
                 raise RuntimeError("the server did not start")
-        return f"http://127.0.0.1:{self.port}"
+            time.sleep(0.01)
+
+    def _on_loop(self, coroutine: Any) -> Any:
+        assert self.loop is not None
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout=10)
+
+    @contextlib.contextmanager
+    def mounted(self, runtime: StoreRuntime, access: Access) -> Iterator[None]:
+        """Serve an app over ``runtime`` while the block runs."""
+        app = create_app(runtime, access)
+        lifespan = app.state.server.lifespan(app)
+        self._on_loop(lifespan.__aenter__())
+        self.app = app
+        try:
+            yield
+        finally:
+            self._on_loop(lifespan.__aexit__(None, None, None))
+            self.app = None
 
     def stop(self) -> None:
-        self.app.state.server.broadcaster.close()
         self.server.should_exit = True
         self.thread.join(timeout=10)
         self.sock.close()
+
+
+@pytest.fixture(scope="session")
+def shared_host() -> Iterator[SharedHost]:
+    host = SharedHost()
+    host.start()
+    yield host
+    host.stop()
 
 
 @pytest.fixture(params=BACKENDS)
@@ -129,36 +168,34 @@ def durable_serve_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def served_durable(durable_serve_url: str) -> Iterator[Served]:
+def served_durable(shared_host: SharedHost, durable_serve_url: str) -> Iterator[Served]:
     """A server on a SQLite file or a PostgreSQL database."""
-    yield from serving(durable_serve_url)
+    yield from serving(shared_host, durable_serve_url)
 
 
-def serving(url: str, *, public_reads: bool = False) -> Iterator[Served]:
-    with open_runtime(url) as runtime:
-        server = ThreadedServer(runtime, Access(TOKEN, public_reads=public_reads))
-        base_url = server.start()
-        headers = {"Authorization": f"Bearer {TOKEN}"}
-        try:
-            with (
-                httpx.Client(base_url=base_url, headers=headers, timeout=10) as client,
-                httpx.Client(base_url=base_url, timeout=10) as anonymous,
-            ):
-                yield Served(base_url, runtime, Api(client), anonymous)
-        finally:
-            server.stop()
+def serving(host: SharedHost, url: str, *, public_reads: bool = False) -> Iterator[Served]:
+    """The app over a new store at ``url``, served by ``host`` while the generator runs."""
+    base_url = host.base_url
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    with (
+        open_runtime(url) as runtime,
+        host.mounted(runtime, Access(TOKEN, public_reads=public_reads)),
+        httpx.Client(base_url=base_url, headers=headers, timeout=10) as client,
+        httpx.Client(base_url=base_url, timeout=10) as anonymous,
+    ):
+        yield Served(base_url, runtime, Api(client), anonymous)
 
 
 @pytest.fixture
-def served(serve_url: str) -> Iterator[Served]:
+def served(shared_host: SharedHost, serve_url: str) -> Iterator[Served]:
     """A server on a new store of each backend."""
-    yield from serving(serve_url)
+    yield from serving(shared_host, serve_url)
 
 
 @pytest.fixture
-def served_memory() -> Iterator[Served]:
+def served_memory(shared_host: SharedHost) -> Iterator[Served]:
     """A server on a memory store: for what does not depend on the backend."""
-    yield from serving("memory://")
+    yield from serving(shared_host, "memory://")
 
 
 # -- server-sent events ----------------------------------------------------------------------

@@ -6,14 +6,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.serve.conftest import TOKEN, Served, serving, started_run
+from tests.serve.conftest import TOKEN, Served, SharedHost, serving, started_run
 
 RUN = {"run_id": "run-1", "workflow_name": "echo", "input": {}}
 
 
 @pytest.fixture
-def public_reads() -> Iterator[Served]:
-    yield from serving("memory://", public_reads=True)
+def public_reads(shared_host: SharedHost) -> Iterator[Served]:
+    yield from serving(shared_host, "memory://", public_reads=True)
 
 
 def test_a_write_without_a_token_is_refused_and_writes_nothing(served: Served) -> None:

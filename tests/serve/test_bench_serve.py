@@ -12,8 +12,8 @@ from runledger.infrastructure.cli.bench_serve import command_to_sse_delta, http_
 
 @pytest.mark.slow
 def test_the_serve_rows_measure_http_commands_and_sse_deltas(tmp_path: Path) -> None:
-    http = http_queue_follow_up(f"sqlite:///{tmp_path / 's1.db'}", 0.3)
-    delta = command_to_sse_delta(f"sqlite:///{tmp_path / 's2.db'}", 10)
+    http = http_queue_follow_up(f"sqlite:///{tmp_path / 's1.db'}", 0.2)
+    delta = command_to_sse_delta(f"sqlite:///{tmp_path / 's2.db'}", 5)
 
     assert isinstance(http, BenchResult)
     assert isinstance(delta, BenchResult)

@@ -11,7 +11,7 @@ import pytest
 
 from runledger.domain import errors
 from runledger.infrastructure.serve.errors import status_of_code
-from tests.serve.conftest import Served, queue_follow_up, serving, started_run
+from tests.serve.conftest import Served, SharedHost, queue_follow_up, serving, started_run
 
 
 def error_of(response) -> tuple[int, str, str]:
@@ -76,7 +76,7 @@ def test_a_closed_store_is_503_with_retry_after(served_memory: Served) -> None:
 
 
 @pytest.fixture
-def exhausted(postgres_store_url: str) -> Iterator[tuple[Served, str]]:
+def exhausted(shared_host: SharedHost, postgres_store_url: str) -> Iterator[tuple[Served, str]]:
     """A server on PostgreSQL whose one pooled connection the test holds; its URL has a
     password (trust authentication ignores it)."""
     parts = urlsplit(postgres_store_url)
@@ -85,7 +85,7 @@ def exhausted(postgres_store_url: str) -> Iterator[tuple[Served, str]]:
     url = urlunsplit(
         parts._replace(netloc=netloc, query="pool_size=1&max_overflow=0&pool_timeout=0.3")
     )
-    for served in serving(url):
+    for served in serving(shared_host, url):
         yield served, secret
 
 

@@ -21,6 +21,7 @@ import pytest
 from runledger.infrastructure.storage.urls import redact_url
 
 SECRET = "serve-secret-never-shown"
+GIVEN_TOKEN = "given-token-never-shown"
 STOP_SECONDS = 15
 
 
@@ -65,7 +66,7 @@ def start(url: str, env: dict[str, str] | None = None) -> Running:
 @pytest.fixture
 def running_sqlite(tmp_path: Path) -> Iterator[tuple[Running, Path]]:
     path = tmp_path / "runledger.db"
-    running = start(f"sqlite:///{path}")
+    running = start(f"sqlite:///{path}", {"RUNLEDGER_SERVE_TOKEN": GIVEN_TOKEN})
     yield running, path
     if running.process.poll() is None:
         running.process.kill()
@@ -76,7 +77,7 @@ def test_sigterm_stops_the_server_with_exit_0_and_closes_the_store(
     running_sqlite: tuple[Running, Path],
 ) -> None:
     running, path = running_sqlite
-    headers = {"Authorization": f"Bearer {running.token}"}
+    headers = {"Authorization": f"Bearer {GIVEN_TOKEN}"}
     with httpx.Client(base_url=running.base_url, headers=headers, timeout=10) as client:
         created = client.post("/runs", json={"run_id": "run-1", "workflow_name": "e", "input": {}})
         assert created.status_code == 200
@@ -87,21 +88,10 @@ def test_sigterm_stops_the_server_with_exit_0_and_closes_the_store(
 
     assert code == 0, err
     assert out.strip().splitlines()[-1] == "runledger serve: stopped, store closed"
+    assert running.banner[1].strip() == "token: from RUNLEDGER_SERVE_TOKEN"
+    assert GIVEN_TOKEN not in "".join(running.banner) + out + err
     # SQLite removes the write-ahead log when the last connection to the file closes.
     assert not Path(f"{path}-wal").exists()
-
-
-def test_a_generated_token_is_printed_once_and_a_given_one_never(tmp_path: Path) -> None:
-    generated = start(f"sqlite:///{tmp_path / 'a.db'}")
-    given = start(f"sqlite:///{tmp_path / 'b.db'}", {"RUNLEDGER_SERVE_TOKEN": "given-token-1"})
-    _, generated_rest, _ = generated.stop(signal.SIGINT)
-    code, given_rest, _ = given.stop(signal.SIGINT)
-
-    assert len(generated.token) >= 32
-    assert generated_rest.count(generated.token) == 0
-    assert given.banner[1].strip() == "token: from RUNLEDGER_SERVE_TOKEN"
-    assert "given-token-1" not in "".join(given.banner) + given_rest
-    assert code == 0
 
 
 @pytest.mark.postgres
@@ -121,7 +111,10 @@ def test_sigint_on_postgresql_closes_every_connection_and_no_output_has_the_pass
     code, out, err = running.stop(signal.SIGINT)
 
     assert code == 0, err
-    assert SECRET not in "".join(running.banner) + out + err + missing.text + listed.text
+    printed = "".join(running.banner) + out + err
+    assert SECRET not in printed + missing.text + listed.text
+    assert len(running.token) >= 32
+    assert printed.count(running.token) == 1, "a generated token is printed once"
     assert redact_url(url) in running.banner[0]
     assert connections_left(postgres_store_url) == 0, "the server left connections open"
 
