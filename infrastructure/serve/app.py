@@ -36,10 +36,29 @@ logger = logging.getLogger(__name__)
 
 Handler = Callable[[Request], Awaitable[Response]]
 STREAM_HEADERS: Final = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+MAX_BODY_BYTES: Final = 16 * 1024 * 1024
+"""Far above what the store accepts in one call (1 MiB of text per argument, 100,000
+values), and low enough that no client can make the server hold gigabytes."""
 
 
 class UnauthorisedError(Exception):
     """The request has no bearer token, or a wrong one."""
+
+
+class BodyTooLargeError(Exception):
+    """The request body is larger than ``MAX_BODY_BYTES``."""
+
+
+async def _body(request: Request) -> bytes:
+    """The request body, read no further than ``MAX_BODY_BYTES``."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise BodyTooLargeError()
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 @functools.cache
@@ -100,7 +119,7 @@ class Server:
             given = request.query_params.keys()
             endpoint = next(row for row in rows if row.route.requires <= given or row is rows[-1])
             self.check(request, writes=endpoint.writes)
-            body = await request.body() if endpoint.writes else None
+            body = await _body(request) if endpoint.writes else None
             arguments = endpoint.arguments(request.path_params, request.query_params, body)
             answer = await run_in_threadpool(endpoint.call, self.store, arguments)
             missing = endpoint.route.missing
@@ -186,6 +205,11 @@ async def _unauthorised(_request: Request, _error: Exception) -> Response:
     return response
 
 
+async def _body_too_large(_request: Request, _error: Exception) -> Response:
+    message = f"Request body exceeds {MAX_BODY_BYTES} bytes"
+    return error_response(413, "request.too-large", message)
+
+
 async def _http_error(_request: Request, error: Exception) -> Response:
     status = error.status_code if isinstance(error, HTTPException) else 500
     code = {404: "route.not-found", 405: "route.method-not-allowed"}.get(status, "http.error")
@@ -205,6 +229,7 @@ def create_app(runtime: StoreRuntime, access: Access) -> Starlette:
         WorkflowError: _workflow_error,
         InvalidRequestError: _invalid_request,
         UnauthorisedError: _unauthorised,
+        BodyTooLargeError: _body_too_large,
         HTTPException: _http_error,
         Exception: _server_error,
     }

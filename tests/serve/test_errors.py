@@ -10,6 +10,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 
 from runledger.domain import errors
+from runledger.infrastructure.serve.app import MAX_BODY_BYTES
 from runledger.infrastructure.serve.errors import status_of_code
 from tests.serve.conftest import Served, SharedHost, queue_follow_up, serving, started_run
 
@@ -164,6 +165,16 @@ def test_an_unknown_actor_type_is_422(served_memory: Served) -> None:
     )
 
     assert response.status_code == 422
+
+
+def test_a_body_beyond_the_limit_is_413_and_writes_nothing(served_memory: Served) -> None:
+    started_run(served_memory.api)
+    body = b'{"status_detail": "' + b"x" * MAX_BODY_BYTES + b'"}'
+
+    response = served_memory.api.client.post("/runs/run-1/pause", content=body)
+
+    assert error_of(response)[:2] == (413, "request.too-large")
+    assert served_memory.api.ok("get_run", "run-1")["paused"] is False
 
 
 def test_an_unknown_route_is_404_and_a_wrong_method_405(served_memory: Served) -> None:
