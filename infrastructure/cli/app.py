@@ -172,11 +172,17 @@ def serve(
     # Imported here: starting the other commands should not load the web stack.
     import os
 
-    from runledger.infrastructure.serve.server import ServeOptions
+    from runledger.infrastructure.serve.server import CannotListenError, ServeOptions
     from runledger.infrastructure.serve.server import serve as run_server
 
     options = ServeOptions(url=url, host=host, port=port, public_reads=public_reads)
-    run_server(options, lambda line: print(line, flush=True), os.environ)
+    try:
+        run_server(options, lambda line: print(line, flush=True), os.environ)
+    except CannotListenError as error:
+        Console(stderr=True, highlight=False).print(
+            Text.assemble(("error ", "bold red"), str(error))
+        )
+        raise typer.Exit(code=2) from error
 
 
 def main() -> None:

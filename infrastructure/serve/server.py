@@ -73,14 +73,23 @@ def listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+class CannotListenError(Exception):
+    """The address to listen on is taken or not this machine's."""
+
+
 def serve(options: ServeOptions, say: Callable[[str], None], env: Mapping[str, str]) -> None:
     """Serve the store until SIGINT or SIGTERM, then close it."""
     url = resolve_url(options.url, env)
     token, generated = server_token(env)
-    with open_runtime(url, env=env) as runtime:
+    try:
+        # Before the store opens: a taken port fails at once, with nothing to close.
+        sock = listening_socket(options.host, options.port)
+    except OSError as error:
+        where = f"{options.host}:{options.port}"
+        raise CannotListenError(f"cannot listen on {where}: {error.strerror}") from None
+    with sock, open_runtime(url, env=env) as runtime:
         app = create_app(runtime, Access(token, public_reads=options.public_reads))
         server_state: Server = app.state.server
-        sock = listening_socket(options.host, options.port)
         host, port = sock.getsockname()[:2]
         config = uvicorn.Config(
             app,
@@ -104,6 +113,7 @@ def serve(options: ServeOptions, say: Callable[[str], None], env: Mapping[str, s
 __all__: Sequence[str] = [
     "DEFAULT_HOST",
     "DEFAULT_PORT",
+    "CannotListenError",
     "ServeOptions",
     "listening_socket",
     "serve",

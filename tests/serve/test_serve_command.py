@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -135,3 +136,22 @@ def connections_left(url: str) -> int:
             if left == 0 or time.monotonic() > deadline:
                 return left
             time.sleep(0.05)
+
+
+def test_a_taken_port_is_a_clear_error_with_exit_2(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "runledger.infrastructure.cli", "serve", "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=STOP_SECONDS,
+            env={**os.environ, "RUNLEDGER_URL": f"sqlite:///{tmp_path / 'runledger.db'}"},
+        )
+
+    assert done.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "runledger.db").exists(), "the store is not opened"
