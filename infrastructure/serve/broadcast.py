@@ -116,7 +116,12 @@ class ViewerBroadcaster:
             await self._changed.wait()
             self._changed.clear()
             for run_id, channel in list(self._channels.items()):
-                await self._advance(run_id, channel)
+                try:
+                    await self._advance(run_id, channel)
+                except Exception:
+                    # A follower that died would leave every stream silent for good: log the
+                    # fault and keep following (the next change reads again).
+                    logger.exception("viewer deltas of %s not fanned out", run_id)
 
     async def _advance(self, run_id: str, channel: _Channel) -> None:
         try:
