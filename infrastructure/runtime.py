@@ -209,17 +209,12 @@ class StoreRuntime(ClosedOnExit):
         """
         for attempt in range(CATCH_UP_ATTEMPTS):
             try:
-                read = self.projector.catch_up(progress=progress)
+                return self.projector.catch_up(progress=progress)
             except Exception:
                 # A failed page is forgotten by the projector; a busy or briefly unreachable
                 # database usually lets the next attempt through.
                 logger.exception("projection catch-up failed (attempt %d)", attempt + 1)
                 time.sleep(0.01 * (attempt + 1))
-            else:
-                # Also other processes' commits, whichever thread of this one projected them.
-                if read:
-                    self._views_advanced()
-                return read
         return 0
 
     def add_views_listener(self, listener: Callable[[], None]) -> Callable[[], None]:
@@ -232,8 +227,8 @@ class StoreRuntime(ClosedOnExit):
         return lambda: self._views_listeners.remove(listener)
 
     def _tell_if_the_log_moved(self) -> None:
-        # Another process projecting its own commits moves the shared views while this one
-        # reads nothing: the log's head shows it (one cheap query a second, with listeners).
+        # Other processes' commits, whoever projected them (they, or a query of this process
+        # catching up): the log's head shows them. One cheap query a second, with listeners.
         if not self._views_listeners:
             return
         try:
