@@ -27,6 +27,10 @@ from runledger.infrastructure.serve.auth import Access
 from runledger.infrastructure.serve.binding import Endpoint, InvalidRequestError, bind
 from runledger.infrastructure.serve.broadcast import Item, Keepalive, Snapshot, ViewerBroadcaster
 from runledger.infrastructure.serve.errors import error_response, workflow_error_response
+from runledger.infrastructure.serve.notifications import (
+    CommitNotifications,
+    commit_notifications,
+)
 from runledger.infrastructure.serve.openapi import openapi_document
 from runledger.infrastructure.serve.routes import ROUTES
 from runledger.infrastructure.serve.snapshot import viewer_snapshot
@@ -106,6 +110,7 @@ class Server:
         self.access = access
         self.broadcaster = ViewerBroadcaster(self.store)
         self.endpoints = _endpoints()
+        self.notifications: CommitNotifications | None = None
 
     def check(self, request: Request, *, writes: bool) -> None:
         """Refuse a request without the access it needs."""
@@ -181,9 +186,14 @@ class Server:
         """Follow the store's changes while the server runs."""
         self.broadcaster.start()
         remove = self.runtime.add_views_listener(self.broadcaster.views_advanced)
+        self.notifications = commit_notifications(self.runtime, self.broadcaster.views_advanced)
+        if self.notifications is not None:
+            self.notifications.start()
         try:
             yield
         finally:
+            if self.notifications is not None:
+                await run_in_threadpool(self.notifications.stop)
             remove()
             await self.broadcaster.stop()
 

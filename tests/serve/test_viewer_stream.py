@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import jsonpatch
+import psycopg
+import pytest
 
+from runledger.infrastructure.serve.app import Server
 from runledger.infrastructure.store import open_store
-from tests.serve.conftest import EventStream, Served, queue_follow_up, started_run
+from tests.serve.conftest import (
+    EventStream,
+    Served,
+    SharedHost,
+    queue_follow_up,
+    serving,
+    started_run,
+)
 
 FOLLOW_UPS = ("inspector", "follow-ups")
 
@@ -51,6 +62,30 @@ def test_a_commit_of_another_store_on_the_same_database_arrives_too(
     assert (event.name, event.id) == ("revision", "3")
     [graph] = [d for d in event.data["deltas"] if d["target_type"] == "graph"]
     assert {"op": "add", "path": "/state/paused", "value": True} in graph["patch"]
+
+
+@pytest.fixture
+def served_postgres(shared_host: SharedHost, postgres_store_url: str) -> Iterator[Served]:
+    yield from serving(shared_host, postgres_store_url)
+
+
+LISTENERS = "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND query ILIKE 'LISTEN %%'"
+
+
+@pytest.mark.postgres
+def test_on_postgresql_the_server_listens_for_other_processes_commits(
+    served_postgres: Served, shared_host: SharedHost, postgres_store_url: str
+) -> None:
+    server: Server = shared_host.app.state.server
+    notifications = server.notifications
+
+    assert notifications is not None
+    assert notifications.listening.wait(5)
+    database = postgres_store_url.rsplit("/", 1)[-1]
+    with psycopg.connect(postgres_store_url, autocommit=True) as admin:
+        row = admin.execute(LISTENERS, (database,)).fetchone()
+    assert row is not None
+    assert row[0] >= 1
 
 
 def test_a_stream_without_a_cursor_starts_with_snapshot_required(served_memory: Served) -> None:
