@@ -76,7 +76,7 @@ class Endpoint:
     """A route bound to its store method: it turns a request into the call's arguments."""
 
     route: Route
-    method: Callable[..., Any]
+    store_method: Callable[..., Any]
     path_names: tuple[str, ...]
     url_model: type[BaseModel]
     body_model: type[BaseModel] | None
@@ -90,7 +90,7 @@ class Endpoint:
     @property
     def summary(self) -> str:
         """The store method's one-line docstring."""
-        return (self.method.__doc__ or self.route.call).strip()
+        return (self.store_method.__doc__ or self.route.call).strip()
 
     def arguments(
         self, path: Mapping[str, str], query: Mapping[str, str], body: bytes | None
@@ -136,7 +136,7 @@ def bind(route: Route) -> Endpoint:
         body_model = _model(f"{title}Request", rest)
     return Endpoint(
         route=route,
-        method=method,
+        store_method=method,
         path_names=path_names,
         url_model=url_model,
         body_model=body_model,
