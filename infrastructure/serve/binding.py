@@ -25,7 +25,7 @@ from pydantic_core import to_jsonable_python
 from runledger.infrastructure.serve.routes import Route
 from runledger.infrastructure.store import WorkflowStore
 
-_PATH_NAMES: Final = re.compile(r"{([a-z_]+)}")
+_PATH_NAMES: Final = re.compile(r"{([a-z_]+)(?::path)?}")
 _FORBID: Final = ConfigDict(extra="forbid")
 
 
@@ -81,6 +81,11 @@ class Endpoint:
     url_model: type[BaseModel]
     body_model: type[BaseModel] | None
     returns: Any
+
+    @property
+    def template(self) -> str:
+        """The path as OpenAPI spells it: ``{name}`` without Starlette's convertor."""
+        return self.route.path.replace(":path}", "}")
 
     @property
     def writes(self) -> bool:

@@ -111,7 +111,7 @@ def openapi_document(endpoints: Sequence[Endpoint]) -> dict[str, Any]:
     components: dict[str, Any] = {"Error": ERROR_SCHEMA}
     paths: dict[str, dict[str, Any]] = {}
     for endpoint in endpoints:
-        operations = paths.setdefault(endpoint.route.path, {})
+        operations = paths.setdefault(endpoint.template, {})
         method = endpoint.route.method.lower()
         if method in operations:
             # A second row on one method and path (the ranged queue): its query joins the first.

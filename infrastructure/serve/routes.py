@@ -1,6 +1,7 @@
 """The JSON API as one table: each row maps an HTTP method and path to a store method.
 
-Arguments come from the path (``{name}`` is the argument of that name), then from the query
+Arguments come from the path (``{name}`` is the argument of that name; ``{name:path}`` may
+hold slashes, as a settings scope id with a nested mount path does), then from the query
 string (GET) or the JSON body object (POST), by argument name; bodies and queries are
 validated against the store method's own signature (see ``binding``). Adding a store method
 to the API is one row here; ``UNROUTED`` names, with a reason, the public store methods that
@@ -76,18 +77,18 @@ ROUTES: Final[Sequence[Route]] = (
         "get_workflow_message",
         missing=errors.MessageNotFoundError,
     ),
-    _post("/sessions/{session_id}/branch", "report_branch"),
-    _get("/sessions/{session_id}/outbox", "session_outbox"),
-    _get("/sessions/{session_id}/next-deliverable", "next_deliverable"),
+    _post("/sessions/{session_id:path}/branch", "report_branch"),
+    _get("/sessions/{session_id:path}/outbox", "session_outbox"),
+    _get("/sessions/{session_id:path}/next-deliverable", "next_deliverable"),
     _post("/workflow-messages/{workflow_message_id}/turns", "start_turn"),
     _post("/turns/{workflow_turn_id}/end", "end_turn"),
     _get("/turns/{workflow_turn_id}", "get_turn", missing=errors.TurnNotFoundError),
     # -- settings -------------------------------------------------------------------------
     _post("/runs/{run_id}/settings-scopes", "ensure_settings_scope"),
     _get("/runs/{run_id}/settings-scopes", "settings_scopes"),
-    _post("/runs/{run_id}/settings-scopes/{scope_id}/changes", "change_settings"),
+    _post("/runs/{run_id}/settings-scopes/{scope_id:path}/changes", "change_settings"),
     _get(
-        "/settings-scopes/{scope_id}/changes/{change_number}",
+        "/settings-scopes/{scope_id:path}/changes/{change_number}",
         "settings_scope_at_change",
         missing=lambda scope_id, number: errors.SettingsChangeMissingError(number, scope_id),
     ),

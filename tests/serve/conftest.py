@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -51,10 +53,12 @@ class Api:
     def call(self, call: str, *path: Any, **arguments: Any) -> httpx.Response:
         """``store.<call>(*path, **arguments)`` over HTTP (query for GET, JSON body for POST)."""
         route = route_of(call)
-        names = [part[1:-1] for part in route.path.split("/") if part.startswith("{")]
+        names = re.findall(r"{([a-z_]+(?::path)?)}", route.path)
         url = route.path
         for name, value in zip(names, path, strict=True):
-            url = url.replace("{" + name + "}", str(value))
+            # A {name:path} segment may hold slashes; any other one is a single segment.
+            safe = "/" if name.endswith(":path") else ""
+            url = url.replace("{" + name + "}", quote(str(value), safe=safe))
         if route.method == "GET":
             return self.client.get(url, params=arguments)
         return self.client.post(url, json=arguments)

@@ -208,6 +208,34 @@ def test_a_settings_scope_changes_under_its_policy(served: Served) -> None:
     assert before["settings"] == {"mode": "a"}
 
 
+def test_ids_with_slashes_reach_their_routes(served_memory: Served) -> None:
+    api = served_memory.api
+    api.ok("create_run", run_id="run-1", workflow_name="echo", input={})
+    api.ok("bind_origin_session", "run-1", session_id="pi/session 1?x")
+    scope = api.ok(
+        "ensure_settings_scope",
+        "run-1",
+        mount_path="review/step",
+        settings={"mode": "a"},
+        policy=POLICY,
+    )
+
+    changed = api.ok(
+        "change_settings",
+        "run-1",
+        scope["scope_id"],
+        request_id="change-1",
+        actor=HUMAN,
+        source="ui",
+        patch=[{"op": "replace", "path": "/mode", "value": "b"}],
+    )
+
+    assert scope["scope_id"] == "run-1:review/step:1"
+    assert changed["scope"]["change_number"] == 1
+    assert api.ok("settings_scope_at_change", scope["scope_id"], 1)["settings"] == {"mode": "b"}
+    assert api.ok("session_outbox", "pi/session 1?x") == []
+
+
 # -- human decisions -------------------------------------------------------------------------
 
 

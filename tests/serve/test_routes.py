@@ -44,7 +44,8 @@ def test_the_openapi_document_lists_every_route(served_memory: Served) -> None:
         for path, operations in document["paths"].items()
         for method in operations
     }
-    assert listed == {(route.method, route.path) for route in ROUTES} | VIEWER_ROUTES
+    table = {(route.method, route.path.replace(":path}", "}")) for route in ROUTES}
+    assert listed == table | VIEWER_ROUTES
     operation_ids = [
         operation["operationId"]
         for operations in document["paths"].values()
