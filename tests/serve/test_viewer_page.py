@@ -114,3 +114,23 @@ def test_the_page_reloads_a_snapshot_when_its_cursor_fell_out_of_retention(
     assert page.locator("[data-testid=revision]").inner_text() == str(current)
     queue_follow_up(api, "run-1", "request-1")
     page.locator("[data-testid=revision]").get_by_text(str(current + 1)).wait_for(timeout=WAIT_MS)
+
+
+def test_the_runs_list_pages_forward_and_back(browser: Any, served_memory: Served) -> None:
+    store = served_memory.store
+    for number in range(1, 26):
+        store.create_run(f"run-{number:02d}", workflow_name="echo", input={})
+    page = browser.new_page()
+    page.goto(f"{served_memory.base_url}/#token={TOKEN}")
+    rows = page.locator("[data-testid=runs] tr")
+    rows.first.wait_for(timeout=WAIT_MS)
+
+    first = rows.count()
+    page.get_by_role("button", name="Next page").click()
+    page.locator("[data-testid=runs]").get_by_text("run-25").wait_for(timeout=WAIT_MS)
+    second = rows.count()
+    page.get_by_role("button", name="First page").click()
+    page.locator("[data-testid=runs]").get_by_text("run-01").wait_for(timeout=WAIT_MS)
+
+    assert (first, second) == (20, 5)
+    assert page.get_by_role("button", name="Next page").is_enabled()
