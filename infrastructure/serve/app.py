@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from importlib import resources
 from typing import Any, Final
 
+from pydantic_core import to_json
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -130,7 +131,8 @@ class Server:
             missing = endpoint.route.missing
             if answer is None and missing is not None:
                 raise missing(*(request.path_params[name] for name in endpoint.path_names))
-            return JSONResponse(answer)
+            # Records to JSON in one pass in pydantic's core (snake_case, as they dump).
+            return Response(to_json(answer), media_type="application/json")
 
         return handle
 

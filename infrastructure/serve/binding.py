@@ -20,7 +20,6 @@ from typing import Any, Final, Union, get_args, get_origin
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, TypeAdapter
-from pydantic_core import to_jsonable_python
 
 from runledger.infrastructure.serve.routes import Route
 from runledger.infrastructure.store import WorkflowStore
@@ -117,8 +116,8 @@ class Endpoint:
         return arguments
 
     def call(self, store: WorkflowStore, arguments: Mapping[str, Any]) -> Any:
-        """Run the store method; its answer as plain JSON values (records in snake_case)."""
-        return to_jsonable_python(getattr(store, self.route.call)(**arguments))
+        """Run the store method; its answer as it returns it."""
+        return getattr(store, self.route.call)(**arguments)
 
 
 def bind(route: Route) -> Endpoint:
