@@ -12,7 +12,7 @@ import os
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from types import TracebackType
 from typing import Any, Final, Self
@@ -22,6 +22,7 @@ from runledger.domain.errors import (
     InvalidStoreUrlError,
     ProjectionStalledError,
     StoreClosedError,
+    WorkflowError,
 )
 from runledger.domain.ports import EventStorage
 from runledger.domain.records import ProjectionStatus
@@ -145,6 +146,8 @@ class StoreRuntime(ClosedOnExit):
         self._wake = threading.Event()
         self._closing = threading.Event()
         self._follower: threading.Thread | None = None
+        self._views_listeners: list[Callable[[], None]] = []
+        self._told_head = 0
         if embedded_projections:
             self.catch_up()
             self._follower = threading.Thread(
@@ -177,6 +180,9 @@ class StoreRuntime(ClosedOnExit):
         # picks it up with whatever else arrives, and a query catches up itself first.
         if not self._try_catch_up():
             self._wake.set()
+        # Whoever projected it (this thread, the commit itself, or the follower soon), a query
+        # made from now on sees it: listeners may look.
+        self._views_advanced()
 
     def _try_catch_up(self) -> bool:
         if not self.projector.try_lock():
@@ -193,6 +199,7 @@ class StoreRuntime(ClosedOnExit):
             self._wake.clear()
             if not self._closing.is_set():
                 self.catch_up()
+                self._tell_if_the_log_moved()
 
     def catch_up(self, *, progress: Progress | None = None) -> int:
         """Bring every projection up to the end of the log; returns events read.
@@ -209,6 +216,37 @@ class StoreRuntime(ClosedOnExit):
                 logger.exception("projection catch-up failed (attempt %d)", attempt + 1)
                 time.sleep(0.01 * (attempt + 1))
         return 0
+
+    def add_views_listener(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener`` whenever the read models may have advanced; returns its removal.
+
+        It is called on whichever thread committed or projected, so it must be quick and
+        thread-safe (hand over to its own thread or event loop); a change may be told twice.
+        """
+        self._views_listeners.append(listener)
+        return lambda: self._views_listeners.remove(listener)
+
+    def _tell_if_the_log_moved(self) -> None:
+        # Other processes' commits, whoever projected them (they, or a query of this process
+        # catching up): the log's head shows them. One cheap query a second, with listeners.
+        if not self._views_listeners:
+            return
+        try:
+            head = self.storage.max_position()
+        except WorkflowError as error:
+            logger.warning("views listeners not told: %s", error)
+            return
+        if head != self._told_head:
+            self._told_head = head
+            self._views_advanced()
+
+    def _views_advanced(self) -> None:
+        for listener in list(self._views_listeners):
+            try:
+                listener()
+            except Exception:
+                # A listener's fault must not look like a failed command that has committed.
+                logger.exception("views listener failed")
 
     def reader(self, name: str) -> ViewReaderBase:
         """The views, once projection ``name`` has what this process wrote (read-your-writes)."""

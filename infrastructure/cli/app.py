@@ -158,6 +158,33 @@ def bench(
     print_bench(results, console(), as_json=as_json)
 
 
+@app.command()
+@reports_workflow_errors
+def serve(
+    url: UrlOption = None,
+    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8765,
+    public_reads: Annotated[
+        bool, typer.Option("--public-reads", help="Let reads go without the token.")
+    ] = False,
+) -> None:
+    """Serve the store's JSON API, live viewer deltas and the viewer page over HTTP."""
+    # Imported here: starting the other commands should not load the web stack.
+    import os
+
+    from runledger.infrastructure.serve.server import CannotListenError, ServeOptions
+    from runledger.infrastructure.serve.server import serve as run_server
+
+    options = ServeOptions(url=url, host=host, port=port, public_reads=public_reads)
+    try:
+        run_server(options, lambda line: print(line, flush=True), os.environ)
+    except CannotListenError as error:
+        Console(stderr=True, highlight=False).print(
+            Text.assemble(("error ", "bold red"), str(error))
+        )
+        raise typer.Exit(code=2) from error
+
+
 def main() -> None:
     """The console script ``runledger``."""
     app()

@@ -1,0 +1,1 @@
+"""``runledger serve``: the store's JSON API, live viewer deltas over SSE and a viewer page."""
