@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from runledger.domain.canonical import canonical_json
+
 Payload = Mapping[str, Any]
 Summary = Callable[[Payload], str]
 
@@ -18,8 +20,9 @@ WIDTH: Final = 60
 
 
 def text(value: object, width: int = WIDTH) -> str:
-    """A stored value on one line, cut to ``width`` characters."""
-    flat = " ".join(str(value).split())
+    """A stored value on one line (JSON unless it is text), cut to ``width`` characters."""
+    shown = value if isinstance(value, str) else canonical_json(value)
+    flat = " ".join(shown.split())
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
