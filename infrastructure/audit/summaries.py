@@ -118,7 +118,8 @@ SETTINGS: Final[Mapping[str, Summary]] = {
         f"scope {text(p['scope_id'])} created: {text(p['settings'])}"
     ),
     "settings.changed": lambda p: (
-        f"change #{p['change_number']} by {text(p['source'])}: {text(p['settings'])}"
+        f"change #{p['change_number']} by {text(p['source'])} wrote "
+        f"{text(', '.join(p['changed_paths']) or 'nothing')}: {text(p['settings'])}"
     ),
     "settings.scope-moved": lambda p: (
         f"scope {text(p['scope_id'])} moved here from {text(p['from_run_id'])}"
