@@ -27,15 +27,17 @@ def copy_events(source: EventStorage, target: EventStorage, *, batch: int = BATC
         rows = []
         for notification in notifications:
             event = mapper.to_domain_event(notification)
-            indexed = isinstance(event, LedgerEvent)
+            run_id = lookup_key = None
+            if isinstance(event, LedgerEvent):
+                run_id, lookup_key = event.run_id, event.lookup_key()
             rows.append(
                 LedgerStoredEvent(
                     originator_id=notification.originator_id,
                     originator_version=notification.originator_version,
                     topic=notification.topic,
                     state=notification.state,
-                    run_id=event.run_id if indexed else None,
-                    lookup_key=event.lookup_key() if indexed else None,
+                    run_id=run_id,
+                    lookup_key=lookup_key,
                 )
             )
         target.events.insert_events(rows)
