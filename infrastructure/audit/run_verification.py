@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
-from uuid import UUID
 
 from runledger.domain.canonical import canonical_json
 from runledger.domain.records import AuditDifference, AuditVerdict
@@ -56,11 +55,7 @@ def verify_run_models(runtime: StoreRuntime, run_id: str) -> AuditVerdict:
     tree = tree_runs(runtime, run)
     head = runtime.storage.max_position()
     notifications = list(run_notifications(runtime.storage, tree, up_to=head))
-    highest: dict[UUID, int] = {}
-    for notification in notifications:
-        aggregate_id = _uuid(notification.originator_id)
-        highest[aggregate_id] = max(highest.get(aggregate_id, 0), notification.originator_version)
-    aggregates = replay_aggregates(runtime.app, highest.items())
+    aggregates = replay_aggregates(runtime.app, notifications)
     projections = [runtime.projector.runner(name).projection for name in runtime.projection_names()]
     fresh = reproject((log_entry(n) for n in notifications), projections)
     difference = None
@@ -84,10 +79,6 @@ def verify_run_models(runtime: StoreRuntime, run_id: str) -> AuditVerdict:
         models=[projection.name for projection in projections],
         difference=difference,
     )
-
-
-def _uuid(originator_id: UUID | str) -> UUID:
-    return originator_id if isinstance(originator_id, UUID) else UUID(originator_id)
 
 
 def _first_difference(

@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import sqlite3
+
+import orjson
 import pytest
 
-from runledger.domain.errors import InvalidAuditArgumentError, InvalidRunIdError, RunNotFoundError
+from runledger.domain.errors import (
+    CorruptEventError,
+    InvalidAuditArgumentError,
+    InvalidRunIdError,
+    RunNotFoundError,
+)
+from runledger.infrastructure import open_store
 from runledger.infrastructure.runtime import StoreRuntime
 from runledger.infrastructure.store import WorkflowStore
 from runledger.projections import follow_up_queue, runs, session_outbox, terminal_data
 from tests.support.audit import overwrite_rows, play_demo, projection_of
+from tests.support.clock import FakeClock
 from tests.support.scenario import notification_content
 
 
@@ -231,3 +241,26 @@ def test_verify_compares_session_order_as_an_order_not_as_numbers(store: Workflo
 
     assert store.verify_run(demo.logged_run).ok
     assert store.verify_run("neighbour").ok
+
+
+def test_verify_stops_at_a_stored_event_that_does_not_decode(tmp_path) -> None:
+    path = tmp_path / "store.db"
+    with open_store(f"sqlite:///{path}", clock=FakeClock()) as store:
+        demo = play_demo(store)
+    with sqlite3.connect(path) as connection:
+        (position, state) = connection.execute(
+            "SELECT position, state FROM runledger_events WHERE topic = 'follow-up.removed'"
+        ).fetchone()
+        payload = {key: value for key, value in orjson.loads(state).items() if key != "reason"}
+        connection.execute(
+            "UPDATE runledger_events SET state = ? WHERE position = ?",
+            (orjson.dumps(payload), position),
+        )
+
+    with (
+        open_store(f"sqlite:///{path}", clock=FakeClock()) as store,
+        pytest.raises(CorruptEventError, match="field 'reason' is missing") as raised,
+    ):
+        store.verify_run(demo.logged_run)
+
+    assert raised.value.message.startswith(f"Stored event at position {position}")
