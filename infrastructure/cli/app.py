@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.text import Text
 from typer.core import TyperGroup
 
-from runledger.domain.errors import CorruptEventError, WorkflowError
+from runledger.domain.errors import CorruptEventError, ProjectionStalledError, WorkflowError
 from runledger.infrastructure.cli.audit_report import audit, check_bundle
 from runledger.infrastructure.cli.bench_report import print_bench, run_bench
 from runledger.infrastructure.cli.demo_story import run_demo
@@ -160,7 +160,7 @@ app.add_typer(audit_app, name="audit")
 
 
 def audit_exit_codes(command: Callable[_P, bool]) -> Callable[_P, None]:
-    """Exit 1 when the audit found a difference (or a corrupt stored event), 2 on bad input."""
+    """Exit 1 when the audit found a difference (a corrupt event, a stalled model), else 2."""
 
     @functools.wraps(command)
     def reporting(*args: _P.args, **kwargs: _P.kwargs) -> None:
@@ -169,7 +169,9 @@ def audit_exit_codes(command: Callable[_P, bool]) -> Callable[_P, None]:
         except WorkflowError as error:
             line = Text.assemble(("error ", "bold red"), (f"[{error.code}] ", "dim"), error.message)
             Console(stderr=True, highlight=False).print(line)
-            raise typer.Exit(code=1 if isinstance(error, CorruptEventError) else 2) from error
+            # A corrupt stored event or a stalled read model is what an audit looks for.
+            found = isinstance(error, CorruptEventError | ProjectionStalledError)
+            raise typer.Exit(code=1 if found else 2) from error
         if not intact:
             raise typer.Exit(code=1)
 
