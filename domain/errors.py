@@ -844,3 +844,21 @@ class CaptureFailureRequiredError(WorkflowError):
 class CaptureFailureForbiddenError(WorkflowError):
     code = "session.failure-forbidden"
     template = "Only failed session capture may contain failure details"
+
+
+# -- audit ------------------------------------------------------------------------------------
+
+
+class InvalidAuditArgumentError(WorkflowError):
+    code = "audit.invalid-argument"
+    template = "Audit {} must be {}"
+
+
+class BundleWriteError(WorkflowError):
+    code = "audit.bundle-not-written"
+    template = "Audit bundle cannot be written to {}: {}"
+
+
+class BundleReadError(WorkflowError):
+    code = "audit.bundle-unreadable"
+    template = "Audit bundle cannot be read from {}: {}"

@@ -421,3 +421,78 @@ class RunPage(Record):
 
     runs: list[RunSummary]
     next_after: str | None
+
+
+# -- audit ------------------------------------------------------------------------------------
+
+
+class AuditEntry(Record):
+    """One event of an audited run's timeline, with a one-line summary of what it changed."""
+
+    position: int
+    recorded_at: datetime
+    wire_name: str
+    run_id: str
+    aggregate_id: str
+    version: int
+    actor: Actor
+    summary: str
+
+
+class AuditTrail(Record):
+    """A run's timeline: every event of the runs it covers (``runs``), in log order."""
+
+    run_id: str
+    lineage: bool
+    as_of: int | None
+    runs: list[str]
+    entries: list[AuditEntry]
+
+
+class AuditDifference(Record):
+    """The first row where a stored read model and a fresh re-projection disagree.
+
+    ``expected`` is the re-projected row (None: no such row should exist), ``stored`` the live
+    one (None: it is missing); ``key`` is the row's primary key as a list of its values.
+    """
+
+    model: str
+    table: str
+    key: list[JsonValue]
+    expected: JsonValue
+    stored: JsonValue
+
+
+class AuditVerdict(Record):
+    """``verify_run``: how much was replayed and re-projected, and the first difference."""
+
+    run_id: str
+    ok: bool
+    runs: list[str]
+    events: int
+    aggregates: int
+    models: list[str]
+    difference: AuditDifference | None
+
+
+BundleProblem = Literal["header", "altered", "removed", "inserted", "reordered", "digest"]
+
+
+class BundleVerdict(Record):
+    """``verify_bundle``: whether an export bundle is intact, else its first problem.
+
+    For an event problem, ``line`` is its line in the file (1 is the header), and
+    ``aggregate_id``/``version``/``position`` name the event (for ``removed``: the first
+    missing one, as far as the bundle tells); for ``digest``, ``model`` names the read model.
+    """
+
+    ok: bool
+    run_id: str | None
+    events: int
+    problem: BundleProblem | None
+    detail: str | None
+    line: int | None = None
+    aggregate_id: str | None = None
+    version: int | None = None
+    position: int | None = None
+    model: str | None = None

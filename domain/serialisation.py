@@ -207,6 +207,11 @@ class _Shape:
 _SHAPES: dict[EventClass, _Shape] = {}
 
 
+def payload_fields(event_class: EventClass) -> frozenset[str]:
+    """The fields a stored payload of ``event_class`` holds, at its current class version."""
+    return _shape(event_class).fields
+
+
 def _shape(event_class: EventClass) -> _Shape:
     shape = _SHAPES.get(event_class)
     if shape is None:

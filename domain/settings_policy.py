@@ -140,6 +140,19 @@ def check_patch(patch: object) -> list[dict[str, Any]]:
     return [dict(operation) for operation in patch]
 
 
+def changed_paths(patch: list[dict[str, Any]]) -> list[str]:
+    """The JSON pointers a checked patch writes, distinct, in patch order: each operation's
+    path, and a move's ``from`` as well; a ``test`` writes nothing."""
+    paths: dict[str, None] = {}
+    for operation in patch:
+        if operation["op"] == "test":
+            continue
+        if operation["op"] == "move":
+            paths[operation["from"]] = None
+        paths[operation["path"]] = None
+    return list(paths)
+
+
 def _check_operation(index: int, operation: object) -> None:
     if not isinstance(operation, Mapping):
         raise InvalidSettingsPatchError(f"operation {index} is not an object")

@@ -30,7 +30,7 @@ from runledger.domain.events import (
 )
 from runledger.domain.ids import aggregate_id
 from runledger.domain.records import SettingsChangeRecord, SettingsScopeRecord
-from runledger.domain.settings_policy import Policy, check_size, patched
+from runledger.domain.settings_policy import Policy, changed_paths, check_size, patched
 from runledger.domain.values import Actor, JsonValue
 
 
@@ -100,6 +100,9 @@ class SettingsScope(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
         """An accepted patch; it carries the value after it, so replay never re-patches."""
 
         TOPIC = "settings.changed"
+        # Version 2 added ``changed_paths``: which settings a change wrote, so the settings
+        # read model and an audit show it without re-reading every operation of the patch.
+        class_version = 2
         scope_id: str
         request_id: str
         change_number: int
@@ -109,6 +112,12 @@ class SettingsScope(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
         before_hash: str
         after_hash: str
         settings: JsonValue
+        changed_paths: list[str]
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            """A version 1 change wrote what its (checked, stored) patch names."""
+            state["changed_paths"] = changed_paths(state["patch"])
 
         def apply(self, scope: SettingsScope) -> None:
             scope.settings = self.settings
@@ -230,6 +239,7 @@ class SettingsScope(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
             before_hash=self.settings_hash,
             after_hash=json_digest(after),
             settings=after,
+            changed_paths=changed_paths(patch),
         )
         return self._change_record(request_id, self.changes[request_id])
 

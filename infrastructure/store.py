@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Concatenate, ParamSpec, TypeVar
 
 from runledger.domain.application import Clock, WorkflowRuns, utc_now
 from runledger.domain.arguments import check_arguments
 from runledger.domain.errors import InvalidProgressError
-from runledger.domain.records import ProjectionStatus
+from runledger.domain.records import AuditTrail, AuditVerdict, ProjectionStatus
+from runledger.infrastructure.audit.bundle import export_bundle
+from runledger.infrastructure.audit.run_verification import verify_run_models
+from runledger.infrastructure.audit.trail import audit_trail
 from runledger.infrastructure.runtime import ClosedOnExit, StoreRuntime, open_runtime
 from runledger.infrastructure.views.projector import Progress
 from runledger.projections import follow_up_queue as queue
@@ -296,6 +300,35 @@ class WorkflowStore(ClosedOnExit):
             raise InvalidProgressError()
         with self._runtime.running():
             return self._runtime.rebuild_projection(name, progress=progress)
+
+    # -- audit ------------------------------------------------------------------------------
+
+    def audit_run(
+        self, run_id: str, *, lineage: bool = False, as_of: int | None = None
+    ) -> AuditTrail:
+        """The run's timeline up to ``as_of``; with ``lineage``, its ancestors' and descendants'."""
+        check_arguments(("run_id",), (run_id,), {})
+        with self._runtime.running():
+            return audit_trail(self._runtime, run_id, lineage=lineage, as_of=as_of)
+
+    def verify_run(self, run_id: str) -> AuditVerdict:
+        """Replay and re-project the run's tree; the verdict names the first row that differs."""
+        check_arguments(("run_id",), (run_id,), {})
+        with self._runtime.running():
+            return verify_run_models(self._runtime, run_id)
+
+    def export_run(
+        self,
+        run_id: str,
+        path: str | os.PathLike[str],
+        *,
+        lineage: bool = True,
+        progress: Progress | None = None,
+    ) -> int:
+        """Write the run's audit bundle for ``verify_bundle``; returns how many events it holds."""
+        check_arguments(("run_id",), (run_id,), {})
+        with self._runtime.running():
+            return export_bundle(self._runtime, run_id, path, lineage=lineage, progress=progress)
 
     def close(self) -> None:
         """Stop projecting and close every connection; closing again does nothing."""

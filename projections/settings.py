@@ -61,11 +61,13 @@ CHANGES: Final = Table(
         ("before_hash", "text"),
         ("after_hash", "text"),
         ("settings", "json"),
+        ("changed_paths", "json"),
         ("accepted_at", "text"),
     ),
     key=("scope_id", "change_number"),
 )
-"""One row per accepted change, with the value after it (``settings``)."""
+"""One row per accepted change, with the value after it (``settings``) and the JSON pointers
+it wrote (``changed_paths``, from ``settings.changed`` version 2)."""
 
 
 def _scope_created(event: ProjectedEvent, view: ViewWriter) -> None:
@@ -113,6 +115,7 @@ def _settings_changed(event: ProjectedEvent, view: ViewWriter) -> None:
             "before_hash": event["before_hash"],
             "after_hash": event["after_hash"],
             "settings": event["settings"],
+            "changed_paths": event["changed_paths"],
             "accepted_at": event.recorded_at,
         },
     )
@@ -138,7 +141,8 @@ class SettingsProjection(HandledProjection):
     """Projects settings scopes by active run, and every change's resulting value."""
 
     name: ClassVar[str] = "settings"
-    version: ClassVar[int] = 1
+    # Version 2 keeps each change's changed paths.
+    version: ClassVar[int] = 2
     tables: ClassVar[Sequence[Table]] = (SCOPES, CHANGES)
     handlers = _HANDLERS
 

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
 from rich.text import Text
+from typer.core import TyperGroup
 
-from runledger.domain.errors import WorkflowError
+from runledger.domain.errors import CorruptEventError, ProjectionStalledError, WorkflowError
+from runledger.infrastructure.cli.audit_report import audit, check_bundle
 from runledger.infrastructure.cli.bench_report import print_bench, run_bench
 from runledger.infrastructure.cli.demo_story import run_demo
 from runledger.infrastructure.cli.operations import print_status, rebuild, run_worker
@@ -132,6 +135,95 @@ def projections_run(
     """Follow the log and keep every projection current until SIGINT or SIGTERM."""
     with open_runtime(resolve_url(url), embedded_projections=False) as runtime:
         run_worker(runtime, console(), poll_seconds=poll)
+
+
+class _AuditGroup(TyperGroup):
+    """``audit RUN_ID ...`` runs the ``run`` command; ``audit verify-bundle FILE`` its own.
+
+    Any first word that is not a sub-command's name is a run id (a run called
+    ``verify-bundle`` is audited with ``runledger audit run verify-bundle``).
+    """
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:  # type: ignore[override]
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+audit_app = typer.Typer(
+    cls=_AuditGroup,
+    help="Audit a run: its timeline, --verify, --export; verify-bundle checks an export offline."
+    " Exit codes: 0 ok, 1 a verification found a difference, 2 bad usage or input.",
+    no_args_is_help=True,
+)
+app.add_typer(audit_app, name="audit")
+
+
+def audit_exit_codes(command: Callable[_P, bool]) -> Callable[_P, None]:
+    """Exit 1 when the audit found a difference (a corrupt event, a stalled model), else 2."""
+
+    @functools.wraps(command)
+    def reporting(*args: _P.args, **kwargs: _P.kwargs) -> None:
+        try:
+            intact = command(*args, **kwargs)
+        except WorkflowError as error:
+            line = Text.assemble(("error ", "bold red"), (f"[{error.code}] ", "dim"), error.message)
+            Console(stderr=True, highlight=False).print(line)
+            # A corrupt stored event or a stalled read model is what an audit looks for.
+            found = isinstance(error, CorruptEventError | ProjectionStalledError)
+            raise typer.Exit(code=1 if found else 2) from error
+        if not intact:
+            raise typer.Exit(code=1)
+
+    return reporting
+
+
+@audit_app.command("run")
+@audit_exit_codes
+def audit_run(
+    run_id: Annotated[str, typer.Argument(help="The run to audit.")],
+    url: UrlOption = None,
+    lineage: Annotated[
+        bool, typer.Option("--lineage", help="Include the run's ancestors and descendants.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    as_of: Annotated[
+        int | None, typer.Option("--as-of", help="The timeline up to this log position.")
+    ] = None,
+    verify: Annotated[
+        bool,
+        typer.Option("--verify", help="Replay and re-project the run, compare the read models."),
+    ] = False,
+    export: Annotated[
+        Path | None,
+        typer.Option("--export", help="Write the run's audit bundle (JSON lines) to FILE."),
+    ] = None,
+) -> bool:
+    """The run's timeline; with --verify or --export, those instead."""
+    if as_of is not None and (verify or export is not None):
+        raise typer.BadParameter("--as-of applies to the timeline, not to --verify or --export")
+    with open_store(resolve_url(url)) as store:
+        return audit(
+            store,
+            run_id,
+            console(),
+            Console(stderr=True),
+            lineage=lineage,
+            as_of=as_of,
+            verify=verify,
+            export=export,
+            as_json=as_json,
+        )
+
+
+@audit_app.command("verify-bundle")
+@audit_exit_codes
+def audit_verify_bundle(
+    file: Annotated[Path, typer.Argument(help="The bundle written by audit --export.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the verdict as JSON.")] = False,
+) -> bool:
+    """Check an audit bundle with no database: chains, order, and re-projected digests."""
+    return check_bundle(file, console(), as_json=as_json)
 
 
 @app.command()

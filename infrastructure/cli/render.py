@@ -5,8 +5,8 @@ commands (``projections status``) reuse the same tables."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
-from typing import Any, Final
+from collections.abc import Sequence
+from typing import Final
 
 from rich import box
 from rich.console import Console
@@ -26,6 +26,7 @@ from runledger.domain.records import (
     ViewerDelta,
     WorkflowMessageRecord,
 )
+from runledger.infrastructure.audit.summaries import summarise as audit_summary
 
 SUMMARY_WIDTH: Final = 60
 WIDE_LOG: Final = 110
@@ -295,74 +296,5 @@ def projection_status_table(
 
 
 def summarise(event: LoggedEvent) -> str:
-    """A one-line reading of an event's payload."""
-    payload = event.payload
-    describe = _SUMMARIES.get(event.wire_name)
-    text = describe(payload) if describe is not None else _generic(payload)
-    return clip(text)
-
-
-def _text(payload: dict[str, Any], key: str) -> str:
-    value = payload.get(key)
-    return "-" if value is None else short_id(str(value))
-
-
-def _created(p: dict[str, Any]) -> str:
-    lineage = p.get("lineage_kind")
-    origin = "" if lineage is None else f", {lineage} of {_text(p, 'parent_run_id')}"
-    return f"{_text(p, 'workflow_name')} {_text(p, 'status')}{origin}"
-
-
-def _progressed(p: dict[str, Any]) -> str:
-    where = (
-        f"on {_text(p, 'waiting_on')}" if p.get("waiting_on") else f"at {_text(p, 'current_node')}"
-    )
-    detail = f": {p['status_detail']}" if p.get("status_detail") else ""
-    return f"{_text(p, 'status')} {where}{detail}"
-
-
-def _finished(p: dict[str, Any]) -> str:
-    if p.get("error") is not None:
-        return f"{_text(p, 'status')}: {p['error']}"
-    return f"{_text(p, 'status')}: {p.get('final_output')}"
-
-
-_SUMMARIES: Final[dict[str, Callable[[dict[str, Any]], str]]] = {
-    "run.created": _created,
-    "run.session-bound": lambda p: f"{_text(p, 'session_id')} ({_text(p, 'execution_mode')})",
-    "run.progressed": _progressed,
-    "run.paused": lambda p: f"paused: {_text(p, 'status_detail')}",
-    "run.presentation-instructions-set": lambda p: _text(p, "instructions"),
-    "run.follow-up-accepted": lambda p: f"#{_text(p, 'order')} {_text(p, 'follow_up_id')}",
-    "run.finished": _finished,
-    "run.restart-child-created": lambda p: f"child {_text(p, 'child_run_id')}",
-    "follow-up.queued": lambda p: f"#{_text(p, 'order')} {_text(p, 'source')}: {p.get('prompt')}",
-    "follow-up.removed": lambda p: f"by {_text(p, 'source')}: {_text(p, 'reason')}",
-    "follow-up.cancelled": lambda p: f"{_text(p, 'status')}: {_text(p, 'reason')}",
-    "workflow-message.created": lambda p: f"{_text(p, 'kind')} for {_text(p, 'target_session_id')}",
-    "workflow-message.cancelled": lambda p: (
-        f"{_text(p, 'kind')} message of {_text(p, 'source_id')}"
-    ),
-    "workflow-message.sent": lambda p: (
-        f"{_text(p, 'kind')} as Pi entry {_text(p, 'pi_session_entry_id')}"
-    ),
-    "workflow-turn.reserved": lambda p: _text(p, "workflow_turn_id"),
-    "workflow-turn.started": lambda p: _text(p, "workflow_turn_id"),
-    "workflow-turn.ended": lambda p: (
-        f"{_text(p, 'stop_reason')} -> {_text(p, 'response_session_entry_id')}"
-    ),
-    "settings.scope-created": lambda p: _text(p, "scope_id"),
-    "settings.changed": lambda p: (
-        f"{_text(p, 'scope_id')} change {_text(p, 'change_number')} by {_text(p, 'source')}"
-    ),
-    "settings.scope-moved": lambda p: f"{_text(p, 'scope_id')} from {_text(p, 'from_run_id')}",
-}
-
-
-def _generic(payload: dict[str, Any]) -> str:
-    scalars = (
-        f"{key}={short_id(str(value))}"
-        for key, value in payload.items()
-        if key != "run_id" and isinstance(value, str | int | float | bool)
-    )
-    return " ".join(scalars)
+    """A one-line reading of an event's payload: the audit timeline's summary, clipped."""
+    return clip(audit_summary(event.wire_name, event.payload))

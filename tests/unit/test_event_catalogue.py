@@ -627,7 +627,8 @@ EXPECTED: dict[str, tuple[str, int, str | None, str | None, bytes]] = {
         b'de","value":"b"}],"patch_digest":"27a221699a57d53a558966dbb100ddbfd6c105e6e4afae'
         b'deb280211a0f0818ba","before_hash":"77665b3ffc0e7da8606e368e9ae6ba9de9109cefd67f4'
         b'bc19392744693894247","after_hash":"6275e35fd1c7dfbf89a70ad5cc6e1baa90926cab401e2'
-        b'8814baebca625c05c7e","settings":{"mode":"b"}}',
+        b'8814baebca625c05c7e","settings":{"mode":"b"},"changed_paths":["/mode"],"class_ve'
+        b'rsion":2}',
     ),
     "settings.scope-moved": (
         "47758c9d-e5cd-5f74-bc9c-63644734dd0d",
@@ -1145,3 +1146,29 @@ def test_a_version_1_run_snapshot_restores_a_run_without_a_receipt() -> None:
     assert isinstance(rebuilt, Run)
     assert rebuilt.human_decision is None
     assert rebuilt == run
+
+
+SETTINGS_CHANGED_V1_STATE = (
+    b'{"timestamp":"2026-01-01T00:00:00.045000+00:00","actor":{"type":"human","id":"us'
+    b'er-1"},"run_id":"run-2","scope_id":"run-2:$root:1","request_id":"change-1","chan'
+    b'ge_number":1,"source":"interactive-command","patch":[{"op":"replace","path":"/mo'
+    b'de","value":"b"}],"patch_digest":"27a221699a57d53a558966dbb100ddbfd6c105e6e4afae'
+    b'deb280211a0f0818ba","before_hash":"77665b3ffc0e7da8606e368e9ae6ba9de9109cefd67f4'
+    b'bc19392744693894247","after_hash":"6275e35fd1c7dfbf89a70ad5cc6e1baa90926cab401e2'
+    b'8814baebca625c05c7e","settings":{"mode":"b"}}'
+)
+"""The bytes every settings.changed had before version 2 added ``changed_paths``."""
+
+
+def test_a_version_1_settings_change_reads_back_with_the_paths_its_patch_wrote() -> None:
+    stored = StoredEvent(
+        originator_id=UUID("47758c9d-e5cd-5f74-bc9c-63644734dd0d"),
+        originator_version=2,
+        topic="settings.changed",
+        state=SETTINGS_CHANGED_V1_STATE,
+    )
+
+    event = MAPPER.to_domain_event(stored)
+
+    assert event == SAMPLES["settings.changed"]
+    assert event.changed_paths == ["/mode"]  # type: ignore[attr-defined]

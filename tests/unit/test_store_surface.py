@@ -77,6 +77,10 @@ DESIGNED_API = frozenset(
         "settings_scopes",
         "settings_scope_at_change",
         "list_runs",
+        # audit
+        "audit_run",
+        "verify_run",
+        "export_run",
         # operations
         "projection_status",
         "rebuild_projection",

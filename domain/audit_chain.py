@@ -1,0 +1,30 @@
+"""The per-aggregate hash chain of an audit bundle (DESIGN.md "Audit").
+
+For the events of one aggregate in a bundle, in version order:
+
+    h_0 = sha256("runledger-audit-chain-v1" || 0x00 || aggregate_id)
+    h_n = sha256(h_{n-1} || canonical_json(event_n))
+
+where hashes are lower-case hex text, ``||`` joins UTF-8 bytes, ``aggregate_id`` is the
+aggregate's UUID in its canonical 36-character form and ``event_n`` is the bundle line's
+``event`` object (position, wire name, aggregate id, version and the stored payload). Seeding
+each chain with its aggregate id means a chain cannot be moved to another aggregate.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from runledger.domain.canonical import sha256hex
+
+CHAIN_SEED: Final = "runledger-audit-chain-v1"
+
+
+def chain_start(aggregate_id: str) -> str:
+    """``h_0`` of the aggregate's chain."""
+    return sha256hex(f"{CHAIN_SEED}\0{aggregate_id}")
+
+
+def chain_link(previous: str, canonical_event: str) -> str:
+    """``h_n`` from ``h_{n-1}`` and the canonical JSON of event n."""
+    return sha256hex(previous + canonical_event)

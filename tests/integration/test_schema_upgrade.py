@@ -1,0 +1,230 @@
+"""A store the previous code wrote (tests/fixtures/store_v1.db: settings.changed at class
+version 1, the settings read model at version 1) opens with this code, upcasts, projects,
+verifies and audits, on SQLite and, with its events copied, on PostgreSQL.
+
+These tests check results (queries, digests), not how the new model version gets built: today
+a version bump resets the model and rebuilds it in place; a blue/green build must give the
+same answers.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Final
+
+import orjson
+import pytest
+
+from runledger.domain.ids import continuation_run_id_for, decision_id_for
+from runledger.infrastructure import open_store, verify_bundle
+from runledger.infrastructure.audit.reprojection import reproject
+from runledger.infrastructure.cli.demo_story import PLAN_ATTEMPT, PLAN_NODE
+from runledger.infrastructure.runtime import default_projections, open_runtime
+from runledger.infrastructure.storage.copy import copy_events
+from runledger.infrastructure.storage.sqlite import SQLiteStorage
+from runledger.infrastructure.views.digest import view_digest
+from runledger.infrastructure.views.sql import SQLiteViewStore
+from runledger.infrastructure.views.store import ViewStore
+from runledger.projections import settings
+from tests.fixtures.make_store_v1 import PATCHES, SETTINGS_RUN, TOKEN
+from tests.support.audit import read_lines
+
+FIXTURE: Final = Path(__file__).resolve().parents[1] / "fixtures" / "store_v1.db"
+REVIEW_RUN: Final = f"review-{TOKEN}"
+FAILED_RUN: Final = continuation_run_id_for(decision_id_for(REVIEW_RUN, PLAN_NODE, PLAN_ATTEMPT))
+SETTINGS_PATHS: Final = [
+    ["/mode"],
+    ["/notes/-"],
+    ["/notes/0"],
+    ["/limits/tokens"],
+    ["/limits/budget"],
+    ["/limits/budget", "/limits/ceiling"],
+]
+"""What each of the fixture's settings-story changes wrote (PATCHES, in order)."""
+
+
+def fixture_copy(folder: Path) -> Path:
+    copy = folder / "store_v1.db"
+    shutil.copyfile(FIXTURE, copy)
+    return copy
+
+
+def digests(views: ViewStore, names: set[str] | None = None) -> dict[str, str]:
+    reader = views.reader()
+    return {
+        projection.name: view_digest(projection, reader)
+        for projection in default_projections()
+        if names is None or projection.name in names
+    }
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("sqlite", id="sqlite"),
+        pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgres),
+    ]
+)
+def upgraded_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The fixture as this code finds it: the file itself, or its events in PostgreSQL."""
+    copy = fixture_copy(tmp_path)
+    if request.param == "sqlite":
+        return f"sqlite:///{copy}"
+    url: str = request.getfixturevalue("postgres_store_url")
+    source = SQLiteStorage(copy)
+    try:
+        with open_runtime(url, embedded_projections=False) as runtime:
+            copied = copy_events(source, runtime.storage)
+    finally:
+        source.close()
+    assert copied == 78
+    return url
+
+
+@pytest.fixture
+def store(upgraded_url: str) -> Iterator:
+    with open_store(upgraded_url) as opened:
+        yield opened
+
+
+def test_the_fixture_holds_settings_changes_of_class_version_1() -> None:
+    with sqlite3.connect(f"file:{FIXTURE}?mode=ro", uri=True) as connection:
+        states = [
+            orjson.loads(state)
+            for (state,) in connection.execute(
+                "SELECT state FROM runledger_events WHERE topic = 'settings.changed'"
+            )
+        ]
+        (version,) = connection.execute(
+            "SELECT version FROM runledger_projections WHERE name = 'settings'"
+        ).fetchone()
+
+    assert len(states) == 7
+    assert all("class_version" not in state and "changed_paths" not in state for state in states)
+    assert version == 1
+
+
+def test_old_settings_changes_read_back_with_the_paths_they_wrote(store) -> None:
+    changes = [
+        event.payload["changed_paths"]
+        for event in store.event_log(run_id=SETTINGS_RUN)
+        if event.wire_name == "settings.changed"
+    ]
+
+    assert changes == SETTINGS_PATHS
+
+
+def test_the_settings_model_answers_at_version_2_with_each_changes_paths(
+    upgraded_url: str,
+) -> None:
+    with open_runtime(upgraded_url) as runtime:
+        status = {state.name: state for state in runtime.projection_status()}
+        scope_id = f"{SETTINGS_RUN}:$root:1"
+        rows = runtime.views.reader().scan(
+            settings.CHANGES, equals={"scope_id": scope_id}, order_by="change_number"
+        )
+
+    assert (status["settings"].version, status["settings"].lag) == (2, 0)
+    assert [row["changed_paths"] for row in rows] == SETTINGS_PATHS
+
+
+def test_the_settings_queries_answer_as_before_the_upgrade(store) -> None:
+    scope_id = f"{SETTINGS_RUN}:$root:1"
+    values = [
+        event.payload["settings"]
+        for event in store.event_log(run_id=SETTINGS_RUN)
+        if event.wire_name == "settings.changed"
+    ]
+
+    for number, value in enumerate(values, start=1):
+        scope = store.settings_scope_at_change(scope_id, number)
+        assert scope is not None
+        assert (scope.change_number, scope.settings) == (number, value)
+    assert values[-1] == {
+        "mode": "strict",
+        "notes": ["second"],
+        "limits": {"tokens": 4096, "ceiling": 4096},
+    }
+    assert len(values) == len(PATCHES)
+
+
+def test_every_model_equals_a_fresh_reprojection_of_the_whole_log(upgraded_url: str) -> None:
+    with open_runtime(upgraded_url) as runtime:
+        live = digests(runtime.views)
+        entries = runtime.storage.read_log(after=0, limit=10_000)
+    fresh = reproject(entries, default_projections())
+
+    assert fresh.stalls == {}
+    assert live == {name: outcome["digest"] for name, outcome in fresh.digests().items()}
+
+
+def test_the_models_that_did_not_change_keep_exactly_their_rows(tmp_path: Path) -> None:
+    unchanged = {p.name for p in default_projections()} - {"settings"}
+    before_folder = tmp_path / "before"
+    before_folder.mkdir()
+    # Read as the previous code left it: no store opens it, so nothing is reset or rebuilt.
+    untouched = SQLiteViewStore(str(fixture_copy(before_folder)))
+    try:
+        before = digests(untouched, unchanged)
+    finally:
+        untouched.close()
+    upgraded = fixture_copy(tmp_path)
+    with open_runtime(f"sqlite:///{upgraded}") as runtime:
+        after = digests(runtime.views, unchanged)
+
+    assert after == before
+
+
+def test_sqlite_and_postgresql_give_the_upgraded_models_the_same_digests(
+    tmp_path: Path, postgres_store_url: str
+) -> None:
+    copy = fixture_copy(tmp_path)
+    with open_runtime(f"sqlite:///{copy}") as runtime:
+        on_sqlite = digests(runtime.views)
+    source = SQLiteStorage(copy)
+    try:
+        with open_runtime(postgres_store_url, embedded_projections=False) as runtime:
+            copy_events(source, runtime.storage)
+    finally:
+        source.close()
+    with open_runtime(postgres_store_url) as runtime:
+        on_postgres = digests(runtime.views)
+
+    assert on_postgres == on_sqlite
+
+
+@pytest.mark.parametrize("run_id", [FAILED_RUN, SETTINGS_RUN])
+def test_the_upgraded_runs_verify(store, run_id: str) -> None:
+    verdict = store.verify_run(run_id)
+
+    assert verdict.ok, verdict.difference
+
+
+def test_the_audit_of_an_upgraded_run_says_what_each_old_change_wrote(store) -> None:
+    summaries = [
+        entry.summary
+        for entry in store.audit_run(SETTINGS_RUN).entries
+        if entry.wire_name == "settings.changed"
+    ]
+
+    assert summaries[-1].startswith("change #6 by fixture wrote /limits/budget, /limits/ceiling")
+
+
+def test_an_upgraded_run_exports_its_old_events_as_stored_and_the_bundle_verifies(
+    store, tmp_path: Path
+) -> None:
+    bundle = tmp_path / "failed.jsonl"
+    store.export_run(FAILED_RUN, bundle)
+    lines = read_lines(bundle)
+    changes = [
+        line["event"]["state"]
+        for line in lines[1:-1]
+        if line["event"]["wire_name"] == "settings.changed"
+    ]
+
+    assert changes
+    assert all("changed_paths" not in state for state in changes)
+    assert lines[0]["catalogue"]["settings.changed"]["class_version"] == 2
+    assert verify_bundle(bundle).ok

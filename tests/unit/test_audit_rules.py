@@ -1,0 +1,56 @@
+"""The audit's tables that must keep up with the catalogue and the read models, and its chain."""
+
+from __future__ import annotations
+
+import hashlib
+
+from runledger.domain.audit_chain import chain_link, chain_start
+from runledger.domain.catalogue import WIRE_NAMES
+from runledger.infrastructure.audit.run_verification import ROW_OWNERS, SESSION_WIDE
+from runledger.infrastructure.audit.summaries import FAMILIES, SUMMARIES, summarise, text
+from runledger.infrastructure.runtime import default_projections
+
+
+def test_every_wire_name_of_the_catalogue_has_a_summary_and_nothing_else_has_one() -> None:
+    assert sorted(SUMMARIES) == sorted(WIRE_NAMES)
+
+
+def test_each_summary_sits_in_its_wire_names_family() -> None:
+    for family, summaries in FAMILIES.items():
+        assert all(name.split(".", 1)[0] == family for name in summaries), family
+
+
+def test_a_summary_says_what_changed_in_one_clipped_line() -> None:
+    payload = {"order": 3, "target_session_id": "s-1", "prompt": "line one\nline two " + "x" * 90}
+
+    summary = summarise("follow-up.queued", payload)
+
+    assert summary.startswith("follow-up #3 queued for s-1: line one line two x")
+    assert "\n" not in summary
+    assert summary.endswith("…")
+
+
+def test_json_values_are_summarised_as_json() -> None:
+    assert text({"b": [1, True], "a": None}) == '{"a":null,"b":[1,true]}'
+
+
+def test_every_read_model_table_says_which_run_owns_its_rows() -> None:
+    tables = {table.name for projection in default_projections() for table in projection.tables}
+
+    assert set(ROW_OWNERS) == tables
+    for table, column in ROW_OWNERS.items():
+        owning = next(
+            t for p in default_projections() for t in p.tables if t.name == table
+        ).column_names
+        assert column is None or column in owning
+    assert set(SESSION_WIDE) <= {name for name, column in ROW_OWNERS.items() if column}
+
+
+def test_a_chain_starts_from_its_aggregate_and_links_each_event_to_the_last() -> None:
+    aggregate = "6f1c1a4e-0000-5000-8000-000000000001"
+    h0 = chain_start(aggregate)
+    event = '{"position":1}'
+
+    assert h0 == hashlib.sha256(f"runledger-audit-chain-v1\0{aggregate}".encode()).hexdigest()
+    assert chain_link(h0, event) == hashlib.sha256((h0 + event).encode()).hexdigest()
+    assert chain_start("another") != h0
