@@ -119,12 +119,16 @@ ROUTES: Final[Sequence[Route]] = (
     _post("/effects/{effect_id}/retry", "retry_effect"),
     # -- the event log and the projections ------------------------------------------------
     _get("/events", "event_log"),
+    _get("/runs/{run_id}/audit", "audit_run"),
+    _get("/runs/{run_id}/verification", "verify_run"),
     _get("/projections", "projection_status"),
     _get("/projections/names", "projection_names"),
 )
 
 UNROUTED: Final[Mapping[str, str]] = {
     "close": "the server owns the store: it closes it when it stops",
+    "export_run": "it writes a file on the server's disk; a client reads the same history "
+    "from GET /runs/{run_id}/audit, or runs `runledger audit --export` where the file belongs",
     "rebuild_projection": "an operator's offline action (`runledger projections rebuild`); "
     "it drops a view and replays the whole log, not a call for API clients",
 }

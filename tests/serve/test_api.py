@@ -357,3 +357,20 @@ def test_the_event_log_and_projection_status_are_read(served: Served) -> None:
     assert "follow-up.queued" in {event["wire_name"] for event in log}
     assert deltas["kind"] == "deltas"
     assert {p["name"] for p in api.ok("projection_status")} == set(api.ok("projection_names"))
+
+
+def test_a_run_is_audited_and_verified(served: Served) -> None:
+    api = served.api
+    started_run(api)
+    queue_follow_up(api, "run-1", "request-1")
+
+    trail = api.ok("audit_run", "run-1", lineage=True)
+    verdict = api.ok("verify_run", "run-1")
+
+    wire_names = [entry["wire_name"] for entry in trail["entries"]]
+    assert wire_names[:2] == ["run.created", "run.session-bound"]
+    assert "follow-up.queued" in wire_names
+    assert trail["runs"] == ["run-1"]
+    assert verdict["ok"] is True
+    assert verdict["difference"] is None
+    assert verdict["events"] == len(wire_names)
