@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -160,7 +161,16 @@ def generated_run_ids(count: int) -> list[str]:
     return [f"golden-run-{number}" for number in range(1, count + 1)]
 
 
-def built_answers(url: str) -> dict[str, str]:
+@dataclass(frozen=True)
+class Answers:
+    """The chosen answers as JSON text, keyed ``run_id@cursor``: as the viewer followed the
+    log, and after a rebuild of the projection from it."""
+
+    live: dict[str, str]
+    rebuilt: dict[str, str]
+
+
+def built_answers(url: str) -> Answers:
     """The golden history written into the store at ``url``, and its answers."""
     generator = HistoryGenerator(seed=12, prefix="golden")
     with open_runtime(url, clock=FakeClock()) as runtime:
@@ -171,14 +181,16 @@ def built_answers(url: str) -> dict[str, str]:
         run_ids = generated_run_ids(generator.runs)
         for scenario in (window_run, updates_run, settings_run, session_run, restarted_run):
             run_ids.extend(scenario(store))
-        return answers(store, run_ids)
+        live = answers(store, run_ids)
+        store.rebuild_projection("viewer_deltas")
+        return Answers(live, answers(store, run_ids))
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
 def golden_answers(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, str]]:
-    """Every chosen answer of the golden history on the parametrised backend, as JSON text."""
+) -> Iterator[Answers]:
+    """Every chosen answer of the golden history on the parametrised backend."""
     if request.param == "memory":
         yield built_answers("memory://")
     elif request.param == "sqlite":
@@ -230,8 +242,8 @@ def golden_document(found: dict[str, str]) -> dict[str, Any]:
 
 
 @pytest.mark.slow
-def test_every_viewer_deltas_answer_is_the_golden_one(golden_answers: dict[str, str]) -> None:
-    found = golden_answers
+def test_every_viewer_deltas_answer_is_the_golden_one(golden_answers: Answers) -> None:
+    found = golden_answers.live
     if os.environ.get("RUNLEDGER_WRITE_GOLDEN") == "1":
         GOLDEN.parent.mkdir(exist_ok=True)
         GOLDEN.write_text(json.dumps(golden_document(found), indent=1, sort_keys=True) + "\n")
@@ -245,8 +257,8 @@ def test_every_viewer_deltas_answer_is_the_golden_one(golden_answers: dict[str, 
 
 
 @pytest.mark.slow
-def test_the_golden_history_reaches_every_kind_of_answer(golden_answers: dict[str, str]) -> None:
-    found = {key: json.loads(text) for key, text in golden_answers.items()}
+def test_the_golden_history_reaches_every_kind_of_answer(golden_answers: Answers) -> None:
+    found = {key: json.loads(text) for key, text in golden_answers.live.items()}
 
     kinds = {answer["kind"] for answer in found.values()}
     targets = {
@@ -269,3 +281,13 @@ def test_the_golden_history_reaches_every_kind_of_answer(golden_answers: dict[st
     }
     assert window["retained_from_revision"] > 1, "the window run must outlive retention"
     assert updates["retained_from_revision"] > 1, "the updates run must outlive retention"
+
+
+@pytest.mark.slow
+def test_a_rebuild_from_the_log_gives_the_same_answers(golden_answers: Answers) -> None:
+    differing = [
+        key for key, text in golden_answers.live.items() if golden_answers.rebuilt.get(key) != text
+    ]
+
+    assert set(golden_answers.rebuilt) == set(golden_answers.live)
+    assert not differing, f"{len(differing)} answers differ after a rebuild, first {differing[:5]}"
