@@ -343,20 +343,7 @@ def claim_renew_rate(url: str, seconds: float) -> float:
 # -- workers for multi-process measurements --------------------------------------------------
 
 
-def _queue_worker(
-    url: str, run_id: str, session_id: str, seconds: float, start: Any, results: Any
-) -> None:
-    with open_store(url, embedded_projections=False) as store:
-        start.wait()
-        count = 0
-        began = time.perf_counter()
-        while time.perf_counter() - began < seconds:
-            _queue(store, run_id, session_id, count)
-            count += 1
-        results.put((count, time.perf_counter() - began))
-
-
-def _one_run_worker(
+def _queueing_worker(
     url: str, run_id: str, session_id: str, writer: int, seconds: float, start: Any, results: Any
 ) -> None:
     errors: list[str] = []
@@ -544,21 +531,34 @@ class Bench:
             baselines,
         )
 
+    def _four_writers(self, run_ids: Sequence[str]) -> tuple[float, int, str]:
+        """Follow-ups per second queued by four processes, the ``n``-th on ``run_ids[n]``
+        (each with its read models current), the errors they met, and those as text."""
+        url = self.scratch.new_url()
+        with open_store(url) as store:
+            for run_id in dict.fromkeys(run_ids):
+                self._prepared_run(store, run_id, f"{run_id}-session")
+        outcomes: list[tuple[int, float, int, list[str]]] = _parallel_outcomes(
+            _queueing_worker,
+            [
+                (url, run_id, f"{run_id}-session", writer, self.seconds)
+                for writer, run_id in enumerate(run_ids)
+            ],
+        )
+        rate = sum(outcome[0] for outcome in outcomes) / max(outcome[1] for outcome in outcomes)
+        errors = sum(outcome[2] for outcome in outcomes)
+        first = [text for outcome in outcomes for text in outcome[3]][:1]
+        return rate, errors, f"{errors} errors" + (f": {first[0][:200]}" if first else "")
+
     def p2_four_writers(self) -> BenchResult:
         """P2: queued follow-ups per second from four writer processes, each on its own run."""
-        url = self.scratch.new_url()
-        with open_store(url, embedded_projections=False) as store:
-            for index in range(4):
-                self._prepared_run(store, f"p2-{index}", f"p2-session-{index}")
-        rate = _parallel(
-            _queue_worker,
-            [(url, f"p2-{index}", f"p2-session-{index}", self.seconds) for index in range(4)],
-        )
+        rate, _, errors = self._four_writers([f"p2-{index}" for index in range(4)])
         baselines = self._command_baselines(4)
         ideal = baselines["ideal"]
         return BenchResult(
             "P2",
-            "queue_follow_up, 4 writer processes on their own runs (read models by a worker)",
+            f"queue_follow_up, 4 writer processes on their own runs, read models current "
+            f"({errors})",
             rate,
             "commands/s",
             ideal,
@@ -570,22 +570,12 @@ class Bench:
 
     def p2b_one_run(self) -> BenchResult:
         """P2b: queued follow-ups per second from four processes on one run, and the errors."""
-        url = self.scratch.new_url()
-        with open_store(url) as store:
-            self._prepared_run(store, "p2b", "p2b-session")
-        outcomes: list[tuple[int, float, int, list[str]]] = _parallel_outcomes(
-            _one_run_worker,
-            [(url, "p2b", "p2b-session", writer, self.seconds) for writer in range(4)],
-        )
-        rate = sum(outcome[0] for outcome in outcomes) / max(outcome[1] for outcome in outcomes)
-        errors = sum(outcome[2] for outcome in outcomes)
-        first_errors = [text for outcome in outcomes for text in outcome[3]][:1]
+        rate, errors, summary = self._four_writers(["p2b"] * 4)
         p1 = self.measured.get("P1") or self.p1_single_writer()
         baselines = {"p1": p1.value, **self._command_baselines(4, one_run=True)}
         return BenchResult(
             "P2b",
-            f"queue_follow_up, 4 processes on one run, read models current "
-            f"({errors} errors{': ' + first_errors[0][:200] if first_errors else ''})",
+            f"queue_follow_up, 4 processes on one run, read models current ({summary})",
             rate,
             "commands/s",
             p1.value,
