@@ -182,7 +182,8 @@ class IdealCommand:
 
     def _write(self, connection: Any, number: int) -> None:
         if self.sqlite:
-            connection.execute("BEGIN")
+            # The write lock up front: concurrent ideal writers (P2b) queue on the busy timeout.
+            connection.execute("BEGIN IMMEDIATE")
             for statement, write in zip(self.statements, self.writes, strict=True):
                 connection.execute(statement, write.params(number))
             connection.execute(self.tracking, (self.tracked,))
