@@ -10,11 +10,19 @@ graph's ``/session`` on a binding, ``conversation`` for entries and captures, ``
 ``session:tail`` (or ``session:reload``) for event batches.
 Revisions are kept in a ring of 256 rows per run, so retention never deletes anything and
 applying an event costs one keyed read and two keyed writes.
+
+Storage is compact: the inspector and graph targets re-send whole lists (the last 256
+follow-ups, every settings scope, the current updates) on every revision, so a revision row
+stores only which of them it shows plus how to undo its own change of them (the item it
+inserted, the state it replaced), and the run row holds the lists as they are now. A query
+walks back from the run row through the rows it returns, undoing one revision at a time,
+and expands each revision to exactly the ops it showed when it was made.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
 from runledger.domain.errors import InvalidViewerCursorError, RunMissingError
@@ -23,6 +31,7 @@ from runledger.domain.records import SnapshotRequired, ViewerDelta, ViewerDeltas
 from runledger.domain.runs import Run
 from runledger.domain.session_segments import SessionSegment
 from runledger.domain.settings_scopes import SettingsScope
+from runledger.domain.values import ViewerTargetType
 from runledger.projections.base import ProjectedEvent, Row, Table, ViewReader, ViewWriter
 
 VIEWER_PAGE_SIZE: Final = 256
@@ -146,12 +155,17 @@ REVISIONS = Table(
         ("revision", "int"),
         ("recorded_at", "text"),
         ("deltas", "json"),
+        ("undo", "json"),
     ),
     key=("run_id", "slot"),
     indexes=(("run_id", "revision"),),
 )
-"""The retained revisions of a run as a ring: slot = revision % 256, each holding its deltas
-as ``[{target_type, target_key, patch}]`` in delta-index order."""
+"""The retained revisions of a run as a ring: slot = revision % 256. ``deltas`` lists them
+in delta-index order, each one of ``"settings"`` and ``"follow-ups"`` (the inspector targets,
+shown from the lists), ``{"graph": traceSeq}`` (the graph target, shown from the graph state)
+or ``{target_type, target_key, patch}`` (stored as shown, without the revision ops every
+patch starts with). ``undo`` turns the run's lists as of this revision into those of the one
+before (see ``Shown.undone``)."""
 
 
 def _graph_state(status: str, finished_at: str | None) -> dict[str, Any]:
@@ -227,6 +241,35 @@ def _evolved_updates(
     return [*kept, _update_item(event)]
 
 
+GRAPH_FIELDS: Final = (
+    "status",
+    "finishedAt",
+    "currentNode",
+    "currentAttemptId",
+    "statusDetail",
+    "paused",
+    "waitingOn",
+)
+"""The graph state's fields besides ``updates``."""
+
+
+def _graph_undo(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, Any]:
+    """The old values of what a run write changed: graph fields, and the updates it replaced
+    (``[index, item]`` pairs) when it published one."""
+    undo: dict[str, Any] = {}
+    fields = {name: before[name] for name in GRAPH_FIELDS if before[name] != after[name]}
+    if fields:
+        undo["graph"] = fields
+    if after["updates"] is not before["updates"]:
+        new = after["updates"][-1]
+        undo["updates"] = [
+            [index, item]
+            for index, item in enumerate(before["updates"])
+            if (item["type"], item["key"]) == (new["type"], new["key"])
+        ]
+    return undo
+
+
 def _graph_ops(graph: Mapping[str, Any], trace_seq: int, updated_at: str) -> list[Op]:
     # Upstream runViewerTargets order, without the step/settings/humanDecision fields
     # runledger does not model.
@@ -278,16 +321,20 @@ def _follow_up_item(event: ProjectedEvent) -> dict[str, Any]:
 
 def _evolved_follow_ups(
     window: Sequence[Mapping[str, Any]], event: ProjectedEvent
-) -> list[Mapping[str, Any]]:
-    """The window of the run's last 256 follow-ups after one follow-up change."""
-    # Copy-on-write, as for the graph: the previous window is also inside a stored delta.
+) -> tuple[list[Mapping[str, Any]], dict[str, Any]]:
+    """The window of the run's last 256 follow-ups after one follow-up change, and how to
+    undo that change (``Shown.undone``)."""
+    # Copy-on-write, as for the graph: the previous window may be shared with a written row.
     if event.wire_name == FollowUp.Queued.TOPIC:
         item = _follow_up_item(event)
         # Orders arrive ascending (the Run serialises queueing); insert by order regardless.
         index = len(window)
         while index > 0 and window[index - 1]["order"] > item["order"]:
             index -= 1
-        return [*window[:index], item, *window[index:]][-VIEWER_PAGE_SIZE:]
+        grown = [*window[:index], item, *window[index:]]
+        if len(grown) > VIEWER_PAGE_SIZE:
+            return grown[1:], {"queued": [index, grown[0]]}
+        return grown, {"queued": [index]}
     state = "removed" if event.wire_name == FollowUp.Removed.TOPIC else "cancelled"
     follow_up_id = event["follow_up_id"]
     evolved = list(window)
@@ -295,9 +342,10 @@ def _evolved_follow_ups(
     # the window is not found: the revision still happens and re-sends the same window.
     for index in range(len(evolved) - 1, -1, -1):
         if evolved[index]["followUpId"] == follow_up_id:
-            evolved[index] = {**evolved[index], "state": state}
-            break
-    return evolved
+            previous = evolved[index]
+            evolved[index] = {**previous, "state": state}
+            return evolved, {"state": [index, previous["state"]]}
+    return evolved, {}
 
 
 def _follow_up_ops(window: list[Mapping[str, Any]], total: int) -> list[Op]:
@@ -352,20 +400,30 @@ def _settings_ops(items: Sequence[Mapping[str, Any]]) -> list[Op]:
     ]
 
 
-def _inspector_deltas(run: Row) -> list[dict[str, Any]]:
-    """Upstream viewerInspectorTargets: delta 0 settings, delta 1 follow-ups."""
-    return [
-        {
-            "target_type": "inspector",
-            "target_key": "settings",
-            "patch": _settings_ops(run["settings"]),
-        },
-        {
-            "target_type": "inspector",
-            "target_key": "follow-ups",
-            "patch": _follow_up_ops(run["follow_ups"], run["follow_up_total"]),
-        },
-    ]
+INSPECTOR_DELTAS: Final = ("settings", "follow-ups")
+"""A revision's stored deltas when it shows the inspector: upstream viewerInspectorTargets,
+delta 0 settings, delta 1 follow-ups, each shown from the run's lists."""
+
+
+def _splice_undo(before: Sequence[Any], after: Sequence[Any]) -> list[Any]:
+    """``[at, items, count]`` such that ``before == after[:at] + items + after[at + count:]``:
+    the one stretch that differs, for lists that differ in one place (a scope added, changed
+    or handed over)."""
+    limit = min(len(before), len(after))
+    at = 0
+    while at < limit and before[at] == after[at]:
+        at += 1
+    same_tail = 0
+    while same_tail < limit - at and before[-1 - same_tail] == after[-1 - same_tail]:
+        same_tail += 1
+    return [at, list(before[at : len(before) - same_tail]), len(after) - at - same_tail]
+
+
+def _settings_changed(run: Row, settings: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """Give the run its new scopes; the undo of that change."""
+    undo = {"settings": _splice_undo(run["settings"], settings)}
+    run["settings"] = settings
+    return undo
 
 
 def _empty_page() -> dict[str, Any]:
@@ -510,7 +568,7 @@ class ViewerDeltasProjection:
     deltas."""
 
     name: ClassVar[str] = "viewer_deltas"
-    version: ClassVar[int] = 3
+    version: ClassVar[int] = 4
     tables: ClassVar[Sequence[Table]] = (RUNS, REVISIONS)
     topics: ClassVar[frozenset[str]] = frozenset(
         {
@@ -528,16 +586,16 @@ class ViewerDeltasProjection:
             self._open(event, view)
             return
         run = self._run(view, event["run_id"])
+        undo: dict[str, Any] = {}
+        deltas: list[Any] = list(INSPECTOR_DELTAS)
         if name in RUN_WRITES:
-            deltas = self._run_write(run, event)
+            deltas, undo = self._run_write(run, event)
         elif name in FOLLOW_UP_CHANGES:
-            deltas = self._follow_up_change(run, event)
+            undo = self._follow_up_change(run, event)
         elif name == SettingsScope.Created.TOPIC:
-            run["settings"] = _with_scope(run["settings"], _settings_item(event, 0))
-            deltas = _inspector_deltas(run)
+            undo = _settings_changed(run, _with_scope(run["settings"], _settings_item(event, 0)))
         elif name == SettingsScope.Changed.TOPIC:
-            run["settings"] = _changed_scopes(run["settings"], event)
-            deltas = _inspector_deltas(run)
+            undo = _settings_changed(run, _changed_scopes(run["settings"], event))
         elif name == SettingsScope.Moved.TOPIC:
             self._scope_moved(view, run, event)
             return
@@ -545,7 +603,7 @@ class ViewerDeltasProjection:
             deltas = _session_change(run, event)
         else:
             return
-        self._record(view, run, event, deltas)
+        self._record(view, run, event, deltas, undo)
 
     @staticmethod
     def _run(view: ViewWriter, run_id: str) -> Row:
@@ -556,13 +614,12 @@ class ViewerDeltasProjection:
 
     def _scope_moved(self, view: ViewWriter, child: Row, event: ProjectedEvent) -> None:
         """The child gains the scope and the parent loses it: a revision for each."""
-        child["settings"] = _with_scope(
-            child["settings"], _settings_item(event, event["change_number"])
-        )
-        self._record(view, child, event, _inspector_deltas(child))
+        item = _settings_item(event, event["change_number"])
+        undo = _settings_changed(child, _with_scope(child["settings"], item))
+        self._record(view, child, event, list(INSPECTOR_DELTAS), undo)
         parent = self._run(view, event["from_run_id"])
-        parent["settings"] = _without_scope(parent["settings"], event["scope_id"])
-        self._record(view, parent, event, _inspector_deltas(parent))
+        undo = _settings_changed(parent, _without_scope(parent["settings"], event["scope_id"]))
+        self._record(view, parent, event, list(INSPECTOR_DELTAS), undo)
 
     @staticmethod
     def _open(event: ProjectedEvent, view: ViewWriter) -> None:
@@ -586,44 +643,40 @@ class ViewerDeltasProjection:
         )
 
     @staticmethod
-    def _run_write(run: Row, event: ProjectedEvent) -> list[dict[str, Any]]:
-        graph = _evolved_graph(run["graph"], event)
+    def _run_write(run: Row, event: ProjectedEvent) -> tuple[list[Any], dict[str, Any]]:
+        before = run["graph"]
+        graph = _evolved_graph(before, event)
         run["graph"] = graph
         old_total: int = run["trace_total"]
         run["trace_total"] = old_total + 1
-        return [
-            {
-                "target_type": "graph",
-                "target_key": "",
-                # traceSeq is the run's aggregate version, as upstream's run resource revision.
-                "patch": _graph_ops(graph, event.version, event.recorded_at),
-            },
+        deltas = [
+            # traceSeq is the run's aggregate version, as upstream's run resource revision.
+            {"graph": event.version},
             {
                 "target_type": "timeline",
                 "target_key": "trace:tail",
                 "patch": viewer_tail_patch(old_total, [_trace_item(event, old_total + 1)]),
             },
         ]
+        return deltas, _graph_undo(before, graph)
 
     @staticmethod
-    def _follow_up_change(run: Row, event: ProjectedEvent) -> list[dict[str, Any]]:
-        window = _evolved_follow_ups(run["follow_ups"], event)
+    def _follow_up_change(run: Row, event: ProjectedEvent) -> dict[str, Any]:
+        window, undo = _evolved_follow_ups(run["follow_ups"], event)
         run["follow_ups"] = window
         if event.wire_name == FollowUp.Queued.TOPIC:
             run["follow_up_total"] += 1
-        return _inspector_deltas(run)
+        return undo
 
     @staticmethod
     def _record(
-        view: ViewWriter, run: Row, event: ProjectedEvent, deltas: list[dict[str, Any]]
+        view: ViewWriter,
+        run: Row,
+        event: ProjectedEvent,
+        deltas: list[Any],
+        undo: dict[str, Any],
     ) -> None:
         revision: int = run["revision"] + 1
-        prefix: list[Op] = [{"op": "replace", "path": "/presentationRevision", "value": revision}]
-        for delta in deltas:
-            head = prefix
-            if delta["target_type"] == "graph":
-                head = [*prefix, {"op": "replace", "path": "/graphRevision", "value": revision}]
-            delta["patch"] = [*head, *delta["patch"]]
         run["revision"] = revision
         run["retained_from"] = max(1, revision - VIEWER_DELTA_RETENTION + 1)
         run["updated_at"] = event.recorded_at
@@ -637,8 +690,88 @@ class ViewerDeltasProjection:
                 "revision": revision,
                 "recorded_at": event.recorded_at,
                 "deltas": deltas,
+                "undo": undo,
             },
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Shown:
+    """The lists a run's inspector and graph targets show, as of one revision."""
+
+    settings: list[Mapping[str, Any]]
+    follow_ups: list[Mapping[str, Any]]
+    follow_up_total: int
+    graph: Mapping[str, Any]
+
+    @classmethod
+    def now(cls, run: Row) -> Shown:
+        """What the run shows at its current revision."""
+        return cls(run["settings"], run["follow_ups"], run["follow_up_total"], run["graph"])
+
+    def undone(self, undo: Mapping[str, Any]) -> Shown:
+        """What the run showed one revision earlier, given that revision's ``undo``."""
+        settings, follow_ups, total, graph = (
+            self.settings,
+            self.follow_ups,
+            self.follow_up_total,
+            self.graph,
+        )
+        if "settings" in undo:
+            at, items, count = undo["settings"]
+            settings = [*settings[:at], *items, *settings[at + count :]]
+        if "queued" in undo:
+            index, *dropped = undo["queued"]
+            grown = [*dropped, *follow_ups]
+            follow_ups = [*grown[:index], *grown[index + 1 :]]
+            total -= 1
+        if "state" in undo:
+            index, state = undo["state"]
+            follow_ups = list(follow_ups)
+            follow_ups[index] = {**follow_ups[index], "state": state}
+        if "graph" in undo or "updates" in undo:
+            graph = {**graph, **undo.get("graph", {})}
+            if "updates" in undo:
+                updates = list(graph["updates"][:-1])
+                for index, item in undo["updates"]:
+                    updates.insert(index, item)
+                graph["updates"] = updates
+        return Shown(settings, follow_ups, total, graph)
+
+    def patch(self, stored: Any, recorded_at: str) -> tuple[ViewerTargetType, str, list[Op]]:
+        """One stored delta as shown: its target type and key, and its ops (without the
+        revision ops)."""
+        if stored == "settings":
+            return "inspector", "settings", _settings_ops(self.settings)
+        if stored == "follow-ups":
+            return "inspector", "follow-ups", _follow_up_ops(self.follow_ups, self.follow_up_total)
+        if "graph" in stored:
+            return "graph", "", _graph_ops(self.graph, stored["graph"], recorded_at)
+        return stored["target_type"], stored["target_key"], stored["patch"]
+
+
+def _revision_deltas(run_id: str, row: Row, shown: Shown) -> list[ViewerDelta]:
+    """A revision's deltas as it showed them, each patch led by the revision ops."""
+    revision: int = row["revision"]
+    recorded_at: str = row["recorded_at"]
+    prefix: list[Op] = [{"op": "replace", "path": "/presentationRevision", "value": revision}]
+    graph_prefix = [*prefix, {"op": "replace", "path": "/graphRevision", "value": revision}]
+    deltas = []
+    for index, stored in enumerate(row["deltas"]):
+        target_type, target_key, patch = shown.patch(stored, recorded_at)
+        head = graph_prefix if target_type == "graph" else prefix
+        deltas.append(
+            ViewerDelta(
+                run_id=run_id,
+                presentation_revision=revision,
+                delta_index=index,
+                target_type=target_type,
+                target_key=target_key,
+                patch=[*head, *patch],
+                recorded_at=row["recorded_at"],
+            )
+        )
+    return deltas
 
 
 def viewer_deltas(
@@ -658,23 +791,17 @@ def viewer_deltas(
     rows = reader.scan(
         REVISIONS, equals={"run_id": run_id}, order_by="revision", after=after_revision
     )
-    # Upstream's gap rule: a viewer must get every revision or start over.
+    # Upstream's gap rule: a viewer must get every revision or start over. It also proves the
+    # rows are those of the run row read above, which the walk back starts from.
     if [row["revision"] for row in rows] != list(range(after_revision + 1, current + 1)):
         return snapshot
+    shown = Shown.now(run)
+    newest_first: list[list[ViewerDelta]] = []
+    for row in reversed(rows):
+        newest_first.append(_revision_deltas(run_id, row, shown))
+        shown = shown.undone(row["undo"])
     return ViewerDeltas(
         current_revision=current,
         retained_from_revision=retained_from,
-        deltas=[
-            ViewerDelta(
-                run_id=run_id,
-                presentation_revision=row["revision"],
-                delta_index=index,
-                target_type=delta["target_type"],
-                target_key=delta["target_key"],
-                patch=delta["patch"],
-                recorded_at=row["recorded_at"],
-            )
-            for row in rows
-            for index, delta in enumerate(row["deltas"])
-        ],
+        deltas=[delta for deltas in reversed(newest_first) for delta in deltas],
     )

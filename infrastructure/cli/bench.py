@@ -4,6 +4,15 @@ Every measurement runs in a scratch database of its own on the chosen backend (a
 file in a temporary folder, or a new PostgreSQL database on the given server, dropped at the
 end), and its baseline is plain sqlite3/psycopg work on that same database with the same
 durability settings, measured in the same run. Ratios are what count; machines are noisy.
+The command rows (P1, P2, P2b) report three baselines each: ``raw`` (a single-row commit),
+``ideal`` (a hand-written transaction of the same rows) and ``library`` (the eventsourcing
+library's plain ``Application``), see ``bench_baselines``.
+
+Rows measured by other modules join through ``Bench(extra_rows=...)``: a sequence of
+``(id, measure)`` pairs, where ``measure(bench)`` returns the row's ``BenchResult`` (or None
+when the row does not apply to ``bench.backend``) and may use ``bench.scratch.new_url()``,
+``bench.seconds``, ``bench.events`` and ``bench.quick``. An extra row whose id is a built-in
+one replaces it. ``runledger bench`` passes ``bench_rows.EXTRA_ROWS``, the one list to extend.
 """
 
 from __future__ import annotations
@@ -13,13 +22,13 @@ import multiprocessing
 import os
 import random
 import secrets
-import sqlite3
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
@@ -30,11 +39,21 @@ from eventsourcing.persistence import StoredEvent
 from psycopg.sql import SQL, Identifier
 
 from runledger.domain.errors import InvalidStoreUrlError
+from runledger.domain.records import ViewerDeltas
 from runledger.domain.values import Actor
+from runledger.infrastructure.cli.bench_baselines import (
+    IdealCommand,
+    LibraryBaseline,
+    collected,
+    in_processes,
+    plain_connection,
+)
 from runledger.infrastructure.cli.generated_history import HistoryGenerator
 from runledger.infrastructure.runtime import open_runtime
 from runledger.infrastructure.storage.urls import libpq_url, redact_url
 from runledger.infrastructure.store import WorkflowStore, open_store
+from runledger.projections.base import Table
+from runledger.projections.viewer_deltas import ViewerDeltasProjection
 
 PAYLOAD: Final = os.urandom(600)
 """A raw row about the size of one queued follow-up's three events."""
@@ -52,10 +71,31 @@ class BenchResult:
     ratio: float | None
     goal: str
     met: bool
+    baselines: Mapping[str, float] = field(default_factory=dict)
+    """Every baseline measured for the row, by kind (``raw``, ``ideal``, ``library``, ...);
+    ``baseline`` is the one its goal is about. A row made with ``baseline`` alone reports it
+    as its ``raw`` baseline."""
+
+    def all_baselines(self) -> dict[str, float]:
+        """``baselines``, or ``baseline`` as the raw one."""
+        if self.baselines:
+            return dict(self.baselines)
+        return {} if self.baseline is None else {"raw": self.baseline}
 
     def as_json(self) -> dict[str, Any]:
-        """The result as a JSON object, one key per field."""
-        return asdict(self)
+        """The result as a JSON object: one key per field, and ``ratios`` beside
+        ``baselines`` (the value divided by each)."""
+        document = asdict(self)
+        baselines = self.all_baselines()
+        document["baselines"] = baselines
+        document["ratios"] = {
+            kind: self.value / baseline for kind, baseline in baselines.items() if baseline
+        }
+        return document
+
+
+RowMeasure = Callable[["Bench"], BenchResult | None]
+"""A bench row measured outside this module (see the module docstring)."""
 
 
 def percentile(samples: list[float], fraction: float) -> float:
@@ -122,24 +162,15 @@ class Raw:
     @contextmanager
     def connection(self) -> Iterator[Any]:
         """A plain connection to the database, with the baseline table made."""
-        if self.sqlite:
-            connection = sqlite3.connect(self.url.removeprefix("sqlite:///"), isolation_level=None)
-            connection.execute("PRAGMA journal_mode=WAL")
-            # The event store keeps SQLite's default, synchronous=FULL: a commit is on disk.
-            connection.execute("PRAGMA synchronous=FULL")
-            connection.execute(
-                "CREATE TABLE IF NOT EXISTS bench_raw (id INTEGER PRIMARY KEY, payload BLOB)"
+        # The event store keeps SQLite's default, synchronous=FULL: a commit is on disk.
+        with plain_connection(self.url) as connection:
+            columns = (
+                "id INTEGER PRIMARY KEY, payload BLOB"
+                if self.sqlite
+                else "id BIGSERIAL PRIMARY KEY, payload BYTEA"
             )
-            try:
-                yield connection
-            finally:
-                connection.close()
-        else:
-            with psycopg.connect(libpq_url(self.url), autocommit=True) as server:
-                server.execute(
-                    "CREATE TABLE IF NOT EXISTS bench_raw (id BIGSERIAL PRIMARY KEY, payload BYTEA)"
-                )
-                yield server
+            connection.execute(f"CREATE TABLE IF NOT EXISTS bench_raw ({columns})")
+            yield connection
 
     def insert_rate(self, seconds: float) -> float:
         """Single-row inserts, each committed on its own, per second."""
@@ -232,7 +263,7 @@ def _queue(store: WorkflowStore, run_id: str, session_id: str, number: int) -> N
     )
 
 
-# -- session recording and leases (P7, P8) --------------------------------------------------
+# -- session recording and leases (P10, P11) ------------------------------------------------
 
 SESSION_BATCH: Final = 64
 
@@ -312,32 +343,38 @@ def claim_renew_rate(url: str, seconds: float) -> float:
 # -- workers for multi-process measurements --------------------------------------------------
 
 
-def _queue_worker(
-    url: str, run_id: str, session_id: str, seconds: float, start: Any, results: Any
+def _queueing_worker(
+    url: str, run_id: str, session_id: str, writer: int, seconds: float, start: Any, results: Any
 ) -> None:
-    with open_store(url, embedded_projections=False) as store:
+    errors: list[str] = []
+    with open_store(url) as store:
         start.wait()
         count = 0
         began = time.perf_counter()
         while time.perf_counter() - began < seconds:
-            _queue(store, run_id, session_id, count)
-            count += 1
-        results.put((count, time.perf_counter() - began))
+            try:
+                _queue(store, run_id, session_id, writer * 10_000_000 + count + len(errors))
+                count += 1
+            # Counted and reported, never hidden: P2b's goal is that there are none.
+            except Exception as error:
+                errors.append(f"{type(error).__name__}: {error}")
+        results.put((count, time.perf_counter() - began, len(errors), errors[:3]))
 
 
 def _raw_insert_worker(url: str, seconds: float, start: Any, results: Any) -> None:
-    with psycopg.connect(libpq_url(url), autocommit=True) as connection:
+    raw = Raw(url)
+    with raw.connection() as connection:
         start.wait()
         count = 0
         began = time.perf_counter()
         while time.perf_counter() - began < seconds:
-            connection.execute("INSERT INTO bench_raw (payload) VALUES (%s)", (PAYLOAD,))
+            connection.execute(f"INSERT INTO bench_raw (payload) VALUES ({raw.marker})", (PAYLOAD,))
             count += 1
         results.put((count, time.perf_counter() - began))
 
 
-def _parallel(target: Callable[..., None], args: list[tuple[Any, ...]]) -> float:
-    """Start one process per args tuple at once; the summed rate of their work."""
+def _parallel_outcomes(target: Callable[..., None], args: list[tuple[Any, ...]]) -> list[Any]:
+    """Start one process per args tuple at once; what each put on the results queue."""
     context = multiprocessing.get_context("spawn")
     start = context.Event()
     results = context.Queue()
@@ -346,17 +383,37 @@ def _parallel(target: Callable[..., None], args: list[tuple[Any, ...]]) -> float
         process.start()
     time.sleep(1.0)
     start.set()
-    outcomes: list[tuple[int, float]] = [results.get(timeout=120) for _ in processes]
-    for process in processes:
-        process.join(timeout=30)
+    return collected(results, processes)
+
+
+def _parallel(target: Callable[..., None], args: list[tuple[Any, ...]]) -> float:
+    """Start one process per args tuple at once; the summed rate of their work."""
+    outcomes: list[tuple[int, float]] = _parallel_outcomes(target, args)
     return sum(count for count, _ in outcomes) / max(elapsed for _, elapsed in outcomes)
+
+
+def stored_bytes(url: str, tables: Sequence[Table]) -> int:
+    """The bytes of every row of ``tables``: each stored value's length as text, summed."""
+    sqlite = url.startswith("sqlite:///")
+    total = 0
+    with plain_connection(url) as connection:
+        for table in tables:
+            lengths = " + ".join(
+                f'coalesce(length(CAST("{name}" AS BLOB)), 0)'
+                if sqlite
+                else f'coalesce(octet_length("{name}"::text), 0)'
+                for name in table.column_names
+            )
+            statement = f'SELECT coalesce(sum({lengths}), 0) FROM "{table.name}"'
+            total += int(connection.execute(statement).fetchone()[0])
+    return total
 
 
 # -- the measurements -----------------------------------------------------------------------
 
 
 class Bench:
-    """The measurements P1-P11 on one backend, each in a scratch database of its own."""
+    """The measurements P1-P12 on one backend, each in a scratch database of its own."""
 
     def __init__(
         self,
@@ -367,8 +424,13 @@ class Bench:
         advance: Callable[[str], None],
         only: Sequence[str] = (),
         quick: bool = False,
+        extra_rows: Sequence[tuple[str, RowMeasure]] = (),
     ) -> None:
         self.only = {item.upper() for item in only}
+        self.extra_rows = list(extra_rows)
+        self.quick = quick
+        self.measured: dict[str, BenchResult] = {}
+        """The rows measured so far in this run, by id (P2b compares itself with P1)."""
         # Quick runs shrink the fixed workloads (for tests of the bench itself).
         self.samples = 30 if quick else 200
         self.history_follow_ups = 400 if quick else 10_000
@@ -410,47 +472,117 @@ class Bench:
             count += 1
         return count / (time.perf_counter() - started)
 
+    def _queue_setup(self, run_id: str) -> Callable[[WorkflowStore], None]:
+        return partial(self._prepared_run, run_id=run_id, session_id=f"{run_id}-session")
+
+    def ideal_queue(self) -> IdealCommand:
+        """The hand-written ideal of one ``queue_follow_up``, on a new scratch database."""
+        return IdealCommand.recorded(
+            self.scratch.new_url(),
+            self._queue_setup("ideal"),
+            lambda store, number: _queue(store, "ideal", "ideal-session", number),
+        )
+
+    def _command_baselines(self, writers: int, *, one_run: bool = False) -> dict[str, float]:
+        """Raw single-row commits, the ideal and the library's ``Application`` from
+        ``writers`` processes at once (one writer: in this process), in scratch databases."""
+        raw_url = self.scratch.new_url()
+        ideal = self.ideal_queue()
+        library = LibraryBaseline(self.scratch.new_url())
+        if writers == 1:
+            return {
+                "raw": Raw(raw_url).insert_rate(self.seconds),
+                "ideal": ideal.rate(self.seconds),
+                "library": library.rate(self.seconds),
+            }
+        with Raw(raw_url).connection():
+            pass
+        writes = [
+            partial(
+                (ideal if one_run else ideal.for_writer(writer)).rate,
+                self.seconds,
+                first=writer * 10_000_000,
+            )
+            for writer in range(writers)
+        ]
+        return {
+            "raw": _parallel(_raw_insert_worker, [(raw_url, self.seconds)] * writers),
+            "ideal": in_processes(writes),
+            "library": in_processes([partial(library.prepared().rate, self.seconds)] * writers),
+        }
+
     def p1_single_writer(self) -> BenchResult:
         """P1: queued follow-ups per second from one writer, projected in-process."""
         url = self.scratch.new_url()
-        baseline = Raw(url).insert_rate(self.seconds)
         with open_store(url) as store:
             rate = self._rate(self._queueing(store, "p1"))
-        self.advance("P1")
+        baselines = self._command_baselines(1)
+        ideal, library = baselines["ideal"], baselines["library"]
         return BenchResult(
             "P1",
-            "queue_follow_up, one writer, read models projected in-process",
+            f"queue_follow_up, one writer, read models current after each command "
+            f"({rate / library:.2f} x the library's one-event Application)",
             rate,
             "commands/s",
-            baseline,
-            rate / baseline,
-            ">= 0.5 x raw single-row commits (same durability)",
-            rate / baseline >= 0.5,
+            ideal,
+            rate / ideal,
+            ">= 0.6 x ideal and >= 1.0 x library",
+            rate / ideal >= 0.6 and rate / library >= 1.0,
+            baselines,
         )
 
-    def p2_four_writers(self) -> BenchResult:
-        """P2: queued follow-ups per second from four writer processes."""
+    def _four_writers(self, run_ids: Sequence[str]) -> tuple[float, int, str]:
+        """Follow-ups per second queued by four processes, the ``n``-th on ``run_ids[n]``
+        (each with its read models current), the errors they met, and those as text."""
         url = self.scratch.new_url()
-        with Raw(url).connection():
-            pass
-        baseline = _parallel(_raw_insert_worker, [(url, self.seconds)] * 4)
-        with open_store(url, embedded_projections=False) as store:
-            for index in range(4):
-                self._prepared_run(store, f"p2-{index}", f"p2-session-{index}")
-        rate = _parallel(
-            _queue_worker,
-            [(url, f"p2-{index}", f"p2-session-{index}", self.seconds) for index in range(4)],
+        with open_store(url) as store:
+            for run_id in dict.fromkeys(run_ids):
+                self._prepared_run(store, run_id, f"{run_id}-session")
+        outcomes: list[tuple[int, float, int, list[str]]] = _parallel_outcomes(
+            _queueing_worker,
+            [
+                (url, run_id, f"{run_id}-session", writer, self.seconds)
+                for writer, run_id in enumerate(run_ids)
+            ],
         )
-        self.advance("P2")
+        rate = sum(outcome[0] for outcome in outcomes) / max(outcome[1] for outcome in outcomes)
+        errors = sum(outcome[2] for outcome in outcomes)
+        first = [text for outcome in outcomes for text in outcome[3]][:1]
+        return rate, errors, f"{errors} errors" + (f": {first[0][:200]}" if first else "")
+
+    def p2_four_writers(self) -> BenchResult:
+        """P2: queued follow-ups per second from four writer processes, each on its own run."""
+        rate, _, errors = self._four_writers([f"p2-{index}" for index in range(4)])
+        baselines = self._command_baselines(4)
+        ideal = baselines["ideal"]
         return BenchResult(
             "P2",
-            "queue_follow_up, 4 writer processes (read models by a worker)",
+            f"queue_follow_up, 4 writer processes on their own runs, read models current "
+            f"({errors})",
             rate,
             "commands/s",
-            baseline,
-            rate / baseline,
-            ">= 0.5 x raw inserts from 4 connections",
-            rate / baseline >= 0.5,
+            ideal,
+            rate / ideal,
+            ">= 0.5 x ideal with 4 processes",
+            rate / ideal >= 0.5,
+            baselines,
+        )
+
+    def p2b_one_run(self) -> BenchResult:
+        """P2b: queued follow-ups per second from four processes on one run, and the errors."""
+        rate, errors, summary = self._four_writers(["p2b"] * 4)
+        p1 = self.measured.get("P1") or self.p1_single_writer()
+        baselines = {"p1": p1.value, **self._command_baselines(4, one_run=True)}
+        return BenchResult(
+            "P2b",
+            f"queue_follow_up, 4 processes on one run, read models current ({summary})",
+            rate,
+            "commands/s",
+            p1.value,
+            rate / p1.value,
+            ">= 0.7 x P1 and zero errors",
+            rate / p1.value >= 0.7 and errors == 0,
+            baselines,
         )
 
     def p3_rebuild(self) -> BenchResult:
@@ -464,7 +596,6 @@ class Bench:
             read = runtime.rebuild_projections(processes=os.cpu_count() or 1)
             rate = read / (time.perf_counter() - started)
         goal = 50_000 if self.backend == "sqlite" else 30_000
-        self.advance("P3")
         return BenchResult(
             "P3",
             f"full rebuild of all read models ({read:,} events)",
@@ -516,7 +647,6 @@ class Bench:
             for mode, s in modes.items()
         )
         baseline = percentile(baseline_samples, 0.99)
-        self.advance("P4")
         return BenchResult(
             "P4",
             f"command -> visible in a query, p99 ({detail})",
@@ -574,7 +704,6 @@ class Bench:
         early = statistics.median(latencies[5 : 5 + window])
         late = statistics.median(latencies[total - window :])
         ratio = late / early
-        self.advance("P5")
         return BenchResult(
             "P5",
             f"cost of the {total:,}th follow-up on one run vs the 10th "
@@ -626,14 +755,14 @@ class Bench:
         "rules": [{"path": "/counter", "permissions": {"human": ["replace"]}}]
     }
 
-    def p7_settings_changes(self) -> BenchResult:
-        """P7: change_settings commands/s, and their cost against queue_follow_up's."""
+    def p12_settings_changes(self) -> BenchResult:
+        """P12: change_settings commands/s, and their cost against queue_follow_up's."""
         url = self.scratch.new_url()
         baseline = Raw(url).insert_rate(self.seconds)
         with open_store(url) as store:
 
             def change(count: int) -> None:
-                run_id = f"p7-settings-{count // 100}"
+                run_id = f"p12-settings-{count // 100}"
                 if count % 100 == 0:
                     store.create_run(run_id, workflow_name="bench", input={"n": 1})
                     store.ensure_settings_scope(
@@ -643,17 +772,16 @@ class Bench:
                     run_id,
                     f"{run_id}:$root:1",
                     request_id=f"change-{count}",
-                    actor=Actor("human", "p7-user"),
+                    actor=Actor("human", "p12-user"),
                     source="interactive-command",
                     patch=[{"op": "replace", "path": "/counter", "value": count}],
                 )
 
-            queue_rate = self._rate(self._queueing(store, "p7-queue"))
+            queue_rate = self._rate(self._queueing(store, "p12-queue"))
             rate = self._rate(change)
         cost = queue_rate / rate
-        self.advance("P7")
         return BenchResult(
-            "P7",
+            "P12",
             f"change_settings, one writer ({cost:.2f} x the cost of queue_follow_up at "
             f"{queue_rate:,.0f}/s)",
             rate,
@@ -662,6 +790,54 @@ class Bench:
             rate / baseline,
             "cost <= 1.5 x queue_follow_up's",
             cost <= 1.5,
+        )
+
+    def p7_viewer_bytes(self) -> BenchResult:
+        """P7: the bytes the viewer-delta read model stores for the bench history, next to the
+        events' own bytes, with the p99 of a page of deltas read from it."""
+        url = self.scratch.new_url()
+        generator = HistoryGenerator()
+        history = generator.batches(self.events)
+        picker = random.Random(17)  # noqa: S311 - reproducible sampling
+        with self._generated_store(url, history, "viewer_deltas") as store:
+            stored = stored_bytes(url, ViewerDeltasProjection.tables)
+            runs = [f"bench-run-{picker.randrange(1, generator.runs + 1)}" for _ in range(500)]
+            queries = [
+                (
+                    run_id,
+                    picker.randrange(
+                        1, store.viewer_deltas(run_id, after_revision=0).current_revision
+                    ),
+                )
+                for run_id in runs
+            ]
+
+            def page(query: tuple[str, int]) -> None:
+                answer = store.viewer_deltas(query[0], after_revision=query[1])
+                if not isinstance(answer, ViewerDeltas) or not answer.deltas:
+                    raise AssertionError("viewer_deltas returned no page")
+
+            samples = self._latencies(queries, page)
+        with plain_connection(url) as connection:
+            events = int(
+                connection.execute("SELECT sum(length(state)) FROM runledger_events").fetchone()[0]
+            )
+        reads = Raw(url).query_latencies(
+            "SELECT * FROM rl_vd_revisions WHERE run_id = {m} AND revision > {m} ORDER BY revision",
+            queries,
+        )
+        megabytes = stored / 1e6
+        return BenchResult(
+            "P7",
+            f"viewer-delta bytes for the bench history ({megabytes:,.1f} MB; a page of deltas "
+            f"p99 {percentile(samples, 0.99):.2f} ms vs a plain select "
+            f"{percentile(reads, 0.99):.2f} ms)",
+            stored,
+            "bytes",
+            events,
+            stored / events,
+            "<= 20 MB (the events' own bytes as baseline)",
+            megabytes <= 20,
         )
 
     @staticmethod
@@ -679,7 +855,6 @@ class Bench:
     ) -> BenchResult:
         p99 = percentile(samples, 0.99)
         baseline = percentile(baseline_samples, 0.99)
-        self.advance(key)
         return BenchResult(
             key, f"{name}, p99", p99, "ms", baseline, p99 / baseline, "p99 <= 5 ms", p99 <= 5
         )
@@ -736,7 +911,6 @@ class Bench:
         url = self.scratch.new_url()
         baseline = raw_batch_insert_rate(url, self.seconds)
         rate = session_events_rate(url, self.seconds)
-        self.advance("P10")
         return BenchResult(
             "P10",
             f"append_session_events, batches of {SESSION_BATCH}, read models in-process",
@@ -753,7 +927,6 @@ class Bench:
         url = self.scratch.new_url()
         baseline = Raw(url).insert_rate(self.seconds)
         rate = claim_renew_rate(url, self.seconds)
-        self.advance("P11")
         return BenchResult(
             "P11",
             "claim_run / renew_claim, one writer",
@@ -765,32 +938,43 @@ class Bench:
             True,
         )
 
-    def _steps(self) -> dict[str, Callable[[], BenchResult]]:
-        steps = {"P1": self.p1_single_writer}
+    def _steps(self) -> dict[str, Callable[[], BenchResult | None]]:
+        steps: dict[str, Callable[[], BenchResult | None]] = {"P1": self.p1_single_writer}
         if self.backend == "postgresql":
             steps["P2"] = self.p2_four_writers
         steps |= {
+            "P2b": self.p2b_one_run,
             "P3": self.p3_rebuild,
             "P4": self.p4_visibility,
             "P5": self.p5_history_cost,
             "P6": self.p6_range,
-            "P7": self.p7_settings_changes,
+            "P7": self.p7_viewer_bytes,
             "P8": self.p8_settings_at_change,
             "P9": self.p9_runs_list,
             "P10": self.p10_session_events,
             "P11": self.p11_leases,
+            "P12": self.p12_settings_changes,
         }
-        return {key: step for key, step in steps.items() if not self.only or key in self.only}
+        for key, measure in self.extra_rows:
+            steps[key] = partial(measure, self)
+        return {
+            key: step for key, step in steps.items() if not self.only or key.upper() in self.only
+        }
 
     def run(self) -> list[BenchResult]:
         """Run the chosen measurements, each isolated from the garbage of the earlier ones."""
         try:
-            return [self._isolated(step) for step in self._steps().values()]
+            for key, step in self._steps().items():
+                result = self._isolated(step)
+                if result is not None:
+                    self.measured[result.id] = result
+                self.advance(key)
+            return list(self.measured.values())
         finally:
             self.scratch.close()
 
     @staticmethod
-    def _isolated(step: Callable[[], BenchResult]) -> BenchResult:
+    def _isolated(step: Callable[[], BenchResult | None]) -> BenchResult | None:
         """Run a measurement with what earlier ones left behind out of the collector's way:
         otherwise a pass over their objects lands inside the timed queries of later ones."""
         gc.collect()

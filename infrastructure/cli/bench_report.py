@@ -10,6 +10,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from runledger.infrastructure.cli.bench import Bench, BenchResult
+from runledger.infrastructure.cli.bench_rows import EXTRA_ROWS
 
 
 def run_bench(
@@ -28,7 +29,15 @@ def run_bench(
         def advance(done: str) -> None:
             progress.update(task, advance=1, description=f"{done} done")
 
-        bench = Bench(url, events=events, seconds=seconds, advance=advance, only=only, quick=quick)
+        bench = Bench(
+            url,
+            events=events,
+            seconds=seconds,
+            advance=advance,
+            only=only,
+            quick=quick,
+            extra_rows=EXTRA_ROWS,
+        )
         progress.update(task, total=len(bench.planned()), description=bench.backend)
         return bench.backend, bench.run()
 
@@ -41,15 +50,18 @@ def print_bench(outcome: tuple[str, list[BenchResult]], out: Console, *, as_json
         print(json.dumps(document))
         return
     table = Table(title=f"runledger bench on {backend}")
-    for column in ("id", "measure", "value", "baseline", "ratio", "goal", "met"):
+    for column in ("id", "measure", "value", "baselines (ratio)", "goal", "met"):
         table.add_column(column, overflow="fold")
     for result in results:
         table.add_row(
             result.id,
             result.name,
             f"{result.value:,.2f} {result.unit}",
-            "" if result.baseline is None else f"{result.baseline:,.2f}",
-            "" if result.ratio is None else f"{result.ratio:.2f}",
+            "\n".join(
+                f"{kind} {baseline:,.2f} ({result.value / baseline:.2f} x)"
+                for kind, baseline in result.all_baselines().items()
+                if baseline
+            ),
             result.goal,
             "yes" if result.met else "NO",
         )

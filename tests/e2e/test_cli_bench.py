@@ -1,4 +1,5 @@
-"""`runledger bench --json` prints exactly one object with one row per measurement."""
+"""`runledger bench --json` prints exactly one object with one row per measurement; the
+command rows carry their raw, ideal and library baselines with a ratio to each."""
 
 from __future__ import annotations
 
@@ -8,14 +9,30 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-ROW_KEYS = {"id", "name", "value", "unit", "baseline", "ratio", "goal", "met"}
+ROW_KEYS = {
+    "id",
+    "name",
+    "value",
+    "unit",
+    "baseline",
+    "ratio",
+    "goal",
+    "met",
+    "baselines",
+    "ratios",
+}
+COMMAND_BASELINES = {"raw", "ideal", "library"}
+SQLITE_ROWS = ["P1", "P2b", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11", "P12"]
+POSTGRES_ROWS = ["P1", "P2", *SQLITE_ROWS[1:]]
 
 
-def bench(url: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def bench(url: str, cwd: Path, *only: str) -> subprocess.CompletedProcess[str]:
     environment = {key: value for key, value in os.environ.items() if key != "RUNLEDGER_URL"}
+    chosen = ["--only", ",".join(only)] if only else []
     return subprocess.run(
         [
             sys.executable,
@@ -30,6 +47,7 @@ def bench(url: str, cwd: Path) -> subprocess.CompletedProcess[str]:
             "3000",
             "--seconds",
             "0.5",
+            *chosen,
         ],
         capture_output=True,
         text=True,
@@ -40,7 +58,8 @@ def bench(url: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def check_document(stdout: str, backend: str, ids: list[str]) -> None:
+def check_document(stdout: str, backend: str, ids: list[str]) -> dict[str, Any]:
+    """The rows by id, once the document has exactly the promised shape."""
     document = json.loads(stdout)  # exactly one JSON document, nothing else on stdout
     assert set(document) == {"backend", "results"}
     assert document["backend"] == backend
@@ -50,29 +69,40 @@ def check_document(stdout: str, backend: str, ids: list[str]) -> None:
         assert isinstance(row["value"], float | int)
         assert math.isfinite(row["value"])
         assert isinstance(row["met"], bool)
+        assert set(row["ratios"]) == set(row["baselines"])
+        for kind, baseline in row["baselines"].items():
+            assert row["ratios"][kind] == pytest.approx(row["value"] / baseline)
         if row["baseline"] is None:
             assert row["ratio"] is None
         else:
             assert row["ratio"] == pytest.approx(row["value"] / row["baseline"])
+            assert row["baseline"] in row["baselines"].values()
+    return {row["id"]: row for row in document["results"]}
+
+
+def check_command_rows(rows: dict[str, Any]) -> None:
+    """P1, P2 and P2b carry the three baselines; P1 and P2 answer to the ideal, P2b to P1."""
+    for row_id in {"P1", "P2", "P2b"} & set(rows):
+        assert set(rows[row_id]["baselines"]) >= COMMAND_BASELINES, row_id
+        assert all(value > 0 for value in rows[row_id]["baselines"].values()), row_id
+    for row_id in {"P1", "P2"} & set(rows):
+        assert rows[row_id]["baseline"] == rows[row_id]["baselines"]["ideal"]
+    if "P2b" in rows:
+        assert rows["P2b"]["baselines"]["p1"] == rows["P2b"]["baseline"]
+        assert "0 errors" in rows["P2b"]["name"], rows["P2b"]["name"]
 
 
 @pytest.mark.slow
-def test_bench_on_sqlite_reports_p1_and_p3_to_p11(tmp_path: Path) -> None:
+def test_bench_on_sqlite_reports_p1_p2b_and_p3_to_p12(tmp_path: Path) -> None:
     outcome = bench(f"sqlite:///{tmp_path / 'bench.db'}", tmp_path)
     assert outcome.returncode == 0, outcome.stderr
-    check_document(
-        outcome.stdout, "sqlite", ["P1", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11"]
-    )
+    check_command_rows(check_document(outcome.stdout, "sqlite", SQLITE_ROWS))
     assert not (tmp_path / "bench.db").exists(), "the bench must work in scratch databases"
 
 
 @pytest.mark.slow
 @pytest.mark.postgres
-def test_bench_on_postgresql_reports_p1_to_p11(tmp_path: Path, postgres_url: str) -> None:
+def test_bench_on_postgresql_reports_p1_to_p12(tmp_path: Path, postgres_url: str) -> None:
     outcome = bench(postgres_url, tmp_path)
     assert outcome.returncode == 0, outcome.stderr
-    check_document(
-        outcome.stdout,
-        "postgresql",
-        ["P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11"],
-    )
+    check_command_rows(check_document(outcome.stdout, "postgresql", POSTGRES_ROWS))

@@ -7,6 +7,7 @@ into a dict-backed view, which the query then reads. Upstream scenarios I1-I5 (Â
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -421,6 +422,38 @@ def test_three_hundred_follow_ups_show_the_last_256(many_follow_ups: StoreWithLo
     items = inspector["/followUpQueue"]["items"]
     assert (inspector["/followUpStart"], len(items), inspector["/followUpTotal"]) == (44, 256, 300)
     assert [item["order"] for item in items] == list(range(45, 301))
+
+
+def test_a_follow_up_revision_stores_what_it_changed_not_the_window(
+    many_follow_ups: StoreWithLog,
+) -> None:
+    rows = project(many_follow_ups).scan(REVISIONS, equals={"run_id": RUN}, order_by="revision")
+
+    newest = rows[-1]
+    # The 300th follow-up pushed the 44th out of the 256-item window: the row keeps that one
+    # item to undo the change, and the window itself only in the run row.
+    assert newest["deltas"] == ["settings", "follow-ups"]
+    assert newest["undo"]["queued"][0] == 256  # inserted after the old window's 256 items
+    assert newest["undo"]["queued"][1]["order"] == 44
+    assert len(json.dumps(newest)) < 400
+
+
+def test_every_retained_revision_of_a_long_window_expands_to_its_own_window(
+    many_follow_ups: StoreWithLog,
+) -> None:
+    view = project(many_follow_ups)
+    current = viewer_deltas(view, RUN, after_revision=0).current_revision
+
+    page = deltas_after(view, current - 200)
+
+    windows = [
+        ops(delta)["/followUpQueue"]["items"]
+        for delta in page.deltas
+        if delta.target_key == "follow-ups"
+    ]
+    totals = [len(window) for window in windows]
+    assert [window[-1]["order"] for window in windows] == list(range(101, 301))
+    assert totals == [min(256, order) for order in range(101, 301)]
 
 
 def test_removing_a_follow_up_shows_it_removed(store: StoreWithLog) -> None:

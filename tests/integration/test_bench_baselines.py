@@ -1,0 +1,131 @@
+"""The bench's baselines do the work they claim, on SQLite and PostgreSQL, and other modules'
+rows join the bench through its one registration point."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+from uuid import UUID
+
+import pytest
+from eventsourcing.application import Application
+
+from runledger.infrastructure.cli.bench import Bench, BenchResult
+from runledger.infrastructure.cli.bench_baselines import (
+    EVENTS_TABLE,
+    IdealCommand,
+    LibraryBaseline,
+    plain_connection,
+)
+from tests.integration.conftest import BACKENDS
+
+DURABLE = [param for param in BACKENDS if param.values[0] != "memory"]
+
+
+@pytest.fixture(params=DURABLE)
+def bench(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Bench]:
+    """A bench on the backend, whose scratch databases go when the test ends."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path_factory.mktemp('bench') / 'bench.db'}"
+    else:
+        url = request.getfixturevalue("postgres_url")
+    opened = Bench(url, events=100, seconds=0.2, advance=lambda _: None, quick=True)
+    try:
+        yield opened
+    finally:
+        opened.scratch.close()
+
+
+def count(url: str, table: str) -> int:
+    with plain_connection(url) as connection:
+        found: int = connection.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+        return found
+
+
+def topics(ideal: IdealCommand) -> list[Any]:
+    return [
+        dict(zip(write.columns, write.values, strict=True))["topic"]
+        for write in ideal.writes
+        if write.table == EVENTS_TABLE
+    ]
+
+
+def test_the_ideal_writes_the_three_events_of_a_queued_follow_up(bench: Bench) -> None:
+    ideal = bench.ideal_queue()
+
+    assert topics(ideal) == [
+        "run.follow-up-accepted",
+        "follow-up.queued",
+        "workflow-message.created",
+    ]
+
+
+def test_the_ideal_writes_every_view_row_the_command_wrote(bench: Bench) -> None:
+    ideal = bench.ideal_queue()
+
+    tables = {write.table for write in ideal.writes if write.table != EVENTS_TABLE}
+    assert {"rl_fuq_follow_ups", "rl_vd_runs", "rl_vd_revisions", "rl_so_messages"} <= tables
+
+
+def test_each_ideal_command_adds_three_events_and_moves_tracking(bench: Bench) -> None:
+    ideal = bench.ideal_queue()
+    before = count(ideal.url, EVENTS_TABLE)
+
+    rate = ideal.rate(0.2)
+
+    added = count(ideal.url, EVENTS_TABLE) - before
+    assert rate > 0
+    assert added > 0
+    assert added % 3 == 0
+
+
+def test_writers_of_the_ideal_write_rows_of_their_own(bench: Bench) -> None:
+    ideal = bench.ideal_queue()
+
+    first, second = ideal.for_writer(0), ideal.for_writer(1)
+
+    run_rows = [
+        (write_a.values, write_b.values)
+        for write_a, write_b in zip(first.writes, second.writes, strict=True)
+        if write_a.table == "rl_vd_runs"
+    ]
+    assert run_rows
+    assert all(a[0] != b[0] for a, b in run_rows)
+
+
+def test_the_library_baseline_saves_one_event_per_command(bench: Bench) -> None:
+    url = bench.scratch.new_url()
+
+    baseline = LibraryBaseline(url)
+
+    rate = baseline.rate(0.2)
+
+    app: Application[UUID] = Application(env=baseline.environment())
+    try:
+        saved = app.recorder.max_notification_id() or 0
+    finally:
+        app.close()
+    assert rate > 0
+    # The aggregate's creation, then one event per save.
+    assert saved >= 2
+
+
+def test_an_extra_row_joins_the_bench_and_one_for_another_backend_is_left_out(
+    bench: Bench,
+) -> None:
+    def measured(on: Bench) -> BenchResult:
+        return BenchResult("X1", "an extra row", 1.0, "x", 2.0, 0.5, "report", True)
+
+    def elsewhere(on: Bench) -> BenchResult | None:
+        return None
+
+    bench.extra_rows = [("X1", measured), ("X2", elsewhere)]
+    bench.only = {"X1", "X2"}
+
+    [result] = bench.run()
+
+    assert result.as_json()["id"] == "X1"
+    assert result.as_json()["baselines"] == {"raw": 2.0}
+    assert result.as_json()["ratios"] == {"raw": 0.5}
