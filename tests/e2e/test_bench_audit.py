@@ -25,4 +25,6 @@ def test_the_audit_bench_gives_rows_a1_and_a2_shaped_like_the_bench(tmp_path: Pa
             "ratio",
             "goal",
             "met",
+            "baselines",
+            "ratios",
         }
