@@ -8,15 +8,17 @@ acknowledged is lost and nothing is applied twice.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Final, TypeVar
 from uuid import UUID
 
-from eventsourcing.application import AggregateNotFoundError, Application
+from eventsourcing.application import AggregateNotFoundError, Application, ProcessingEvent
 from eventsourcing.domain import (
     BaseAggregate,
     ImmutableAggregateProtocol,
@@ -56,6 +58,7 @@ from runledger.domain.errors import (
     InvalidPageError,
     RunNotFoundError,
     SettingsKeptChangingError,
+    WorkflowError,
 )
 from runledger.domain.follow_ups import (
     FollowUp,
@@ -84,7 +87,7 @@ from runledger.domain.leases import (
     check_owner,
     new_token,
 )
-from runledger.domain.ports import EventStorage
+from runledger.domain.ports import EventStorage, SameCommit
 from runledger.domain.records import (
     DecisionSubmission,
     EffectRecord,
@@ -151,6 +154,7 @@ from runledger.domain.workflow_messages import (
 )
 
 Clock = Callable[[], datetime]
+SameCommitFactory = Callable[[], AbstractContextManager[SameCommit | None]]
 A = TypeVar("A", bound=BaseAggregate[UUID])
 E = TypeVar("E")
 T = TypeVar("T")
@@ -165,18 +169,40 @@ def utc_now() -> datetime:
 
 
 class UnitOfWork(Aggregates):
-    """The aggregates one attempt of a command has loaded or created, loaded at most once."""
+    """The aggregates one attempt of a command has loaded or created, loaded at most once.
 
-    def __init__(self, app: WorkflowRuns, now: datetime) -> None:
+    A ``trusting`` unit (a command's first attempt) takes an aggregate this process has seen
+    from the cache without reading the store, and assumes an aggregate it has not seen is new
+    where the command would create it (``get_or_assume_new``). Either guess, if wrong, makes
+    the save conflict on the store's unique keys; ``assumed`` tells the application that an
+    answer or an error of this attempt may rest on one, so it runs the command again, reading.
+    """
+
+    def __init__(self, app: WorkflowRuns, now: datetime, *, trusting: bool = False) -> None:
         self.app = app
         self.now = now
+        self.trusting = trusting
+        self.assumed = False
         self._aggregates: dict[UUID, BaseAggregate[UUID] | None] = {}
 
     def get(self, cls: type[A], aggregate_id: UUID) -> A | None:
         if aggregate_id not in self._aggregates:
-            self._aggregates[aggregate_id] = self.app.load(cls, aggregate_id)
+            cached = self.app.cached(aggregate_id) if self.trusting else None
+            if cached is not None:
+                self.assumed = True
+                self._aggregates[aggregate_id] = cached
+            else:
+                self._aggregates[aggregate_id] = self.app.load(cls, aggregate_id)
         aggregate = self._aggregates[aggregate_id]
         return aggregate if isinstance(aggregate, cls) else None
+
+    def get_or_assume_new(self, cls: type[A], aggregate_id: UUID) -> A | None:
+        if self.trusting and aggregate_id not in self._aggregates:
+            cached = self.app.cached(aggregate_id)
+            self.assumed = True
+            self._aggregates[aggregate_id] = cached
+            return cached if isinstance(cached, cls) else None
+        return self.get(cls, aggregate_id)
 
     def add(self, aggregate: A) -> A:
         # Re-insert so a new aggregate's events follow those of aggregates touched earlier
@@ -226,16 +252,20 @@ class WorkflowRuns(Application[UUID]):
         clock: Clock = utc_now,
         env: dict[str, str] | None = None,
         on_commit: Callable[[], None] | None = None,
+        same_commit: SameCommitFactory | None = None,
         allow_host_session_recording: bool = False,
     ) -> None:
         """``on_commit`` runs after each command that saved something (the embedded read
         models catch up there), in place of the library's private notification hook.
-        ``allow_host_session_recording`` lets session recording skip the run's write
-        authority (upstream 0.16.2: the host records after the worker's lease ended)."""
+        ``same_commit`` gives, per save, the step that writes the read models in the events'
+        transaction (or None when it cannot now). ``allow_host_session_recording`` lets
+        session recording skip the run's write authority (upstream 0.16.2: the host records
+        after the worker's lease ended)."""
         self.storage = storage
         self.allow_host_session_recording = allow_host_session_recording
         self.clock = clock
         self._on_commit = on_commit
+        self._same_commit = same_commit
         self.conflicts = 0
         """Version conflicts so far that made a command run again (a measure of contention)."""
         settings = {"AGGREGATE_CACHE_MAXSIZE": "10000"}
@@ -257,6 +287,21 @@ class WorkflowRuns(Application[UUID]):
     def construct_snapshot_store(self) -> EventStore[UUID]:
         snapshots: AggregateRecorder = self.storage.snapshots
         return EventStore(mapper=self.mapper, recorder=snapshots)
+
+    def cached(self, aggregate_id: UUID) -> BaseAggregate[UUID] | None:
+        """A copy of the aggregate as this process last saved or loaded it, without reading
+        the store; None when it is not cached."""
+        cache = self.repository.cache
+        if cache is None:
+            return None
+        try:
+            aggregate = cache.get(aggregate_id)
+        except KeyError:
+            return None
+        if not isinstance(aggregate, BaseAggregate):
+            return None
+        # Commands change what they load; the cached one must stay as it was stored.
+        return copy.deepcopy(aggregate)
 
     def load(self, cls: type[A], aggregate_id: UUID) -> A | None:
         try:
@@ -295,17 +340,30 @@ class WorkflowRuns(Application[UUID]):
         At most ``attempts`` times (default ``max_attempts``), then ``exhausted()`` is raised.
         """
         contended: list[UUID] = []
+        trusting = True
         for attempt in range(self.max_attempts if attempts is None else attempts):
             changed: list[BaseAggregate[UUID]] = []
             try:
                 with self.storage.lock_aggregates(contended):
-                    unit = UnitOfWork(self, self.now())
-                    result = command(unit)
+                    unit = UnitOfWork(self, self.now(), trusting=trusting)
+                    try:
+                        result = command(unit)
+                    except WorkflowError:
+                        if not unit.assumed:
+                            raise
+                        # The error may come from what the cache said: ask the store.
+                        trusting = False
+                        continue
                     changed = unit.changed()
+                    if not changed and unit.assumed:
+                        # An answer that writes nothing is not checked by a save's keys.
+                        trusting = False
+                        continue
                     if changed:
-                        self.save(*changed)
+                        self._save(changed)
             except IntegrityError:
                 self.conflicts += 1
+                trusting = False
                 contended = sorted({*contended, *(aggregate.id for aggregate in changed)})
                 # Jittered, so two losers on a backend without aggregate locks (SQLite) do
                 # not collide again straight away.
@@ -315,6 +373,28 @@ class WorkflowRuns(Application[UUID]):
                 self._on_commit()
             return result
         raise exhausted()
+
+    def _save(self, aggregates: Sequence[BaseAggregate[UUID]]) -> None:
+        """Insert the aggregates' new events in one transaction (with the read models where
+        ``same_commit`` gives a step), then cache the aggregates and take due snapshots.
+
+        In place of the library's ``save``: the events are mapped once, and nothing is read
+        back; the cache is updated only after the commit, so it never holds what the store
+        refused.
+        """
+        processing = ProcessingEvent[UUID]()
+        processing.collect_events(*aggregates)
+        stored = [self.mapper.to_stored_event(event) for event in processing.events]
+        if self._same_commit is None:
+            self.recorder.insert_events(stored)
+        else:
+            with self._same_commit() as step:
+                self.recorder.insert_events(stored, same_commit=step)
+        cache = self.repository.cache
+        if cache is not None:
+            for aggregate in aggregates:
+                cache.put(aggregate.id, aggregate)
+        self._take_snapshots(processing)
 
     # -- runs -----------------------------------------------------------------------------
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -33,7 +34,7 @@ from psycopg.rows import DictRow, tuple_row
 from psycopg.sql import SQL, Identifier
 
 from runledger.domain.errors import StorageUnavailableError
-from runledger.domain.ports import LogEntry
+from runledger.domain.ports import LogEntry, SameCommit
 from runledger.infrastructure.storage.base import (
     EVENTS_TABLE,
     SNAPSHOTS_TABLE,
@@ -45,6 +46,8 @@ from runledger.infrastructure.storage.base import (
     index_columns,
 )
 from runledger.infrastructure.storage.urls import REDACTED, PostgresSettings, read_postgres_url
+
+logger = logging.getLogger(__name__)
 
 LOCK_TIMEOUT_SECONDS = 5
 """How long an insert waits for the events table lock before the attempt fails (and is retried)."""
@@ -292,6 +295,13 @@ MAX_AGGREGATE_LOCKS: Final = 64
 each uses a slot of the server's shared lock table."""
 
 
+SAME_COMMIT_SAVEPOINT: Final = b"SAVEPOINT runledger_same_commit"
+SAME_COMMIT_RELEASE: Final = b"RELEASE SAVEPOINT runledger_same_commit"
+SAME_COMMIT_ROLLBACK: Final = b"ROLLBACK TO SAVEPOINT runledger_same_commit"
+
+MOVED_SQLSTATE: Final = "RLPM1"
+"""The SQLSTATE of a view store's tracking compare-and-set that found a projection moved."""
+
 SETTLE_WAIT_SECONDS: Final = 1.0
 """How long a log query waits for the writers open when it starts before it stops its page
 short, just below the first position that is not visible yet."""
@@ -385,33 +395,117 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
         self.writer_lock_key = writer_lock_key(self.channel_name)
 
     def insert_events(
-        self, stored_events: Sequence[StoredEvent], **kwargs: Any
+        self,
+        stored_events: Sequence[StoredEvent],
+        *,
+        same_commit: SameCommit | None = None,
+        **_: Any,
     ) -> Sequence[int] | None:
         if not stored_events:
             return []
         held = self.datastore.held_connection
         if held is not None:
-            return self._insert_and_commit(held, stored_events)
-        # The library's methods are typed Any through its retry decorator.
-        positions: Sequence[int] | None = super().insert_events(stored_events, **kwargs)
+            return self._record(held, stored_events, same_commit, begun=True)
+        return self._record_pooled(stored_events, same_commit)
+
+    @_retried
+    def _record_pooled(
+        self, stored_events: Sequence[StoredEvent], same_commit: SameCommit | None
+    ) -> list[int]:
+        with self.datastore.get_connection() as conn:
+            return self._record(conn, stored_events, same_commit, begun=False)
+
+    def _record(
+        self,
+        conn: Connection[DictRow],
+        stored_events: Sequence[StoredEvent],
+        same_commit: SameCommit | None,
+        *,
+        begun: bool,
+    ) -> list[int]:
+        """One transaction in two pipelined trips: the locks, NOTIFY and the insert, whose
+        positions the step needs; then the step's writes behind a savepoint, and COMMIT.
+
+        A command holding its aggregates (``PostgresStorage.lock_aggregates``) has begun the
+        transaction already; it ends here, before the application caches the aggregates, as
+        on the unheld path, and releases the locks as early as possible.
+        """
+        written = False
+        try:
+            try:
+                positions = self._insert_pipelined(conn, stored_events, begun=begun)
+            except (psycopg.IntegrityError, psycopg.errors.DeadlockDetected) as error:
+                # A deadlock needs an aggregate this attempt changed but did not hold from the
+                # start; like a version conflict, the command runs again holding it too.
+                raise IntegrityError(str(error)) from error
+            written = self._finish_pipelined(conn, stored_events, positions, same_commit)
+        except BaseException:
+            if conn.info.transaction_status in (
+                TransactionStatus.INTRANS,
+                TransactionStatus.INERROR,
+            ):
+                conn.execute("ROLLBACK")
+            if same_commit is not None:
+                same_commit.settle(False)
+            raise
+        if same_commit is not None:
+            same_commit.settle(written)
         return positions
 
-    def _insert_and_commit(
-        self, conn: Connection[DictRow], stored_events: Sequence[StoredEvent]
-    ) -> Sequence[int] | None:
-        """The insert of a command holding its aggregates (``PostgresStorage.lock_aggregates``),
-        which ends the held transaction: the commit comes before the library caches the
-        aggregates, as on the unheld path, and releases the locks as early as possible."""
-        try:
-            with conn.cursor() as curs:
+    def _insert_pipelined(
+        self, conn: Connection[DictRow], stored_events: Sequence[StoredEvent], *, begun: bool
+    ) -> list[int]:
+        failure: BaseException | None = None
+        positions: list[int] = []
+        with conn.pipeline() as pipeline, conn.cursor() as curs:
+            try:
+                if not begun:
+                    curs.execute(b"BEGIN")
                 self._insert_stored_events(curs, stored_events)
-                positions = self._fetch_ids_after_insert_events(curs, stored_events)
-            conn.execute("COMMIT")
-        except (psycopg.IntegrityError, psycopg.errors.DeadlockDetected) as error:
-            # A deadlock needs an aggregate this attempt changed but did not hold from the
-            # start; like a version conflict, the command runs again holding it too.
-            raise IntegrityError(str(error)) from error
+                pipeline.sync()
+                positions = [row["notification_id"] for row in curs.fetchall()]
+            except BaseException as error:
+                # Raised once the pipeline has ended, so psycopg does not warn about it.
+                failure = error
+        if failure is not None:
+            raise failure
         return positions
+
+    def _finish_pipelined(
+        self,
+        conn: Connection[DictRow],
+        stored_events: Sequence[StoredEvent],
+        positions: list[int],
+        same_commit: SameCommit | None,
+    ) -> bool:
+        """The step's writes and COMMIT in one trip; True if the writes committed."""
+        written = False
+        failure: psycopg.Error | None = None
+        with conn.pipeline() as pipeline, conn.cursor() as curs:
+            try:
+                if same_commit is not None:
+                    curs.execute(SAME_COMMIT_SAVEPOINT)
+                    written = same_commit.write(curs, stored_events, positions)
+                    curs.execute(SAME_COMMIT_RELEASE)
+                curs.execute(b"COMMIT")
+                pipeline.sync()
+            except psycopg.Error as error:
+                failure = error
+        if failure is None:
+            return written
+        if (
+            same_commit is None
+            or not written
+            or conn.info.transaction_status != TransactionStatus.INERROR
+        ):
+            raise failure
+        # The server refused the step (its compare-and-set found a projection moved, or a
+        # row did not fit): the events still commit, and the views catch up from the log.
+        if failure.sqlstate != MOVED_SQLSTATE:
+            logger.error("read models not written with the events (%s); they catch up", failure)
+        conn.execute(SAME_COMMIT_ROLLBACK)
+        conn.execute(b"COMMIT")
+        return False
 
     def _insert_stored_events(
         self, curs: Cursor[DictRow], stored_events: Sequence[StoredEvent], **_: Any
