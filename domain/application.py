@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar, Final, TypeVar
 from uuid import UUID
 
-from eventsourcing.application import AggregateNotFoundError, Application, ProcessingEvent
+from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.domain import (
     BaseAggregate,
     ImmutableAggregateProtocol,
@@ -382,9 +382,10 @@ class WorkflowRuns(Application[UUID]):
         back; the cache is updated only after the commit, so it never holds what the store
         refused.
         """
-        processing = ProcessingEvent[UUID]()
-        processing.collect_events(*aggregates)
-        stored = [self.mapper.to_stored_event(event) for event in processing.events]
+        # The library's ``ProcessingEvent.collect_events`` checks each object against its
+        # runtime protocols, which cost more than the rest of the collection.
+        events = [event for aggregate in aggregates for event in aggregate.collect_events()]
+        stored = [self.mapper.to_stored_event(event) for event in events]
         if self._same_commit is None:
             self.recorder.insert_events(stored)
         else:
@@ -394,7 +395,26 @@ class WorkflowRuns(Application[UUID]):
         if cache is not None:
             for aggregate in aggregates:
                 cache.put(aggregate.id, aggregate)
-        self._take_snapshots(processing)
+        self._take_due_snapshots(aggregates, events)
+
+    def _take_due_snapshots(
+        self, aggregates: Sequence[BaseAggregate[UUID]], events: Sequence[Any]
+    ) -> None:
+        """Snapshot an aggregate whose event reached its interval, from the aggregate in
+        hand when it is at that version (the library would replay it from the store)."""
+        if self.snapshots is None:
+            return
+        saved = {aggregate.id: aggregate for aggregate in aggregates}
+        for event in events:
+            aggregate = saved[event.originator_id]
+            interval = self.snapshotting_intervals.get(type(aggregate))
+            if interval is None or event.originator_version % interval:
+                continue
+            snapshot_class = getattr(type(aggregate), "Snapshot", None)
+            if snapshot_class is not None and aggregate.version == event.originator_version:
+                self.snapshots.put([snapshot_class.take(aggregate)])
+            else:
+                self.take_snapshot(event.originator_id, version=event.originator_version)
 
     # -- runs -----------------------------------------------------------------------------
 
