@@ -440,6 +440,8 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
                 raise IntegrityError(str(error)) from error
             written = self._finish_pipelined(conn, stored_events, positions, same_commit)
         except BaseException:
+            # Never back to the pool inside the transaction: it holds the writer lock, and
+            # followers wait at its positions until it ends.
             if conn.info.transaction_status in (
                 TransactionStatus.INTRANS,
                 TransactionStatus.INERROR,
@@ -455,21 +457,14 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
     def _insert_pipelined(
         self, conn: Connection[DictRow], stored_events: Sequence[StoredEvent], *, begun: bool
     ) -> list[int]:
-        failure: BaseException | None = None
-        positions: list[int] = []
+        # An error inside a pipeline surfaces at its sync; it propagates out of the pipeline
+        # block (leaving the block normally after one would raise PipelineAborted instead).
         with conn.pipeline() as pipeline, conn.cursor() as curs:
-            try:
-                if not begun:
-                    curs.execute(b"BEGIN")
-                self._insert_stored_events(curs, stored_events)
-                pipeline.sync()
-                positions = [row["notification_id"] for row in curs.fetchall()]
-            except BaseException as error:
-                # Raised once the pipeline has ended, so psycopg does not warn about it.
-                failure = error
-        if failure is not None:
-            raise failure
-        return positions
+            if not begun:
+                curs.execute(b"BEGIN")
+            self._insert_stored_events(curs, stored_events)
+            pipeline.sync()
+            return [row["notification_id"] for row in curs.fetchall()]
 
     def _finish_pipelined(
         self,
@@ -479,33 +474,29 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
         same_commit: SameCommit | None,
     ) -> bool:
         """The step's writes and COMMIT in one trip; True if the writes committed."""
-        written = False
-        failure: psycopg.Error | None = None
-        with conn.pipeline() as pipeline, conn.cursor() as curs:
-            try:
+        written = stepping = False
+        try:
+            with conn.pipeline() as pipeline, conn.cursor() as curs:
                 if same_commit is not None:
                     curs.execute(SAME_COMMIT_SAVEPOINT)
+                    # From here a server error is the step's (it may surface at any later
+                    # statement of the pipeline, even inside the step's own calls).
+                    stepping = True
                     written = same_commit.write(curs, stored_events, positions)
                     curs.execute(SAME_COMMIT_RELEASE)
                 curs.execute(b"COMMIT")
                 pipeline.sync()
-            except psycopg.Error as error:
-                failure = error
-        if failure is None:
-            return written
-        if (
-            same_commit is None
-            or not written
-            or conn.info.transaction_status != TransactionStatus.INERROR
-        ):
-            raise failure
-        # The server refused the step (its compare-and-set found a projection moved, or a
-        # row did not fit): the events still commit, and the views catch up from the log.
-        if failure.sqlstate != MOVED_SQLSTATE:
-            logger.error("read models not written with the events (%s); they catch up", failure)
-        conn.execute(SAME_COMMIT_ROLLBACK)
-        conn.execute(b"COMMIT")
-        return False
+        except psycopg.Error as failure:
+            if not stepping or conn.info.transaction_status != TransactionStatus.INERROR:
+                raise
+            # The server refused the step (its compare-and-set found a projection moved, or
+            # a row did not fit): the events still commit, and the views catch up from the log.
+            if failure.sqlstate != MOVED_SQLSTATE:
+                logger.error("read models not written with the events (%s); they catch up", failure)
+            conn.execute(SAME_COMMIT_ROLLBACK)
+            conn.execute(b"COMMIT")
+            return False
+        return written
 
     def _insert_stored_events(
         self, curs: Cursor[DictRow], stored_events: Sequence[StoredEvent], **_: Any
@@ -719,16 +710,22 @@ class PostgresStorage(RecorderBackedStorage[PostgresEventRecorder, PostgresSnaps
             for gap in [gap for gap in self._gaps if gap <= after]:
                 del self._gaps[gap]
             while True:
-                entries, blocked = self._read_to_gap(curs, after, limit)
+                entries, blocking = self._read_to_gap(curs, after, limit)
+                if blocking is not None and not self._gaps[blocking]:
+                    # No writer was open when the gap was met: it is settled, and a read made
+                    # now sees the position if a writer committed it just before. Read again,
+                    # rather than end a page short (a caller takes that for the log's end).
+                    continue
                 # Writers commit within milliseconds: waiting a moment for the open ones
                 # usually settles the gap, so a caught-up query does not stop short of it.
-                if not blocked or entries or time.monotonic() >= deadline:
+                if blocking is None or entries or time.monotonic() >= deadline:
                     return entries
                 time.sleep(0.001)
 
     def _read_to_gap(
         self, curs: Cursor[Any], after: int, limit: int
-    ) -> tuple[list[LogEntry], bool]:
+    ) -> tuple[list[LogEntry], int | None]:
+        """The entries up to the first unsettled gap, and that gap (None if none was met)."""
         settled = self._settled_gaps(curs)
         curs.execute(self._read_log_statement, (after, limit), prepare=True)
         entries: list[LogEntry] = []
@@ -739,11 +736,11 @@ class PostgresStorage(RecorderBackedStorage[PostgresEventRecorder, PostgresSnaps
                 if expected not in settled:
                     if expected not in self._gaps:
                         self._gaps[expected] = sorted(self._events.writers(curs.connection))
-                    return entries, True
+                    return entries, expected
                 expected += 1
             entries.append(LogEntry(*row))
             expected = position + 1
-        return entries, False
+        return entries, None
 
     def _settled_gaps(self, curs: Cursor[Any]) -> set[int]:
         """Gaps whose possible writers have all finished: missing for good if still missing."""

@@ -256,6 +256,8 @@ class Projector:
         self.page_size = page_size
         self.page_seconds = page_seconds
         self.runners = {p.name: ProjectionRunner(p, views, cache_rows) for p in projections}
+        self.projected_with_events = 0
+        """Saves whose read models committed in their own transaction (``pages_for``)."""
         self._lock = threading.RLock()
         for runner in self.runners.values():
             runner.start()
@@ -386,6 +388,8 @@ class Projector:
 
     def settle(self, pages: Sequence[PageCommit], *, written: bool) -> None:
         """``pages_for``'s pages committed with their events, or did not (forget them)."""
+        if written:
+            self.projected_with_events += 1
         for page in pages:
             runner = self.runners[page.projection.name]
             if written:
