@@ -37,6 +37,12 @@ class SameCommit(Protocol):
     models then catch up from the log as they would without the step.
     """
 
+    def next_position(self) -> int | None:
+        """The position the step's read models expect next (a storage that learns positions
+        only at the commit may assume its events take it and the ones after), or None when
+        it cannot write now."""
+        ...
+
     def write(
         self, cursor: Any, stored_events: Sequence[StoredEvent], positions: Sequence[int]
     ) -> bool:

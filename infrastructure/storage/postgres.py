@@ -301,6 +301,8 @@ SAME_COMMIT_ROLLBACK: Final = b"ROLLBACK TO SAVEPOINT runledger_same_commit"
 
 MOVED_SQLSTATE: Final = "RLPM1"
 """The SQLSTATE of a view store's tracking compare-and-set that found a projection moved."""
+NOT_AT_POSITIONS_SQLSTATE: Final = "RLPM2"
+"""The SQLSTATE of the check that a command's events took the positions it projected."""
 
 SETTLE_WAIT_SECONDS: Final = 1.0
 """How long a log query waits for the writers open when it starts before it stops its page
@@ -354,6 +356,18 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
                 schema=schema,
                 table=table,
             ),
+            SQL(
+                "CREATE OR REPLACE FUNCTION {schema}.runledger_check_positions"
+                "(p_positions bigint[], p_ids uuid[], p_versions bigint[]) RETURNS void "
+                "LANGUAGE plpgsql AS $$ BEGIN "
+                "IF (SELECT count(*) FROM {schema}.{table} AS e JOIN "
+                "unnest(p_positions, p_ids, p_versions) AS p(position, id, version) "
+                "ON e.position = p.position AND e.originator_id = p.id "
+                "AND e.originator_version = p.version) "
+                "<> coalesce(array_length(p_positions, 1), 0) THEN "
+                "RAISE EXCEPTION 'events are not at the expected positions' "
+                f"USING ERRCODE = '{NOT_AT_POSITIONS_SQLSTATE}'; END IF; END $$"
+            ).format(schema=schema, table=table),
         ]
         # ORDER BY the array ordinal makes identity values follow the order of the batch;
         # the alias lets the library's _fetch_ids_after_insert_events read them.
@@ -391,6 +405,15 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
         ).format(schema=schema, table=table)
         # Tables of the same name in other schemas of the database must not wake this log's
         # subscribers.
+        # The positions this transaction's events took, in the batch's order.
+        self._select_own_positions = SQL(
+            "SELECT e.position FROM unnest(%s::uuid[], %s::bigint[]) WITH ORDINALITY "
+            "AS k(id, version, n) JOIN {schema}.{table} AS e "
+            "ON e.originator_id = k.id AND e.originator_version = k.version ORDER BY k.n"
+        ).format(schema=schema, table=table)
+        self._check_positions = SQL("SELECT {schema}.runledger_check_positions(%s, %s, %s)").format(
+            schema=schema
+        )
         self.channel_name = f"{datastore.schema}.{events_table_name}"
         self.writer_lock_key = writer_lock_key(self.channel_name)
 
@@ -423,22 +446,30 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
         *,
         begun: bool,
     ) -> list[int]:
-        """One transaction in two pipelined trips: the locks, NOTIFY and the insert, whose
-        positions the step needs; then the step's writes behind a savepoint, and COMMIT.
+        """One transaction, one round trip: the locks, NOTIFY, the insert, the step's writes
+        behind a savepoint, and COMMIT go out as one pipeline.
+
+        Positions are drawn by the server, so the step writes for the positions it expects
+        (``next_position`` on): a check on the server, behind the savepoint, makes sure the
+        events took exactly those. If another writer drew one of them, or the step's
+        compare-and-set finds a projection moved, the transaction rolls back to the savepoint
+        and commits the events alone (a second trip, only then).
 
         A command holding its aggregates (``PostgresStorage.lock_aggregates``) has begun the
         transaction already; it ends here, before the application caches the aggregates, as
         on the unheld path, and releases the locks as early as possible.
         """
+        first = None if same_commit is None else same_commit.next_position()
+        expected = [] if first is None else list(range(first, first + len(stored_events)))
         written = False
         try:
             try:
-                positions = self._insert_pipelined(conn, stored_events, begun=begun)
-            except (psycopg.IntegrityError, psycopg.errors.DeadlockDetected) as error:
-                # A deadlock needs an aggregate this attempt changed but did not hold from the
-                # start; like a version conflict, the command runs again holding it too.
-                raise IntegrityError(str(error)) from error
-            written = self._finish_pipelined(conn, stored_events, positions, same_commit)
+                positions, written = self._pipelined(
+                    conn, stored_events, same_commit if expected else None, expected, begun=begun
+                )
+            except psycopg.Error as error:
+                written = False
+                positions = self._after_failure(conn, error, stored_events)
         except BaseException:
             # Never back to the pool inside the transaction: it holds the writer lock, and
             # followers wait at its positions until it ends.
@@ -454,49 +485,83 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
             same_commit.settle(written)
         return positions
 
-    def _insert_pipelined(
-        self, conn: Connection[DictRow], stored_events: Sequence[StoredEvent], *, begun: bool
-    ) -> list[int]:
-        # An error inside a pipeline surfaces at its sync; it propagates out of the pipeline
-        # block (leaving the block normally after one would raise PipelineAborted instead).
-        with conn.pipeline() as pipeline, conn.cursor() as curs:
-            if not begun:
-                curs.execute(b"BEGIN")
-            self._insert_stored_events(curs, stored_events)
-            pipeline.sync()
-            return [row["notification_id"] for row in curs.fetchall()]
-
-    def _finish_pipelined(
+    def _pipelined(
         self,
         conn: Connection[DictRow],
         stored_events: Sequence[StoredEvent],
-        positions: list[int],
-        same_commit: SameCommit | None,
-    ) -> bool:
-        """The step's writes and COMMIT in one trip; True if the writes committed."""
-        written = stepping = False
+        step: SameCommit | None,
+        expected: list[int],
+        *,
+        begun: bool,
+    ) -> tuple[list[int], bool]:
+        # No statement is prepared on the way: one queued after a failing one is skipped by
+        # the server, yet psycopg would take it as prepared ("prepared statement ... does
+        # not exist" on its next use).
+        threshold, conn.prepare_threshold = conn.prepare_threshold, None
         try:
-            with conn.pipeline() as pipeline, conn.cursor() as curs:
-                if same_commit is not None:
-                    curs.execute(SAME_COMMIT_SAVEPOINT)
-                    # From here a server error is the step's (it may surface at any later
-                    # statement of the pipeline, even inside the step's own calls).
-                    stepping = True
-                    written = same_commit.write(curs, stored_events, positions)
-                    curs.execute(SAME_COMMIT_RELEASE)
-                curs.execute(b"COMMIT")
-                pipeline.sync()
-        except psycopg.Error as failure:
-            if not stepping or conn.info.transaction_status != TransactionStatus.INERROR:
-                raise
-            # The server refused the step (its compare-and-set found a projection moved, or
-            # a row did not fit): the events still commit, and the views catch up from the log.
-            if failure.sqlstate != MOVED_SQLSTATE:
-                logger.error("read models not written with the events (%s); they catch up", failure)
-            conn.execute(SAME_COMMIT_ROLLBACK)
-            conn.execute(b"COMMIT")
-            return False
-        return written
+            return self._pipeline(conn, stored_events, step, expected, begun=begun)
+        finally:
+            conn.prepare_threshold = threshold
+
+    def _pipeline(
+        self,
+        conn: Connection[DictRow],
+        stored_events: Sequence[StoredEvent],
+        step: SameCommit | None,
+        expected: list[int],
+        *,
+        begun: bool,
+    ) -> tuple[list[int], bool]:
+        written = False
+        # An error inside a pipeline surfaces at its sync (or any statement after it); it
+        # propagates out of the pipeline block, which leaving normally would not allow.
+        with conn.pipeline() as pipeline, conn.cursor() as insert, conn.cursor() as curs:
+            if not begun:
+                curs.execute(b"BEGIN")
+            self._insert_stored_events(insert, stored_events)
+            if step is not None:
+                curs.execute(SAME_COMMIT_SAVEPOINT)
+                curs.execute(self._check_positions, (expected, *self._own_keys(stored_events)))
+                written = step.write(curs, stored_events, expected)
+                curs.execute(SAME_COMMIT_RELEASE)
+            curs.execute(b"COMMIT")
+            pipeline.sync()
+            positions = [row["notification_id"] for row in insert.fetchall()]
+        return positions, written
+
+    def _after_failure(
+        self, conn: Connection[DictRow], error: psycopg.Error, stored_events: Sequence[StoredEvent]
+    ) -> list[int]:
+        """After a failed pipeline: commit the events alone if only the step failed (its
+        savepoint exists); else roll back, and raise a conflict as ``IntegrityError``."""
+        if conn.info.transaction_status == TransactionStatus.INERROR:
+            try:
+                conn.execute(SAME_COMMIT_ROLLBACK)
+            except psycopg.Error:
+                pass  # no savepoint: the insert itself failed
+            else:
+                if error.sqlstate not in (MOVED_SQLSTATE, NOT_AT_POSITIONS_SQLSTATE):
+                    logger.error(
+                        "read models not written with the events (%s); they catch up", error
+                    )
+                with conn.cursor() as curs:
+                    curs.execute(self._select_own_positions, self._own_keys(stored_events))
+                    positions = [row["position"] for row in curs.fetchall()]
+                conn.execute(b"COMMIT")
+                return positions
+            conn.execute(b"ROLLBACK")
+        if isinstance(error, psycopg.IntegrityError | psycopg.errors.DeadlockDetected):
+            # A deadlock needs an aggregate this attempt changed but did not hold from the
+            # start; like a version conflict, the command runs again holding it too.
+            raise IntegrityError(str(error)) from error
+        raise error
+
+    @staticmethod
+    def _own_keys(stored_events: Sequence[StoredEvent]) -> tuple[list[UUID], list[int]]:
+        return (
+            [as_uuid(s.originator_id) for s in stored_events],
+            [s.originator_version for s in stored_events],
+        )
 
     def _insert_stored_events(
         self, curs: Cursor[DictRow], stored_events: Sequence[StoredEvent], **_: Any

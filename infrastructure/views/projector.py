@@ -113,6 +113,9 @@ class SameCommitViews:
         self.written = False
         self._pages: list[PageCommit] | None = None
 
+    def next_position(self) -> int | None:
+        return self.projector.next_position()
+
     def write(
         self, cursor: Any, stored_events: Sequence[StoredEvent], positions: Sequence[int]
     ) -> bool:
@@ -352,6 +355,13 @@ class Projector:
         for commit in commits:
             self.runners[commit.projection.name].committed()
         return applied
+
+    def next_position(self) -> int | None:
+        """The position after every projection's, if they are all there and none stalled."""
+        positions = {runner.position for runner in self.runners.values()}
+        if len(positions) != 1 or any(r.failure is not None for r in self.runners.values()):
+            return None
+        return positions.pop() + 1
 
     def pages_for(
         self, stored_events: Sequence[StoredEvent], positions: Sequence[int]

@@ -149,6 +149,43 @@ def test_the_events_commit_when_another_process_moved_a_view_meanwhile(
         assert digests(writer) == shown
 
 
+def test_the_events_commit_when_another_writer_took_the_positions_the_views_expected(
+    durable_url: str,
+) -> None:
+    actor = Actor("session", "session-1")
+
+    def queue(store: WorkflowStore, request_id: str) -> str:
+        return store.queue_follow_up(
+            "run-1",
+            request_id=request_id,
+            target_session_id="session-1",
+            actor=actor,
+            source=SOURCE,
+            prompt=request_id,
+        ).follow_up.follow_up_id
+
+    with (
+        open_runtime(durable_url, clock=FakeClock()) as writer,
+        open_runtime(durable_url, embedded_projections=False) as other,
+    ):
+        store = WorkflowStore(writer)
+        store.create_run("run-1", workflow_name="echo", input={})
+        store.bind_origin_session("run-1", "session-1")
+        written_before = writer.projector.projected_with_events
+        # The other host's events take the positions the writer's views expect next.
+        first = queue(WorkflowStore(other), "request-1")
+
+        second = queue(store, "request-2")
+
+        assert writer.projector.projected_with_events == written_before
+        queued = store.follow_up_queue("run-1")
+        assert queued is not None
+        assert [item.follow_up_id for item in queued.follow_ups] == [first, second]
+        shown = digests(writer)
+        writer.rebuild_projections()
+        assert digests(writer) == shown
+
+
 def _queue(run_id: str, session: str, request_id: str) -> Op:
     return {
         "op": "queue",
