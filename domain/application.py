@@ -164,6 +164,11 @@ _EVENT_ENVELOPE: Final = frozenset(
 )
 
 
+HOT_SECONDS: Final = 2.0
+"""How long after a conflict a command reads an aggregate rather than trust its cached copy."""
+MAX_HOT_AGGREGATES: Final = 1000
+
+
 def utc_now() -> datetime:
     return datetime.now(UTC)
 
@@ -172,16 +177,20 @@ class UnitOfWork(Aggregates):
     """The aggregates one attempt of a command has loaded or created, loaded at most once.
 
     A ``trusting`` unit (a command's first attempt) takes an aggregate this process has seen
-    from the cache without reading the store, and assumes an aggregate it has not seen is new
-    where the command would create it (``get_or_assume_new``). Either guess, if wrong, makes
-    the save conflict on the store's unique keys; ``assumed`` tells the application that an
-    answer or an error of this attempt may rest on one, so it runs the command again, reading.
+    from the cache without reading the store; one that may ``assume_new`` takes an aggregate
+    it has never seen as new where the command would create it (``get_or_assume_new``).
+    Either guess, if wrong, makes the save conflict on the store's unique keys; ``assumed``
+    tells the application that an answer or an error of this attempt may rest on one, so it
+    runs the command again, reading.
     """
 
-    def __init__(self, app: WorkflowRuns, now: datetime, *, trusting: bool = False) -> None:
+    def __init__(
+        self, app: WorkflowRuns, now: datetime, *, trusting: bool = False, assume_new: bool = False
+    ) -> None:
         self.app = app
         self.now = now
         self.trusting = trusting
+        self.assume_new = assume_new
         self.assumed = False
         self._aggregates: dict[UUID, BaseAggregate[UUID] | None] = {}
 
@@ -197,11 +206,14 @@ class UnitOfWork(Aggregates):
         return aggregate if isinstance(aggregate, cls) else None
 
     def get_or_assume_new(self, cls: type[A], aggregate_id: UUID) -> A | None:
-        if self.trusting and aggregate_id not in self._aggregates:
-            cached = self.app.cached(aggregate_id)
+        if (
+            self.assume_new
+            and aggregate_id not in self._aggregates
+            and not self.app.has_seen(aggregate_id)
+        ):
             self.assumed = True
-            self._aggregates[aggregate_id] = cached
-            return cached if isinstance(cached, cls) else None
+            self._aggregates[aggregate_id] = None
+            return None
         return self.get(cls, aggregate_id)
 
     def add(self, aggregate: A) -> A:
@@ -266,6 +278,7 @@ class WorkflowRuns(Application[UUID]):
         self.clock = clock
         self._on_commit = on_commit
         self._same_commit = same_commit
+        self._conflicted_at: dict[UUID, float] = {}
         self.conflicts = 0
         """Version conflicts so far that made a command run again (a measure of contention)."""
         settings = {"AGGREGATE_CACHE_MAXSIZE": "10000"}
@@ -288,11 +301,20 @@ class WorkflowRuns(Application[UUID]):
         snapshots: AggregateRecorder = self.storage.snapshots
         return EventStore(mapper=self.mapper, recorder=snapshots)
 
+    def has_seen(self, aggregate_id: UUID) -> bool:
+        """Whether the aggregate is in this process's cache (so it exists in the store)."""
+        cache = self.repository.cache
+        return cache is not None and aggregate_id in cache.cache
+
     def cached(self, aggregate_id: UUID) -> BaseAggregate[UUID] | None:
         """A copy of the aggregate as this process last saved or loaded it, without reading
-        the store; None when it is not cached."""
+        the store; None when it is not cached, or conflicted lately (other writers change
+        it, so the cached version would only cost an insert that fails)."""
         cache = self.repository.cache
         if cache is None:
+            return None
+        conflicted = self._conflicted_at.get(aggregate_id)
+        if conflicted is not None and time.monotonic() - conflicted < HOT_SECONDS:
             return None
         try:
             aggregate = cache.get(aggregate_id)
@@ -340,31 +362,40 @@ class WorkflowRuns(Application[UUID]):
         At most ``attempts`` times (default ``max_attempts``), then ``exhausted()`` is raised.
         """
         contended: list[UUID] = []
-        trusting = True
+        trusting = assume_new = True
         for attempt in range(self.max_attempts if attempts is None else attempts):
             changed: list[BaseAggregate[UUID]] = []
             try:
                 with self.storage.lock_aggregates(contended):
-                    unit = UnitOfWork(self, self.now(), trusting=trusting)
+                    unit = UnitOfWork(self, self.now(), trusting=trusting, assume_new=assume_new)
                     try:
                         result = command(unit)
                     except WorkflowError:
                         if not unit.assumed:
                             raise
                         # The error may come from what the cache said: ask the store.
-                        trusting = False
+                        trusting = assume_new = False
                         continue
                     changed = unit.changed()
                     if not changed and unit.assumed:
                         # An answer that writes nothing is not checked by a save's keys.
+                        trusting = assume_new = False
+                        continue
+                    hot = [] if contended else self._hot([a.id for a in changed])
+                    if hot:
+                        # Other writers keep changing these: an optimistic save would most
+                        # likely conflict, so run again holding them from the start instead.
+                        contended = hot
                         trusting = False
+                        changed = []
                         continue
                     if changed:
                         self._save(changed)
             except IntegrityError:
                 self.conflicts += 1
-                trusting = False
+                trusting = assume_new = False
                 contended = sorted({*contended, *(aggregate.id for aggregate in changed)})
+                self._note_conflict(contended)
                 # Jittered, so two losers on a backend without aggregate locks (SQLite) do
                 # not collide again straight away.
                 time.sleep(random.uniform(0, 0.001 * (attempt + 1)))  # noqa: S311
@@ -373,6 +404,23 @@ class WorkflowRuns(Application[UUID]):
                 self._on_commit()
             return result
         raise exhausted()
+
+    def _hot(self, aggregate_ids: Iterable[UUID]) -> list[UUID]:
+        """The aggregates among these that conflicted lately, in the fixed (sorted) order."""
+        now = time.monotonic()
+        noted = self._conflicted_at
+        return sorted(
+            i for i in aggregate_ids if (at := noted.get(i)) is not None and now - at < HOT_SECONDS
+        )
+
+    def _note_conflict(self, aggregate_ids: Iterable[UUID]) -> None:
+        now = time.monotonic()
+        if len(self._conflicted_at) > MAX_HOT_AGGREGATES:
+            # A copy (taken at once under the GIL): other threads may note conflicts meanwhile.
+            noted = dict(self._conflicted_at)
+            self._conflicted_at = {key: at for key, at in noted.items() if now - at < HOT_SECONDS}
+        for aggregate_id in aggregate_ids:
+            self._conflicted_at[aggregate_id] = now
 
     def _save(self, aggregates: Sequence[BaseAggregate[UUID]]) -> None:
         """Insert the aggregates' new events in one transaction (with the read models where

@@ -29,8 +29,9 @@ class SameCommit(Protocol):
     """Work that commits in a command's insert transaction, after its events: the read models
     of the committing process (DESIGN "Write path").
 
-    ``events.insert_events(stored, same_commit=step)`` calls ``write`` on the transaction's
-    cursor once the events' positions are known, then ``settle`` (always, once per attempt)
+    ``events.insert_events(stored, same_commit=step)`` has the step ``prepare`` for the events'
+    positions (known after the insert, or expected: ``next_position``) and ``write`` on the
+    transaction's cursor, then calls ``settle`` (always, once per attempt)
     with whether what ``write`` wrote committed with the events. The step never makes the
     events fail: when it cannot write (another writer moved the read models, a position gap)
     it writes nothing, and a database error in its writes rolls back to before them; the read
@@ -43,10 +44,13 @@ class SameCommit(Protocol):
         it cannot write now."""
         ...
 
-    def write(
-        self, cursor: Any, stored_events: Sequence[StoredEvent], positions: Sequence[int]
-    ) -> bool:
-        """Write on ``cursor``; False if it wrote nothing."""
+    def prepare(self, stored_events: Sequence[StoredEvent], positions: Sequence[int]) -> bool:
+        """Work out the writes for the events at ``positions``, before the storage's own
+        statements go out (it may read committed rows); False if there are none to make."""
+        ...
+
+    def write(self, cursor: Any) -> bool:
+        """Send the prepared writes on ``cursor``; False if it wrote nothing."""
         ...
 
     def settle(self, written: bool) -> None:

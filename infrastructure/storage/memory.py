@@ -104,7 +104,9 @@ class MemoryEventRecorder(MemoryAggregateRecorder, ApplicationRecorder):
                 if same_commit is not None and positions:
                     # Under the log's lock, so no other insert comes between the events and
                     # the views that follow them: memory's "same transaction".
-                    written = same_commit.write(None, stored_events, positions)
+                    written = same_commit.prepare(stored_events, positions) and (
+                        same_commit.write(None)
+                    )
         except BaseException:
             if same_commit is not None:
                 same_commit.settle(False)

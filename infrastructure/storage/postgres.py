@@ -459,13 +459,22 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
         transaction already; it ends here, before the application caches the aggregates, as
         on the unheld path, and releases the locks as early as possible.
         """
-        first = None if same_commit is None else same_commit.next_position()
-        expected = [] if first is None else list(range(first, first + len(stored_events)))
         written = False
         try:
+            step: SameCommit | None = None
+            first = None if same_commit is None else same_commit.next_position()
+            expected = [] if first is None else list(range(first, first + len(stored_events)))
+            # Prepared before the pipeline starts: working the rows out may read, which
+            # inside the pipeline would cost a trip each and could meet the insert's error.
+            if (
+                same_commit is not None
+                and expected
+                and same_commit.prepare(stored_events, expected)
+            ):
+                step = same_commit
             try:
                 positions, written = self._pipelined(
-                    conn, stored_events, same_commit if expected else None, expected, begun=begun
+                    conn, stored_events, step, expected, begun=begun
                 )
             except psycopg.Error as error:
                 written = False
@@ -522,7 +531,7 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
             if step is not None:
                 curs.execute(SAME_COMMIT_SAVEPOINT)
                 curs.execute(self._check_positions, (expected, *self._own_keys(stored_events)))
-                written = step.write(curs, stored_events, expected)
+                written = step.write(curs)
                 curs.execute(SAME_COMMIT_RELEASE)
             curs.execute(b"COMMIT")
             pipeline.sync()
@@ -831,9 +840,11 @@ class PostgresStorage(RecorderBackedStorage[PostgresEventRecorder, PostgresSnaps
         # insert then writes alone (see ``_insert_stored_events``).
         keys = aggregate_lock_keys(self._events.channel_name, aggregate_ids)[:MAX_AGGREGATE_LOCKS]
         with self.datastore.holding() as conn:
-            conn.execute("BEGIN")
             try:
-                conn.execute(LOCK_AGGREGATES, (keys,))
+                # One trip for both.
+                with conn.pipeline():
+                    conn.execute(b"BEGIN", prepare=False)
+                    conn.execute(LOCK_AGGREGATES, (keys,), prepare=False)
                 yield
             finally:
                 # Still open when the command saved nothing or failed before its commit.

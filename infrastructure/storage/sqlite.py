@@ -185,9 +185,11 @@ def _write_step(
     c: Any, step: SameCommit, stored_events: Sequence[StoredEvent], positions: Sequence[int]
 ) -> bool:
     """The step's writes behind a savepoint: an error in them costs the views, not the events."""
+    if not step.prepare(stored_events, positions):
+        return False
     c.execute(f"SAVEPOINT {SAME_COMMIT_SAVEPOINT}")
     try:
-        written = step.write(c, stored_events, positions)
+        written = step.write(c)
     except sqlite3.Error:
         logger.exception("read models not written with the events; they catch up from the log")
         c.execute(f"ROLLBACK TO {SAME_COMMIT_SAVEPOINT}")

@@ -116,14 +116,14 @@ class SameCommitViews:
     def next_position(self) -> int | None:
         return self.projector.next_position()
 
-    def write(
-        self, cursor: Any, stored_events: Sequence[StoredEvent], positions: Sequence[int]
-    ) -> bool:
-        pages = self.projector.pages_for(stored_events, positions)
-        if pages is None:
+    def prepare(self, stored_events: Sequence[StoredEvent], positions: Sequence[int]) -> bool:
+        self._pages = self.projector.pages_for(stored_events, positions)
+        return self._pages is not None
+
+    def write(self, cursor: Any) -> bool:
+        if self._pages is None:
             return False
-        self._pages = pages
-        return self.projector.views.write_with_events(cursor, pages)
+        return self.projector.views.write_with_events(cursor, self._pages)
 
     def settle(self, written: bool) -> None:
         pages, self._pages = self._pages, None

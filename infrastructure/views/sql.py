@@ -307,17 +307,43 @@ class SqlViewStore(ViewStore):
         moves = self._moves(pages)
         # The events' insert holds the database's write lock: positions read now stay put
         # until the commit, so checking all before moving any writes nothing on a conflict.
-        for _, name, expected in moves:
-            cursor.execute(self._tracking_statement(), (name,))
-            row = cursor.fetchone()
-            if row is None or row[2] != expected:
+        # Pages made with their events all move from one position to one other: one
+        # statement checks them and one moves them.
+        if len({(new, expected) for new, _, expected in moves}) == 1:
+            new, _, expected = moves[0]
+            names = [name for _, name, _ in moves]
+            cursor.execute(self._count_at_statement(len(names)), (expected, *names))
+            if cursor.fetchone()[0] != len(names):
                 return False
-        for new, name, expected in moves:
-            cursor.execute(self._move_statement(), (new, name, expected))
-            cursor.fetchone()
+            cursor.execute(self._move_all_statement(len(names)), (new, expected, *names))
+        else:
+            for _, name, expected in moves:
+                cursor.execute(self._tracking_statement(), (name,))
+                row = cursor.fetchone()
+                if row is None or row[2] != expected:
+                    return False
+            for new, name, expected in moves:
+                cursor.execute(self._move_statement(), (new, name, expected))
+                cursor.fetchone()
         for statement, rows in self._writes(pages):
             cursor.executemany(statement, rows)
         return True
+
+    def _count_at_statement(self, count: int) -> str:
+        mark = self.dialect.placeholder
+        names = ", ".join(mark for _ in range(count))
+        return (
+            f"SELECT COUNT(*) FROM {self._tracking_table} "
+            f"WHERE position = {mark} AND name IN ({names})"
+        )
+
+    def _move_all_statement(self, count: int) -> str:
+        mark = self.dialect.placeholder
+        names = ", ".join(mark for _ in range(count))
+        return (
+            f"UPDATE {self._tracking_table} SET position = {mark}, last_error = NULL "
+            f"WHERE position = {mark} AND name IN ({names})"
+        )
 
     def record_error(self, name: str, error: str | None) -> None:
         mark = self.dialect.placeholder
