@@ -44,6 +44,15 @@ class Aggregates(ABC):
     def get(self, cls: type[A], aggregate_id: UUID) -> A | None:
         """The aggregate with that id, or None when there is none of that class."""
 
+    def get_or_assume_new(self, cls: type[A], aggregate_id: UUID) -> A | None:
+        """The aggregate, or None; for a command that creates it when there is none.
+
+        A unit of work that trusts what it has seen may answer None for an aggregate it has
+        not seen, without reading: had it existed, the insert of its first version conflicts
+        on the store's unique key, and the command runs again, reading.
+        """
+        return self.get(cls, aggregate_id)
+
     @abstractmethod
     def add(self, aggregate: A) -> A:
         """A new aggregate, saved after those loaded or added before it."""

@@ -8,10 +8,12 @@ acknowledged is lost and nothing is applied twice.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Final, TypeVar
 from uuid import UUID
@@ -56,6 +58,7 @@ from runledger.domain.errors import (
     InvalidPageError,
     RunNotFoundError,
     SettingsKeptChangingError,
+    WorkflowError,
 )
 from runledger.domain.follow_ups import (
     FollowUp,
@@ -84,7 +87,7 @@ from runledger.domain.leases import (
     check_owner,
     new_token,
 )
-from runledger.domain.ports import EventStorage
+from runledger.domain.ports import EventStorage, SameCommit
 from runledger.domain.records import (
     DecisionSubmission,
     EffectRecord,
@@ -151,6 +154,7 @@ from runledger.domain.workflow_messages import (
 )
 
 Clock = Callable[[], datetime]
+SameCommitFactory = Callable[[], AbstractContextManager[SameCommit | None]]
 A = TypeVar("A", bound=BaseAggregate[UUID])
 E = TypeVar("E")
 T = TypeVar("T")
@@ -160,23 +164,57 @@ _EVENT_ENVELOPE: Final = frozenset(
 )
 
 
+HOT_SECONDS: Final = 2.0
+"""How long after a conflict a command reads an aggregate rather than trust its cached copy."""
+MAX_HOT_AGGREGATES: Final = 1000
+
+
 def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
 class UnitOfWork(Aggregates):
-    """The aggregates one attempt of a command has loaded or created, loaded at most once."""
+    """The aggregates one attempt of a command has loaded or created, loaded at most once.
 
-    def __init__(self, app: WorkflowRuns, now: datetime) -> None:
+    A ``trusting`` unit (a command's first attempt) takes an aggregate this process has seen
+    from the cache without reading the store; one that may ``assume_new`` takes an aggregate
+    it has never seen as new where the command would create it (``get_or_assume_new``).
+    Either guess, if wrong, makes the save conflict on the store's unique keys; ``assumed``
+    tells the application that an answer or an error of this attempt may rest on one, so it
+    runs the command again, reading.
+    """
+
+    def __init__(
+        self, app: WorkflowRuns, now: datetime, *, trusting: bool = False, assume_new: bool = False
+    ) -> None:
         self.app = app
         self.now = now
+        self.trusting = trusting
+        self.assume_new = assume_new
+        self.assumed = False
         self._aggregates: dict[UUID, BaseAggregate[UUID] | None] = {}
 
     def get(self, cls: type[A], aggregate_id: UUID) -> A | None:
         if aggregate_id not in self._aggregates:
-            self._aggregates[aggregate_id] = self.app.load(cls, aggregate_id)
+            cached = self.app.cached(aggregate_id) if self.trusting else None
+            if cached is not None:
+                self.assumed = True
+                self._aggregates[aggregate_id] = cached
+            else:
+                self._aggregates[aggregate_id] = self.app.load(cls, aggregate_id)
         aggregate = self._aggregates[aggregate_id]
         return aggregate if isinstance(aggregate, cls) else None
+
+    def get_or_assume_new(self, cls: type[A], aggregate_id: UUID) -> A | None:
+        if (
+            self.assume_new
+            and aggregate_id not in self._aggregates
+            and not self.app.has_seen(aggregate_id)
+        ):
+            self.assumed = True
+            self._aggregates[aggregate_id] = None
+            return None
+        return self.get(cls, aggregate_id)
 
     def add(self, aggregate: A) -> A:
         # Re-insert so a new aggregate's events follow those of aggregates touched earlier
@@ -226,16 +264,21 @@ class WorkflowRuns(Application[UUID]):
         clock: Clock = utc_now,
         env: dict[str, str] | None = None,
         on_commit: Callable[[], None] | None = None,
+        same_commit: SameCommitFactory | None = None,
         allow_host_session_recording: bool = False,
     ) -> None:
         """``on_commit`` runs after each command that saved something (the embedded read
         models catch up there), in place of the library's private notification hook.
-        ``allow_host_session_recording`` lets session recording skip the run's write
-        authority (upstream 0.16.2: the host records after the worker's lease ended)."""
+        ``same_commit`` gives, per save, the step that writes the read models in the events'
+        transaction (or None when it cannot now). ``allow_host_session_recording`` lets
+        session recording skip the run's write authority (upstream 0.16.2: the host records
+        after the worker's lease ended)."""
         self.storage = storage
         self.allow_host_session_recording = allow_host_session_recording
         self.clock = clock
         self._on_commit = on_commit
+        self._same_commit = same_commit
+        self._conflicted_at: dict[UUID, float] = {}
         self.conflicts = 0
         """Version conflicts so far that made a command run again (a measure of contention)."""
         settings = {"AGGREGATE_CACHE_MAXSIZE": "10000"}
@@ -257,6 +300,30 @@ class WorkflowRuns(Application[UUID]):
     def construct_snapshot_store(self) -> EventStore[UUID]:
         snapshots: AggregateRecorder = self.storage.snapshots
         return EventStore(mapper=self.mapper, recorder=snapshots)
+
+    def has_seen(self, aggregate_id: UUID) -> bool:
+        """Whether the aggregate is in this process's cache (so it exists in the store)."""
+        cache = self.repository.cache
+        return cache is not None and aggregate_id in cache.cache
+
+    def cached(self, aggregate_id: UUID) -> BaseAggregate[UUID] | None:
+        """A copy of the aggregate as this process last saved or loaded it, without reading
+        the store; None when it is not cached, or conflicted lately (other writers change
+        it, so the cached version would only cost an insert that fails)."""
+        cache = self.repository.cache
+        if cache is None:
+            return None
+        conflicted = self._conflicted_at.get(aggregate_id)
+        if conflicted is not None and time.monotonic() - conflicted < HOT_SECONDS:
+            return None
+        try:
+            aggregate = cache.get(aggregate_id)
+        except KeyError:
+            return None
+        if not isinstance(aggregate, BaseAggregate):
+            return None
+        # Commands change what they load; the cached one must stay as it was stored.
+        return copy.deepcopy(aggregate)
 
     def load(self, cls: type[A], aggregate_id: UUID) -> A | None:
         try:
@@ -295,18 +362,40 @@ class WorkflowRuns(Application[UUID]):
         At most ``attempts`` times (default ``max_attempts``), then ``exhausted()`` is raised.
         """
         contended: list[UUID] = []
+        trusting = assume_new = True
         for attempt in range(self.max_attempts if attempts is None else attempts):
             changed: list[BaseAggregate[UUID]] = []
             try:
                 with self.storage.lock_aggregates(contended):
-                    unit = UnitOfWork(self, self.now())
-                    result = command(unit)
+                    unit = UnitOfWork(self, self.now(), trusting=trusting, assume_new=assume_new)
+                    try:
+                        result = command(unit)
+                    except WorkflowError:
+                        if not unit.assumed:
+                            raise
+                        # The error may come from what the cache said: ask the store.
+                        trusting = assume_new = False
+                        continue
                     changed = unit.changed()
+                    if not changed and unit.assumed:
+                        # An answer that writes nothing is not checked by a save's keys.
+                        trusting = assume_new = False
+                        continue
+                    hot = [] if contended else self._hot([a.id for a in changed])
+                    if hot:
+                        # Other writers keep changing these: an optimistic save would most
+                        # likely conflict, so run again holding them from the start instead.
+                        contended = hot
+                        trusting = False
+                        changed = []
+                        continue
                     if changed:
-                        self.save(*changed)
+                        self._save(changed)
             except IntegrityError:
                 self.conflicts += 1
+                trusting = assume_new = False
                 contended = sorted({*contended, *(aggregate.id for aggregate in changed)})
+                self._note_conflict(contended)
                 # Jittered, so two losers on a backend without aggregate locks (SQLite) do
                 # not collide again straight away.
                 time.sleep(random.uniform(0, 0.001 * (attempt + 1)))  # noqa: S311
@@ -315,6 +404,65 @@ class WorkflowRuns(Application[UUID]):
                 self._on_commit()
             return result
         raise exhausted()
+
+    def _hot(self, aggregate_ids: Iterable[UUID]) -> list[UUID]:
+        """The aggregates among these that conflicted lately, in the fixed (sorted) order."""
+        now = time.monotonic()
+        noted = self._conflicted_at
+        return sorted(
+            i for i in aggregate_ids if (at := noted.get(i)) is not None and now - at < HOT_SECONDS
+        )
+
+    def _note_conflict(self, aggregate_ids: Iterable[UUID]) -> None:
+        now = time.monotonic()
+        if len(self._conflicted_at) > MAX_HOT_AGGREGATES:
+            # A copy (taken at once under the GIL): other threads may note conflicts meanwhile.
+            noted = dict(self._conflicted_at)
+            self._conflicted_at = {key: at for key, at in noted.items() if now - at < HOT_SECONDS}
+        for aggregate_id in aggregate_ids:
+            self._conflicted_at[aggregate_id] = now
+
+    def _save(self, aggregates: Sequence[BaseAggregate[UUID]]) -> None:
+        """Insert the aggregates' new events in one transaction (with the read models where
+        ``same_commit`` gives a step), then cache the aggregates and take due snapshots.
+
+        In place of the library's ``save``: the events are mapped once, and nothing is read
+        back; the cache is updated only after the commit, so it never holds what the store
+        refused.
+        """
+        # The library's ``ProcessingEvent.collect_events`` checks each object against its
+        # runtime protocols, which cost more than the rest of the collection.
+        events = [event for aggregate in aggregates for event in aggregate.collect_events()]
+        stored = [self.mapper.to_stored_event(event) for event in events]
+        if self._same_commit is None:
+            self.recorder.insert_events(stored)
+        else:
+            with self._same_commit() as step:
+                self.recorder.insert_events(stored, same_commit=step)
+        cache = self.repository.cache
+        if cache is not None:
+            for aggregate in aggregates:
+                cache.put(aggregate.id, aggregate)
+        self._take_due_snapshots(aggregates, events)
+
+    def _take_due_snapshots(
+        self, aggregates: Sequence[BaseAggregate[UUID]], events: Sequence[Any]
+    ) -> None:
+        """Snapshot an aggregate whose event reached its interval, from the aggregate in
+        hand when it is at that version (the library would replay it from the store)."""
+        if self.snapshots is None:
+            return
+        saved = {aggregate.id: aggregate for aggregate in aggregates}
+        for event in events:
+            aggregate = saved[event.originator_id]
+            interval = self.snapshotting_intervals.get(type(aggregate))
+            if interval is None or event.originator_version % interval:
+                continue
+            snapshot_class = getattr(type(aggregate), "Snapshot", None)
+            if snapshot_class is not None and aggregate.version == event.originator_version:
+                self.snapshots.put([snapshot_class.take(aggregate)])
+            else:
+                self.take_snapshot(event.originator_id, version=event.originator_version)
 
     # -- runs -----------------------------------------------------------------------------
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 import hashlib
 import math
 from decimal import Decimal
-from typing import Any
+from typing import Any, Final
+
+import orjson
 
 from runledger.domain.errors import (
     JsonIntegerTooLargeError,
@@ -29,14 +31,58 @@ def sha256hex(text: str | bytes) -> str:
 
 def canonical_json(value: Any) -> str:
     """Serialise a plain JSON value the way upstream's canonicalJson does."""
-    parts: list[str] = []
-    _write(value, parts)
-    return "".join(parts)
+    fast = _orjson_canonical(value)
+    return fast.decode() if fast is not None else _written(value)
 
 
 def json_digest(value: Any) -> str:
     """SHA-256 hex of the canonical JSON of ``value``."""
-    return sha256hex(canonical_json(value))
+    fast = _orjson_canonical(value)
+    return sha256hex(fast if fast is not None else _written(value))
+
+
+_JS_SAFE_INTEGER: Final = 2**53
+
+
+def _orjson_canonical(value: Any) -> bytes | None:
+    """The canonical JSON by orjson, for values where its output is byte-identical; else None.
+
+    orjson writes what JavaScript writes for text, ``null``, booleans and integers below
+    2**53, and with ``OPT_SORT_KEYS`` sorts keys by code point, which is the UTF-16 order for
+    ASCII keys. Floats (``1.0``, ``-0.0``, exponents), larger integers, non-ASCII keys and
+    anything but the exact plain types are left to ``_written``, as is a lone surrogate
+    (orjson refuses it) or nesting beyond orjson's limit.
+    """
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        kind = type(item)
+        if kind is str or kind is bool or item is None:
+            continue
+        if kind is int:
+            if -_JS_SAFE_INTEGER < item < _JS_SAFE_INTEGER:
+                continue
+            return None
+        if kind is dict:
+            for key in item:
+                if type(key) is not str or not key.isascii():
+                    return None
+            pending.extend(item.values())
+        elif kind is list or kind is tuple:
+            pending.extend(item)
+        else:
+            return None
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:
+        return None
+
+
+def _written(value: Any) -> str:
+    """The canonical JSON written out rule by rule: every value, and the reference."""
+    parts: list[str] = []
+    _write(value, parts)
+    return "".join(parts)
 
 
 def check_plain_json(value: Any) -> None:

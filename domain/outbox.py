@@ -51,7 +51,7 @@ def queue_follow_up(
     if not isinstance(run_id, str):
         raise RunMissingError(run_id)
     follow_up_id = follow_up_id_for(run_id, request_id)
-    prior = aggregates.get(FollowUp, follow_up_aggregate_id(follow_up_id))
+    prior = aggregates.get_or_assume_new(FollowUp, follow_up_aggregate_id(follow_up_id))
     if prior is not None:
         # Adoption comes before the status check: a retry after the run ended
         # still gets its original answer, whatever has happened to it since.

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 from uuid import UUID
 
-from eventsourcing.persistence import AggregateRecorder, ApplicationRecorder, Notification
+from eventsourcing.persistence import (
+    AggregateRecorder,
+    ApplicationRecorder,
+    Notification,
+    StoredEvent,
+)
 
 
 class LogEntry(NamedTuple):
@@ -20,11 +25,45 @@ class LogEntry(NamedTuple):
     state: bytes
 
 
+class SameCommit(Protocol):
+    """Work that commits in a command's insert transaction, after its events: the read models
+    of the committing process (DESIGN "Write path").
+
+    ``events.insert_events(stored, same_commit=step)`` has the step ``prepare`` for the events'
+    positions (known after the insert, or expected: ``next_position``) and ``write`` on the
+    transaction's cursor, then calls ``settle`` (always, once per attempt)
+    with whether what ``write`` wrote committed with the events. The step never makes the
+    events fail: when it cannot write (another writer moved the read models, a position gap)
+    it writes nothing, and a database error in its writes rolls back to before them; the read
+    models then catch up from the log as they would without the step.
+    """
+
+    def next_position(self) -> int | None:
+        """The position the step's read models expect next (a storage that learns positions
+        only at the commit may assume its events take it and the ones after), or None when
+        it cannot write now."""
+        ...
+
+    def prepare(self, stored_events: Sequence[StoredEvent], positions: Sequence[int]) -> bool:
+        """Work out the writes for the events at ``positions``, before the storage's own
+        statements go out (it may read committed rows); False if there are none to make."""
+        ...
+
+    def write(self, cursor: Any) -> bool:
+        """Send the prepared writes on ``cursor``; False if it wrote nothing."""
+        ...
+
+    def settle(self, written: bool) -> None:
+        """The transaction ended; ``written``: the step's writes committed with the events."""
+        ...
+
+
 class EventStorage(Protocol):
     """An event log with per-run and per-key indexes, plus a snapshot store.
 
     ``events`` stores ``domain.serialisation.LedgerStoredEvent`` rows (their ``run_id`` and
-    ``lookup_key`` are indexed); its positions are the notification ids.
+    ``lookup_key`` are indexed); its positions are the notification ids. Its
+    ``insert_events`` takes an optional ``same_commit`` step (``SameCommit``).
     """
 
     @property

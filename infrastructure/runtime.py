@@ -27,7 +27,7 @@ from runledger.domain.errors import (
 from runledger.domain.ports import EventStorage
 from runledger.domain.records import ProjectionStatus
 from runledger.infrastructure.storage.urls import redact_url
-from runledger.infrastructure.views.projector import Progress, Projector
+from runledger.infrastructure.views.projector import Progress, Projector, SameCommitViews
 from runledger.infrastructure.views.rebuild import rebuild_in_processes, split
 from runledger.infrastructure.views.store import ViewReaderBase, ViewStore
 from runledger.projections import (
@@ -134,10 +134,12 @@ class StoreRuntime(ClosedOnExit):
         self.embedded_projections = embedded_projections
         chosen = [p for p in default_projections() if projections is None or p.name in projections]
         self.projector = Projector(storage, views, chosen)
+        self._projected = threading.local()
         self.app = WorkflowRuns(
             storage,
             clock=clock,
             on_commit=self._committed if embedded_projections else None,
+            same_commit=self._same_commit if embedded_projections else None,
             allow_host_session_recording=allow_host_session_recording,
         )
         self._reader = views.reader()
@@ -174,7 +176,25 @@ class StoreRuntime(ClosedOnExit):
 
     # -- projections follow the log in-process ---------------------------------------------
 
+    @contextmanager
+    def _same_commit(self) -> Iterator[SameCommitViews | None]:
+        # Only when nobody else here is projecting: the projector stays held from the pages
+        # to the commit, and a busy one leaves the events to the catch-up after the commit.
+        if not self.projector.try_lock():
+            yield None
+            return
+        step = SameCommitViews(self.projector)
+        try:
+            yield step
+        finally:
+            self.projector.unlock()
+        self._projected.done = step.written
+
     def _committed(self) -> None:
+        if getattr(self._projected, "done", False):
+            # The read models committed with the events: this process reads its writes.
+            self._projected.done = False
+            return
         # Right after each commit: the committing thread projects it when nobody else is
         # projecting (no thread hand-over, no contention); otherwise the follower thread
         # picks it up with whatever else arrives, and a query catches up itself first.

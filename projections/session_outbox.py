@@ -167,10 +167,10 @@ def _follow_up_cancelled(event: ProjectedEvent, view: ViewWriter) -> None:
 
 
 def _message_created(event: ProjectedEvent, view: ViewWriter) -> None:
+    # No look for an existing row: a message is created once (its first version, unique in
+    # the log) and tracking gives each event to a view once, so the row cannot exist yet and
+    # the session's next order is this message's.
     message_id = event["workflow_message_id"]
-    if view.get(MESSAGES, (message_id,)) is not None:
-        # An order, once given, is never given again, even if an event were seen twice.
-        return
     session_id = event["target_session_id"]
     counter = view.get(SESSIONS, (session_id,))
     order = 1 if counter is None else counter["last_order"] + 1

@@ -19,7 +19,7 @@ from eventsourcing.persistence import (
     Subscription,
 )
 
-from runledger.domain.ports import LogEntry
+from runledger.domain.ports import LogEntry, SameCommit
 from runledger.infrastructure.storage.base import RecorderBackedStorage, as_uuid, index_columns
 
 
@@ -91,9 +91,28 @@ class MemoryEventRecorder(MemoryAggregateRecorder, ApplicationRecorder):
         self._listeners: set[Event] = set()
 
     def insert_events(
-        self, stored_events: Sequence[StoredEvent], **kwargs: Any
+        self,
+        stored_events: Sequence[StoredEvent],
+        *,
+        same_commit: SameCommit | None = None,
+        **kwargs: Any,
     ) -> Sequence[int] | None:
-        positions = super().insert_events(stored_events, **kwargs)
+        written = False
+        try:
+            with self._lock:
+                positions = super().insert_events(stored_events, **kwargs)
+                if same_commit is not None and positions:
+                    # Under the log's lock, so no other insert comes between the events and
+                    # the views that follow them: memory's "same transaction".
+                    written = same_commit.prepare(stored_events, positions) and (
+                        same_commit.write(None)
+                    )
+        except BaseException:
+            if same_commit is not None:
+                same_commit.settle(False)
+            raise
+        if same_commit is not None:
+            same_commit.settle(written)
         for listener in list(self._listeners):
             listener.set()
         return positions

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -33,7 +34,7 @@ from psycopg.rows import DictRow, tuple_row
 from psycopg.sql import SQL, Identifier
 
 from runledger.domain.errors import StorageUnavailableError
-from runledger.domain.ports import LogEntry
+from runledger.domain.ports import LogEntry, SameCommit
 from runledger.infrastructure.storage.base import (
     EVENTS_TABLE,
     SNAPSHOTS_TABLE,
@@ -45,6 +46,8 @@ from runledger.infrastructure.storage.base import (
     index_columns,
 )
 from runledger.infrastructure.storage.urls import REDACTED, PostgresSettings, read_postgres_url
+
+logger = logging.getLogger(__name__)
 
 LOCK_TIMEOUT_SECONDS = 5
 """How long an insert waits for the events table lock before the attempt fails (and is retried)."""
@@ -292,6 +295,15 @@ MAX_AGGREGATE_LOCKS: Final = 64
 each uses a slot of the server's shared lock table."""
 
 
+SAME_COMMIT_SAVEPOINT: Final = b"SAVEPOINT runledger_same_commit"
+SAME_COMMIT_RELEASE: Final = b"RELEASE SAVEPOINT runledger_same_commit"
+SAME_COMMIT_ROLLBACK: Final = b"ROLLBACK TO SAVEPOINT runledger_same_commit"
+
+MOVED_SQLSTATE: Final = "RLPM1"
+"""The SQLSTATE of a view store's tracking compare-and-set that found a projection moved."""
+NOT_AT_POSITIONS_SQLSTATE: Final = "RLPM2"
+"""The SQLSTATE of the check that a command's events took the positions it projected."""
+
 SETTLE_WAIT_SECONDS: Final = 1.0
 """How long a log query waits for the writers open when it starts before it stops its page
 short, just below the first position that is not visible yet."""
@@ -344,6 +356,18 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
                 schema=schema,
                 table=table,
             ),
+            SQL(
+                "CREATE OR REPLACE FUNCTION {schema}.runledger_check_positions"
+                "(p_positions bigint[], p_ids uuid[], p_versions bigint[]) RETURNS void "
+                "LANGUAGE plpgsql AS $$ BEGIN "
+                "IF (SELECT count(*) FROM {schema}.{table} AS e JOIN "
+                "unnest(p_positions, p_ids, p_versions) AS p(position, id, version) "
+                "ON e.position = p.position AND e.originator_id = p.id "
+                "AND e.originator_version = p.version) "
+                "<> coalesce(array_length(p_positions, 1), 0) THEN "
+                "RAISE EXCEPTION 'events are not at the expected positions' "
+                f"USING ERRCODE = '{NOT_AT_POSITIONS_SQLSTATE}'; END IF; END $$"
+            ).format(schema=schema, table=table),
         ]
         # ORDER BY the array ordinal makes identity values follow the order of the batch;
         # the alias lets the library's _fetch_ids_after_insert_events read them.
@@ -381,37 +405,172 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
         ).format(schema=schema, table=table)
         # Tables of the same name in other schemas of the database must not wake this log's
         # subscribers.
+        # The positions this transaction's events took, in the batch's order.
+        self._select_own_positions = SQL(
+            "SELECT e.position FROM unnest(%s::uuid[], %s::bigint[]) WITH ORDINALITY "
+            "AS k(id, version, n) JOIN {schema}.{table} AS e "
+            "ON e.originator_id = k.id AND e.originator_version = k.version ORDER BY k.n"
+        ).format(schema=schema, table=table)
+        self._check_positions = SQL("SELECT {schema}.runledger_check_positions(%s, %s, %s)").format(
+            schema=schema
+        )
         self.channel_name = f"{datastore.schema}.{events_table_name}"
         self.writer_lock_key = writer_lock_key(self.channel_name)
 
     def insert_events(
-        self, stored_events: Sequence[StoredEvent], **kwargs: Any
+        self,
+        stored_events: Sequence[StoredEvent],
+        *,
+        same_commit: SameCommit | None = None,
+        **_: Any,
     ) -> Sequence[int] | None:
         if not stored_events:
             return []
         held = self.datastore.held_connection
         if held is not None:
-            return self._insert_and_commit(held, stored_events)
-        # The library's methods are typed Any through its retry decorator.
-        positions: Sequence[int] | None = super().insert_events(stored_events, **kwargs)
+            return self._record(held, stored_events, same_commit, begun=True)
+        return self._record_pooled(stored_events, same_commit)
+
+    @_retried
+    def _record_pooled(
+        self, stored_events: Sequence[StoredEvent], same_commit: SameCommit | None
+    ) -> list[int]:
+        with self.datastore.get_connection() as conn:
+            return self._record(conn, stored_events, same_commit, begun=False)
+
+    def _record(
+        self,
+        conn: Connection[DictRow],
+        stored_events: Sequence[StoredEvent],
+        same_commit: SameCommit | None,
+        *,
+        begun: bool,
+    ) -> list[int]:
+        """One transaction, one round trip: the locks, NOTIFY, the insert, the step's writes
+        behind a savepoint, and COMMIT go out as one pipeline.
+
+        Positions are drawn by the server, so the step writes for the positions it expects
+        (``next_position`` on): a check on the server, behind the savepoint, makes sure the
+        events took exactly those. If another writer drew one of them, or the step's
+        compare-and-set finds a projection moved, the transaction rolls back to the savepoint
+        and commits the events alone (a second trip, only then).
+
+        A command holding its aggregates (``PostgresStorage.lock_aggregates``) has begun the
+        transaction already; it ends here, before the application caches the aggregates, as
+        on the unheld path, and releases the locks as early as possible.
+        """
+        written = False
+        try:
+            step: SameCommit | None = None
+            first = None if same_commit is None else same_commit.next_position()
+            expected = [] if first is None else list(range(first, first + len(stored_events)))
+            # Prepared before the pipeline starts: working the rows out may read, which
+            # inside the pipeline would cost a trip each and could meet the insert's error.
+            if (
+                same_commit is not None
+                and expected
+                and same_commit.prepare(stored_events, expected)
+            ):
+                step = same_commit
+            try:
+                positions, written = self._pipelined(
+                    conn, stored_events, step, expected, begun=begun
+                )
+            except psycopg.Error as error:
+                written = False
+                positions = self._after_failure(conn, error, stored_events)
+        except BaseException:
+            # Never back to the pool inside the transaction: it holds the writer lock, and
+            # followers wait at its positions until it ends.
+            if conn.info.transaction_status in (
+                TransactionStatus.INTRANS,
+                TransactionStatus.INERROR,
+            ):
+                conn.execute("ROLLBACK")
+            if same_commit is not None:
+                same_commit.settle(False)
+            raise
+        if same_commit is not None:
+            same_commit.settle(written)
         return positions
 
-    def _insert_and_commit(
-        self, conn: Connection[DictRow], stored_events: Sequence[StoredEvent]
-    ) -> Sequence[int] | None:
-        """The insert of a command holding its aggregates (``PostgresStorage.lock_aggregates``),
-        which ends the held transaction: the commit comes before the library caches the
-        aggregates, as on the unheld path, and releases the locks as early as possible."""
+    def _pipelined(
+        self,
+        conn: Connection[DictRow],
+        stored_events: Sequence[StoredEvent],
+        step: SameCommit | None,
+        expected: list[int],
+        *,
+        begun: bool,
+    ) -> tuple[list[int], bool]:
+        # No statement is prepared on the way: one queued after a failing one is skipped by
+        # the server, yet psycopg would take it as prepared ("prepared statement ... does
+        # not exist" on its next use).
+        threshold, conn.prepare_threshold = conn.prepare_threshold, None
         try:
-            with conn.cursor() as curs:
-                self._insert_stored_events(curs, stored_events)
-                positions = self._fetch_ids_after_insert_events(curs, stored_events)
-            conn.execute("COMMIT")
-        except (psycopg.IntegrityError, psycopg.errors.DeadlockDetected) as error:
+            return self._pipeline(conn, stored_events, step, expected, begun=begun)
+        finally:
+            conn.prepare_threshold = threshold
+
+    def _pipeline(
+        self,
+        conn: Connection[DictRow],
+        stored_events: Sequence[StoredEvent],
+        step: SameCommit | None,
+        expected: list[int],
+        *,
+        begun: bool,
+    ) -> tuple[list[int], bool]:
+        written = False
+        # An error inside a pipeline surfaces at its sync (or any statement after it); it
+        # propagates out of the pipeline block, which leaving normally would not allow.
+        with conn.pipeline() as pipeline, conn.cursor() as insert, conn.cursor() as curs:
+            if not begun:
+                curs.execute(b"BEGIN")
+            self._insert_stored_events(insert, stored_events)
+            if step is not None:
+                curs.execute(SAME_COMMIT_SAVEPOINT)
+                curs.execute(self._check_positions, (expected, *self._own_keys(stored_events)))
+                written = step.write(curs)
+                curs.execute(SAME_COMMIT_RELEASE)
+            curs.execute(b"COMMIT")
+            pipeline.sync()
+            positions = [row["notification_id"] for row in insert.fetchall()]
+        return positions, written
+
+    def _after_failure(
+        self, conn: Connection[DictRow], error: psycopg.Error, stored_events: Sequence[StoredEvent]
+    ) -> list[int]:
+        """After a failed pipeline: commit the events alone if only the step failed (its
+        savepoint exists); else roll back, and raise a conflict as ``IntegrityError``."""
+        if conn.info.transaction_status == TransactionStatus.INERROR:
+            try:
+                conn.execute(SAME_COMMIT_ROLLBACK)
+            except psycopg.Error:
+                pass  # no savepoint: the insert itself failed
+            else:
+                if error.sqlstate not in (MOVED_SQLSTATE, NOT_AT_POSITIONS_SQLSTATE):
+                    logger.error(
+                        "read models not written with the events (%s); they catch up", error
+                    )
+                with conn.cursor() as curs:
+                    curs.execute(self._select_own_positions, self._own_keys(stored_events))
+                    positions = [row["position"] for row in curs.fetchall()]
+                conn.execute(b"COMMIT")
+                return positions
+            conn.execute(b"ROLLBACK")
+        if isinstance(error, psycopg.IntegrityError | psycopg.errors.DeadlockDetected):
             # A deadlock needs an aggregate this attempt changed but did not hold from the
             # start; like a version conflict, the command runs again holding it too.
             raise IntegrityError(str(error)) from error
-        return positions
+        raise error
+
+    @staticmethod
+    def _own_keys(stored_events: Sequence[StoredEvent]) -> tuple[list[UUID], list[int]]:
+        return (
+            [as_uuid(s.originator_id) for s in stored_events],
+            [s.originator_version for s in stored_events],
+        )
 
     def _insert_stored_events(
         self, curs: Cursor[DictRow], stored_events: Sequence[StoredEvent], **_: Any
@@ -625,16 +784,22 @@ class PostgresStorage(RecorderBackedStorage[PostgresEventRecorder, PostgresSnaps
             for gap in [gap for gap in self._gaps if gap <= after]:
                 del self._gaps[gap]
             while True:
-                entries, blocked = self._read_to_gap(curs, after, limit)
+                entries, blocking = self._read_to_gap(curs, after, limit)
+                if blocking is not None and not self._gaps[blocking]:
+                    # No writer was open when the gap was met: it is settled, and a read made
+                    # now sees the position if a writer committed it just before. Read again,
+                    # rather than end a page short (a caller takes that for the log's end).
+                    continue
                 # Writers commit within milliseconds: waiting a moment for the open ones
                 # usually settles the gap, so a caught-up query does not stop short of it.
-                if not blocked or entries or time.monotonic() >= deadline:
+                if blocking is None or entries or time.monotonic() >= deadline:
                     return entries
                 time.sleep(0.001)
 
     def _read_to_gap(
         self, curs: Cursor[Any], after: int, limit: int
-    ) -> tuple[list[LogEntry], bool]:
+    ) -> tuple[list[LogEntry], int | None]:
+        """The entries up to the first unsettled gap, and that gap (None if none was met)."""
         settled = self._settled_gaps(curs)
         curs.execute(self._read_log_statement, (after, limit), prepare=True)
         entries: list[LogEntry] = []
@@ -645,11 +810,11 @@ class PostgresStorage(RecorderBackedStorage[PostgresEventRecorder, PostgresSnaps
                 if expected not in settled:
                     if expected not in self._gaps:
                         self._gaps[expected] = sorted(self._events.writers(curs.connection))
-                    return entries, True
+                    return entries, expected
                 expected += 1
             entries.append(LogEntry(*row))
             expected = position + 1
-        return entries, False
+        return entries, None
 
     def _settled_gaps(self, curs: Cursor[Any]) -> set[int]:
         """Gaps whose possible writers have all finished: missing for good if still missing."""
@@ -675,9 +840,11 @@ class PostgresStorage(RecorderBackedStorage[PostgresEventRecorder, PostgresSnaps
         # insert then writes alone (see ``_insert_stored_events``).
         keys = aggregate_lock_keys(self._events.channel_name, aggregate_ids)[:MAX_AGGREGATE_LOCKS]
         with self.datastore.holding() as conn:
-            conn.execute("BEGIN")
             try:
-                conn.execute(LOCK_AGGREGATES, (keys,))
+                # One trip for both.
+                with conn.pipeline():
+                    conn.execute(b"BEGIN", prepare=False)
+                    conn.execute(LOCK_AGGREGATES, (keys,), prepare=False)
                 yield
             finally:
                 # Still open when the command saved nothing or failed before its commit.

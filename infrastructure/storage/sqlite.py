@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Final
 from uuid import UUID
 
 from eventsourcing.persistence import Notification, StoredEvent
@@ -19,7 +20,7 @@ from eventsourcing.sqlite import (
     SQLiteDatastore,
 )
 
-from runledger.domain.ports import LogEntry
+from runledger.domain.ports import LogEntry, SameCommit
 from runledger.infrastructure.storage.base import (
     EVENTS_TABLE,
     SNAPSHOTS_TABLE,
@@ -30,6 +31,8 @@ from runledger.infrastructure.storage.base import (
     as_uuid,
     index_columns,
 )
+
+logger = logging.getLogger(__name__)
 
 LOCK_TIMEOUT_SECONDS = 5
 """How long a writer waits for another connection's (or process's) write lock."""
@@ -91,20 +94,36 @@ class SQLiteEventRecorder(SqlLogQueries, SQLiteApplicationRecorder):
         ]
 
     def insert_events(
-        self, stored_events: Sequence[StoredEvent], **kwargs: Any
+        self,
+        stored_events: Sequence[StoredEvent],
+        *,
+        same_commit: SameCommit | None = None,
+        **kwargs: Any,
     ) -> Sequence[int] | None:
         if not stored_events:
             return []
-        return super().insert_events(stored_events, **kwargs)
+        if same_commit is None:
+            return super().insert_events(stored_events, **kwargs)
+        written = False
+        try:
+            with self.datastore.transaction(commit=True) as c:
+                positions = self._insert_events(c, stored_events)
+                # Rowids drawn under the write lock: contiguous, and every position before
+                # them is committed, so the step may project them as the log's next ones.
+                written = _write_step(c, same_commit, stored_events, positions)
+        except BaseException:
+            same_commit.settle(False)
+            raise
+        same_commit.settle(written)
+        return positions
 
     def _insert_events(
         self, c: SQLiteCursor, stored_events: Sequence[StoredEvent], **_: Any
-    ) -> Sequence[int] | None:
-        positions: list[int] = []
+    ) -> list[int]:
+        rows = []
         for s in stored_events:
             run_id, lookup_key = index_columns(s)
-            c.execute(
-                self.insert_events_statement,
+            rows.append(
                 (
                     as_uuid(s.originator_id).hex,
                     s.originator_version,
@@ -112,10 +131,13 @@ class SQLiteEventRecorder(SqlLogQueries, SQLiteApplicationRecorder):
                     s.state,
                     run_id,
                     lookup_key,
-                ),
+                )
             )
-            positions.append(c.lastrowid)
-        return positions
+        # One statement for the batch; in one write transaction its rowids are contiguous.
+        c.executemany(self.insert_events_statement, rows)
+        c.execute("SELECT last_insert_rowid()")
+        last: int = c.fetchone()[0]
+        return list(range(last - len(rows) + 1, last + 1))
 
     def originator_ids_by_key(self, lookup_key: str) -> list[UUID]:
         """Originators with an event under ``lookup_key``, by first position."""
@@ -154,6 +176,26 @@ class SQLiteEventRecorder(SqlLogQueries, SQLiteApplicationRecorder):
                 )
                 for row in c.fetchall()
             ]
+
+
+SAME_COMMIT_SAVEPOINT: Final = "runledger_same_commit"
+
+
+def _write_step(
+    c: Any, step: SameCommit, stored_events: Sequence[StoredEvent], positions: Sequence[int]
+) -> bool:
+    """The step's writes behind a savepoint: an error in them costs the views, not the events."""
+    if not step.prepare(stored_events, positions):
+        return False
+    c.execute(f"SAVEPOINT {SAME_COMMIT_SAVEPOINT}")
+    try:
+        written = step.write(c)
+    except sqlite3.Error:
+        logger.exception("read models not written with the events; they catch up from the log")
+        c.execute(f"ROLLBACK TO {SAME_COMMIT_SAVEPOINT}")
+        written = False
+    c.execute(f"RELEASE {SAME_COMMIT_SAVEPOINT}")
+    return written
 
 
 class SQLiteSnapshotRecorder(UuidOriginatorIds, SQLiteAggregateRecorder):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from typing import Any
 
 from runledger.infrastructure.views.store import (
     EncodedRow,
@@ -50,6 +51,17 @@ class MemoryViewStore(ViewStore):
             return None if row is None else dict(row)
 
     def commit(self, pages: Sequence[PageCommit]) -> None:
+        self._commit(pages)
+
+    def write_with_events(self, cursor: Any, pages: Sequence[PageCommit]) -> bool:
+        del cursor  # the log's lock, held by the caller, is memory's transaction
+        try:
+            self._commit(pages)
+        except TrackingConflictError:
+            return False
+        return True
+
+    def _commit(self, pages: Sequence[PageCommit]) -> None:
         with self._lock:
             for page in pages:
                 state = self._tracking[page.projection.name]

@@ -19,7 +19,10 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Final
+from typing import Any, Final
+
+import orjson
+from eventsourcing.persistence import StoredEvent
 
 from runledger.domain.errors import (
     CorruptEventError,
@@ -81,6 +84,52 @@ class _PageWriter:
             }
             for name, changes in self.changes.items()
         }
+
+
+def _just_inserted(stored: StoredEvent, position: int) -> ProjectedEvent:
+    """A stored event this process built and inserted, as the projections see it.
+
+    Its payload is parsed as the log holds it, so the rows are exactly those a follower
+    reading the log projects; the catalogue checks of ``projected`` are skipped, since the
+    mapper made this payload from a valid event a moment ago.
+    """
+    data = orjson.loads(stored.state)
+    data.pop("class_version", None)
+    return ProjectedEvent(
+        position=position,
+        wire_name=stored.topic,
+        aggregate_id=stored.originator_id,
+        version=stored.originator_version,
+        data=data,
+    )
+
+
+class SameCommitViews:
+    """The ``SameCommit`` step of a process that projects: the pages of its events' read
+    models, written in the events' transaction. Used while its projector is held."""
+
+    def __init__(self, projector: Projector) -> None:
+        self.projector = projector
+        self.written = False
+        self._pages: list[PageCommit] | None = None
+
+    def next_position(self) -> int | None:
+        return self.projector.next_position()
+
+    def prepare(self, stored_events: Sequence[StoredEvent], positions: Sequence[int]) -> bool:
+        self._pages = self.projector.pages_for(stored_events, positions)
+        return self._pages is not None
+
+    def write(self, cursor: Any) -> bool:
+        if self._pages is None:
+            return False
+        return self.projector.views.write_with_events(cursor, self._pages)
+
+    def settle(self, written: bool) -> None:
+        pages, self._pages = self._pages, None
+        if pages is not None:
+            self.projector.settle(pages, written=written)
+        self.written = written
 
 
 class ProjectionRunner:
@@ -210,6 +259,8 @@ class Projector:
         self.page_size = page_size
         self.page_seconds = page_seconds
         self.runners = {p.name: ProjectionRunner(p, views, cache_rows) for p in projections}
+        self.projected_with_events = 0
+        """Saves whose read models committed in their own transaction (``pages_for``)."""
         self._lock = threading.RLock()
         for runner in self.runners.values():
             runner.start()
@@ -304,6 +355,57 @@ class Projector:
         for commit in commits:
             self.runners[commit.projection.name].committed()
         return applied
+
+    def next_position(self) -> int | None:
+        """The position after every projection's, if they are all there and none stalled."""
+        positions = {runner.position for runner in self.runners.values()}
+        if len(positions) != 1 or any(r.failure is not None for r in self.runners.values()):
+            return None
+        return positions.pop() + 1
+
+    def pages_for(
+        self, stored_events: Sequence[StoredEvent], positions: Sequence[int]
+    ) -> list[PageCommit] | None:
+        """The page of every projection for events just inserted at ``positions``, projected
+        from the events in memory (the caller holds this projector); None when they cannot
+        be projected now.
+
+        Only if every projection is exactly at the position before the first one and the
+        positions are contiguous: then no other writer's event lies between or before them
+        unprojected (on PostgreSQL a foreign position in the range, committed or not, breaks
+        contiguity), so tracking may move past them with the gap-safe follower's guarantee.
+        """
+        first = positions[0]
+        if positions[-1] - first + 1 != len(positions):
+            return None
+        runners = list(self.runners.values())
+        if any(runner.failure is not None or runner.position != first - 1 for runner in runners):
+            return None
+        events = [_just_inserted(s, p) for s, p in zip(stored_events, positions, strict=True)]
+        for runner in runners:
+            runner.begin_page()
+        try:
+            for event in events:
+                for runner in runners:
+                    runner.apply(event)
+        except Exception:
+            # A projection that fails here fails the same way in the catch-up that follows,
+            # which records the stall where every process sees it; the events commit alone.
+            for runner in runners:
+                runner.abandon(first - 1)
+            return None
+        return [commit for runner in runners if (commit := runner.end_page()) is not None]
+
+    def settle(self, pages: Sequence[PageCommit], *, written: bool) -> None:
+        """``pages_for``'s pages committed with their events, or did not (forget them)."""
+        if written:
+            self.projected_with_events += 1
+        for page in pages:
+            runner = self.runners[page.projection.name]
+            if written:
+                runner.committed()
+            else:
+                runner.abandon(page.expected_position)
 
     def try_lock(self) -> bool:
         """Take this projector if nobody is projecting (pair with ``unlock``)."""

@@ -22,6 +22,7 @@ from eventsourcing.persistence import PersistenceError
 from eventsourcing.postgres import PostgresDatastore
 from psycopg.rows import tuple_row
 
+from runledger.infrastructure.storage.postgres import MOVED_SQLSTATE
 from runledger.infrastructure.storage.sqlite import create_private_file
 from runledger.infrastructure.views.store import (
     EncodedRow,
@@ -302,6 +303,48 @@ class SqlViewStore(ViewStore):
             for statement, rows in self._writes(pages):
                 cursor.executemany(statement, rows)
 
+    def write_with_events(self, cursor: Any, pages: Sequence[PageCommit]) -> bool:
+        moves = self._moves(pages)
+        # The events' insert holds the database's write lock: positions read now stay put
+        # until the commit, so checking all before moving any writes nothing on a conflict.
+        # Pages made with their events all move from one position to one other: one
+        # statement checks them and one moves them.
+        if len({(new, expected) for new, _, expected in moves}) == 1:
+            new, _, expected = moves[0]
+            names = [name for _, name, _ in moves]
+            cursor.execute(self._count_at_statement(len(names)), (expected, *names))
+            if cursor.fetchone()[0] != len(names):
+                return False
+            cursor.execute(self._move_all_statement(len(names)), (new, expected, *names))
+        else:
+            for _, name, expected in moves:
+                cursor.execute(self._tracking_statement(), (name,))
+                row = cursor.fetchone()
+                if row is None or row[2] != expected:
+                    return False
+            for new, name, expected in moves:
+                cursor.execute(self._move_statement(), (new, name, expected))
+                cursor.fetchone()
+        for statement, rows in self._writes(pages):
+            cursor.executemany(statement, rows)
+        return True
+
+    def _count_at_statement(self, count: int) -> str:
+        mark = self.dialect.placeholder
+        names = ", ".join(mark for _ in range(count))
+        return (
+            f"SELECT COUNT(*) FROM {self._tracking_table} "
+            f"WHERE position = {mark} AND name IN ({names})"
+        )
+
+    def _move_all_statement(self, count: int) -> str:
+        mark = self.dialect.placeholder
+        names = ", ".join(mark for _ in range(count))
+        return (
+            f"UPDATE {self._tracking_table} SET position = {mark}, last_error = NULL "
+            f"WHERE position = {mark} AND name IN ({names})"
+        )
+
     def record_error(self, name: str, error: str | None) -> None:
         mark = self.dialect.placeholder
         with self._transaction() as cursor:
@@ -395,9 +438,6 @@ class SQLiteViewStore(SqlViewStore):
         self._local = threading.local()
 
 
-MOVED_SQLSTATE: Final = "RLPM1"
-
-
 def _moved_projection(error: BaseException) -> str | None:
     """The projection named by our 'position moved' error, or None for any other error."""
     cause = error.__cause__ or error.__context__
@@ -415,6 +455,7 @@ class PostgresViewStore(SqlViewStore):
         self.datastore = datastore
         self.dialect = postgres_dialect(datastore.schema)
         self._move_function = f"{_quote(datastore.schema)}.runledger_move_projections"
+        self._move_call = f"SELECT {self._move_function}(%s, %s, %s)".encode()
         super().__init__()
         with self._transaction() as cursor:
             self._before_ddl(cursor)
@@ -470,14 +511,6 @@ class PostgresViewStore(SqlViewStore):
         The tracking compare-and-set is a function that raises when a position moved, so a
         conflict aborts the transaction on the server and the COMMIT rolls it back.
         """
-        moves = self._moves(pages)
-        writes = self._writes(pages)
-        move = f"SELECT {self._move_function}(%s, %s, %s)".encode()
-        names, expected_positions, new_positions = (
-            [name for _, name, _ in moves],
-            [expected for _, _, expected in moves],
-            [new for new, _, _ in moves],
-        )
         try:
             with (
                 self.datastore.get_connection() as connection,
@@ -488,13 +521,27 @@ class PostgresViewStore(SqlViewStore):
                 # Views are rebuilt from the log, and a page's tracking commits with its rows:
                 # a page lost in a crash is projected again, so no need to wait for the disk.
                 cursor.execute(b"SET LOCAL synchronous_commit = off")
-                if moves:
-                    cursor.execute(move, (names, expected_positions, new_positions))
-                for statement, rows in writes:
-                    cursor.executemany(statement.encode(), rows)
+                self.write_with_events(cursor, pages)
         except PersistenceError as error:
             moved = _moved_projection(error)
             if moved is None:
                 raise
-            expected = next(expected for _, name, expected in moves if name == moved)
+            expected = next(
+                page.expected_position for page in pages if page.projection.name == moved
+            )
             raise self._conflict(moved, expected) from error
+
+    def write_with_events(self, cursor: Any, pages: Sequence[PageCommit]) -> bool:
+        moves = self._moves(pages)
+        if moves:
+            cursor.execute(
+                self._move_call,
+                (
+                    [name for _, name, _ in moves],
+                    [expected for _, _, expected in moves],
+                    [new for new, _, _ in moves],
+                ),
+            )
+        for statement, rows in self._writes(pages):
+            cursor.executemany(statement.encode(), rows)
+        return True

@@ -113,6 +113,16 @@ class ViewStore(ABC):
         TrackingConflictError (and write nothing) if any projection moved meanwhile."""
 
     @abstractmethod
+    def write_with_events(self, cursor: Any, pages: Sequence[PageCommit]) -> bool:
+        """Move the pages' positions and write their rows on ``cursor``, in the transaction
+        that inserts the events they project (the storage commits it; memory passes None).
+
+        False when a projection moved meanwhile, having written nothing; on PostgreSQL the
+        compare-and-set runs on the server and fails the statement instead (see
+        ``SameCommit``: the storage then commits the events without the views).
+        """
+
+    @abstractmethod
     def record_error(self, name: str, error: str | None) -> None:
         """Note why a projection stopped (None clears it), keeping its position."""
 

@@ -1,0 +1,238 @@
+"""Read models written in the command's own transaction (DESIGN "Write path").
+
+The committing process projects its new events in memory and commits the rows and tracking
+with them. These tests pin that this path leaves exactly the rows the log-following path
+(catch-up, worker, rebuild) gives for the same history, on memory, a SQLite file and
+PostgreSQL; that the events still commit when the views cannot be written with them; and
+that concurrent writer processes, each projecting its own commands, end with the views the
+log gives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runledger.domain.ids import follow_up_id_for, follow_up_message_id
+from runledger.domain.values import Actor
+from runledger.infrastructure.runtime import StoreRuntime, default_projections, open_runtime
+from runledger.infrastructure.store import WorkflowStore
+from runledger.infrastructure.views.digest import view_digest
+from tests.support.clock import FakeClock
+from tests.support.postgres import DatabasePool
+from tests.support.workers import Op, Outcome, Round, run_race
+
+SOURCE = "workflow-tool"
+
+
+def play_history(store: WorkflowStore, *, runs: int = 3, follow_ups: int = 6) -> None:
+    """Runs that queue, deliver, remove and end (a failure cancels what is queued), one with a
+    continuation child: every read model gets rows that later events change."""
+    for index in range(runs):
+        run_id = f"run-{index}"
+        session = f"session-{index % 2}"
+        actor = Actor("session", session)
+        store.create_run(run_id, workflow_name="echo", input={"index": index})
+        store.bind_origin_session(run_id, session)
+        store.record_progress(run_id, status="running", current_node="step")
+        store.set_presentation_instructions(run_id, f"Present run {index}.")
+        ids = [
+            store.queue_follow_up(
+                run_id,
+                request_id=f"request-{number}",
+                target_session_id=session,
+                actor=actor,
+                source=SOURCE,
+                prompt=f"Task {number} of run {index}",
+            ).follow_up.follow_up_id
+            for number in range(follow_ups)
+        ]
+        message_id = follow_up_message_id(ids[0])
+        store.report_branch(session, [(message_id, f"entry-{index}")], allowed_ids=[message_id])
+        store.remove_follow_up(run_id, ids[1], actor=actor, source=SOURCE)
+        # A retried request is adopted, and writes nothing.
+        store.queue_follow_up(
+            run_id,
+            request_id="request-2",
+            target_session_id=session,
+            actor=actor,
+            source=SOURCE,
+            prompt=f"Task 2 of run {index}",
+        )
+        if index % 2:
+            store.finish_run(run_id, status="failed", error=f"boom {index}")
+        else:
+            store.finish_run(run_id, status="completed", final_output={"answer": index})
+    store.create_run("run-child", workflow_name="echo", input={}, parent_run_id="run-0")
+
+
+def digests(runtime: StoreRuntime) -> dict[str, str]:
+    reader = runtime.views.reader()
+    return {p.name: view_digest(p, reader) for p in default_projections()}
+
+
+def test_views_written_with_the_commands_equal_a_rebuild_from_the_log(
+    runtime: StoreRuntime, store: WorkflowStore
+) -> None:
+    play_history(store)
+
+    assert runtime.projector.projected_with_events > 0, "no command wrote its read models"
+    written_with_commands = digests(runtime)
+    runtime.rebuild_projections()
+
+    assert digests(runtime) == written_with_commands
+
+
+@pytest.fixture
+def second_url(durable_url: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
+    """Another new, empty store on the backend of ``durable_url``."""
+    if durable_url.startswith("sqlite:///"):
+        yield f"sqlite:///{tmp_path / 'second.db'}"
+        return
+    databases: DatabasePool = request.getfixturevalue("postgres_databases")
+    with databases.lend() as url:
+        yield url
+
+
+def test_views_written_with_the_commands_equal_those_a_worker_projects(
+    durable_url: str, second_url: str
+) -> None:
+    with open_runtime(durable_url, clock=FakeClock()) as embedded:
+        play_history(WorkflowStore(embedded))
+        assert embedded.projector.projected_with_events > 0
+        written_with_commands = digests(embedded)
+    # The same history, committed by a host that does not project, then projected by a
+    # worker following the log.
+    with open_runtime(second_url, clock=FakeClock(), embedded_projections=False) as host:
+        play_history(WorkflowStore(host))
+        assert host.projector.projected_with_events == 0
+    with open_runtime(second_url, embedded_projections=False) as worker:
+        worker.catch_up()
+        assert digests(worker) == written_with_commands
+
+
+def test_the_events_commit_when_another_process_moved_a_view_meanwhile(
+    durable_url: str,
+) -> None:
+    actor = Actor("session", "session-1")
+    with (
+        open_runtime(durable_url, clock=FakeClock()) as writer,
+        open_runtime(durable_url, embedded_projections=False) as other,
+    ):
+        store = WorkflowStore(writer)
+        store.create_run("run-1", workflow_name="echo", input={})
+        store.bind_origin_session("run-1", "session-1")
+        written_before = writer.projector.projected_with_events
+        # Another process starts the queue view over: the writer's next compare-and-set on
+        # its tracking position fails, inside the command's transaction.
+        queue_view = other.projector.runner("follow_up_queue").projection
+        other.views.reset(queue_view)
+
+        queued = store.queue_follow_up(
+            "run-1",
+            request_id="request-1",
+            target_session_id="session-1",
+            actor=actor,
+            source=SOURCE,
+            prompt="Still recorded",
+        )
+
+        assert writer.projector.projected_with_events == written_before
+        assert store.get_follow_up(queued.follow_up.follow_up_id) is not None
+        queue = store.follow_up_queue("run-1")
+        assert queue is not None
+        assert [item.follow_up_id for item in queue.follow_ups] == [queued.follow_up.follow_up_id]
+        shown = digests(writer)
+        writer.rebuild_projections()
+        assert digests(writer) == shown
+
+
+def test_the_events_commit_when_another_writer_took_the_positions_the_views_expected(
+    durable_url: str,
+) -> None:
+    actor = Actor("session", "session-1")
+
+    def queue(store: WorkflowStore, request_id: str) -> str:
+        return store.queue_follow_up(
+            "run-1",
+            request_id=request_id,
+            target_session_id="session-1",
+            actor=actor,
+            source=SOURCE,
+            prompt=request_id,
+        ).follow_up.follow_up_id
+
+    with (
+        open_runtime(durable_url, clock=FakeClock()) as writer,
+        open_runtime(durable_url, embedded_projections=False) as other,
+    ):
+        store = WorkflowStore(writer)
+        store.create_run("run-1", workflow_name="echo", input={})
+        store.bind_origin_session("run-1", "session-1")
+        written_before = writer.projector.projected_with_events
+        # The other host's events take the positions the writer's views expect next.
+        first = queue(WorkflowStore(other), "request-1")
+
+        second = queue(store, "request-2")
+
+        assert writer.projector.projected_with_events == written_before
+        queued = store.follow_up_queue("run-1")
+        assert queued is not None
+        assert [item.follow_up_id for item in queued.follow_ups] == [first, second]
+        shown = digests(writer)
+        writer.rebuild_projections()
+        assert digests(writer) == shown
+
+
+def _queue(run_id: str, session: str, request_id: str) -> Op:
+    return {
+        "op": "queue",
+        "run_id": run_id,
+        "request_id": request_id,
+        "target_session_id": session,
+        "actor": {"type": "session", "id": session},
+        "source": SOURCE,
+        "prompt": f"{request_id} on {run_id}",
+    }
+
+
+def _failures(outcomes: list[Outcome]) -> list[str]:
+    return [o.describe() for o in outcomes if not o.ok]
+
+
+def test_concurrent_writer_processes_leave_the_views_the_log_gives(durable_url: str) -> None:
+    workers, per_worker = 3, 12
+    with open_runtime(durable_url) as setup:
+        store = WorkflowStore(setup)
+        for run_id in ["shared", *(f"own-{w}" for w in range(workers))]:
+            store.create_run(run_id, workflow_name="echo", input={})
+            store.bind_origin_session(run_id, "session-1")
+    # Each process alternates its own run and the shared one, so its commands project in
+    # its transaction while the others' commits interleave (gaps, moved positions).
+    plan: Round = [
+        [
+            _queue("shared" if i % 2 else f"own-{worker}", "session-1", f"w{worker}-{i}")
+            for i in range(per_worker)
+        ]
+        for worker in range(workers)
+    ]
+
+    race = run_race(durable_url, [plan])
+
+    outcomes = race.round(0)
+    assert not _failures(outcomes), "\n".join(_failures(outcomes))
+    with open_runtime(durable_url) as observer:
+        store = WorkflowStore(observer)
+        for outcome in outcomes:
+            run_id, request_id = outcome.op["run_id"], outcome.op["request_id"]
+            assert store.get_follow_up(follow_up_id_for(run_id, request_id)) is not None
+        shared = store.follow_up_queue("shared")
+        assert shared is not None
+        assert [item.order for item in shared.follow_ups] == list(
+            range(1, workers * per_worker // 2 + 1)
+        )
+        projected = digests(observer)
+        observer.rebuild_projections()
+        assert digests(observer) == projected
