@@ -22,6 +22,17 @@ from runledger.infrastructure.store import WorkflowStore, open_store
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NAMES = ["follow_up_queue", "runs", "session_outbox", "settings", "terminal_data", "viewer_deltas"]
 SESSION = "session-1"
+STATUS_KEYS = {
+    "name",
+    "version",
+    "position",
+    "lag",
+    "active_version",
+    "building_version",
+    "building_position",
+    "last_error",
+}
+"""The keys of each object of ``projections status --json`` (README, "Projections")."""
 
 
 @dataclass(frozen=True)
@@ -115,9 +126,10 @@ def test_status_json_is_exactly_a_list_of_status_objects(
     assert isinstance(statuses, list)
     assert sorted(status["name"] for status in statuses) == NAMES
     for status in statuses:
-        assert set(status) == {"name", "version", "position", "lag", "last_error"}, status
+        assert set(status) == STATUS_KEYS, status
         assert isinstance(status["version"], int)
         assert (status["position"], status["lag"], status["last_error"]) == (head, 0, None)
+        assert (status["active_version"], status["building_version"]) == (status["version"], None)
 
 
 def test_status_json_shows_the_lag_of_projections_nobody_ran(tmp_path: Path) -> None:

@@ -196,6 +196,7 @@ GENERAL: Final[dict[str, Any]] = {
     "update_type": "progress",
     "data": {"done": 1},
     "root_run_id": None,
+    "as_of": None,
 }
 """A baseline for every argument name of the public surface (a new one must be added here)."""
 
