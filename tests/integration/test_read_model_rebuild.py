@@ -423,6 +423,37 @@ def test_a_sqlite_file_and_postgresql_give_the_same_query_results(
     assert_same_results(sqlite, postgresql, ("SQLite", "PostgreSQL"))
 
 
+def rich_digests(built: Built) -> dict[str, str]:
+    return {name: built.store.read_model_digest(name) for name in PROJECTIONS}
+
+
+def test_memory_and_a_sqlite_file_give_the_same_digests(
+    rich_stores: RichStores, request: pytest.FixtureRequest
+) -> None:
+    memory = rich_stores.get("memory", request)
+    sqlite = rich_stores.get("sqlite", request)
+
+    assert rich_digests(memory) == rich_digests(sqlite)
+
+
+@pytest.mark.postgres
+def test_a_sqlite_file_and_postgresql_give_the_same_digests(
+    rich_stores: RichStores, request: pytest.FixtureRequest
+) -> None:
+    sqlite = rich_stores.get("sqlite", request)
+    postgresql = rich_stores.get("postgresql", request)
+
+    assert rich_digests(sqlite) == rich_digests(postgresql)
+
+
+def test_a_rebuild_of_the_rich_scenario_keeps_every_digest(rich: Built) -> None:
+    before = rich_digests(rich)
+
+    rich.runtime.rebuild_projections()
+
+    assert rich_digests(rich) == before
+
+
 # -- I2, I4: viewer deltas over hundreds of events -----------------------------------------------
 
 
