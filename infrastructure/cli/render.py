@@ -320,9 +320,15 @@ def row_difference_lines(differences: Sequence[RowDifference]) -> list[str]:
     """Each differing row: table, key, live row and rebuilt row, one line each."""
     lines = []
     for difference in differences:
+        live, rebuilt = difference.live, difference.rebuilt
+        if live is not None and rebuilt is not None:
+            # Only the columns that differ: a row can be wider than any terminal.
+            columns = [name for name in rebuilt if live.get(name) != rebuilt.get(name)]
+            live = {name: live.get(name) for name in columns}
+            rebuilt = {name: rebuilt[name] for name in columns}
         lines.append(f"  {difference.table} {canonical_json(difference.key)}")
-        lines.append(f"    live:    {clip(_row_text(difference.live), 160)}")
-        lines.append(f"    rebuilt: {clip(_row_text(difference.rebuilt), 160)}")
+        lines.append(f"    live:    {clip(_row_text(live), 200)}")
+        lines.append(f"    rebuilt: {clip(_row_text(rebuilt), 200)}")
     return lines
 
 
