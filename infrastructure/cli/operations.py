@@ -114,7 +114,7 @@ def print_rebuild(
             changed = [d for d in outcome.tables if d.added or d.removed or d.changed]
             if changed:
                 out.print(table_diff_table(changed, title=f"{outcome.name}: rows changed"))
-        if outcome.compared == "digest" and not outcome.equal:
+        if outcome.compared == "rows" and not outcome.equal:
             for line in row_difference_lines(outcome.first_differences):
                 out.print(line, markup=False)
 

@@ -338,8 +338,8 @@ def _row_text(row: dict[str, Any] | None) -> str:
 
 def build_outcome_text(outcome: BuildOutcome) -> str:
     """One projection's rebuild in a sentence: compared how, switched or not, dropped what."""
-    if outcome.compared == "digest":
-        found = "digest equal" if outcome.equal else "DIFFERS from the live version"
+    if outcome.compared == "rows":
+        found = "rows equal" if outcome.equal else "DIFFERS from the live version"
         compared = f"{found} at position {outcome.position}"
     elif outcome.compared == "summary":
         compared = (

@@ -5,9 +5,10 @@ so only one build of a projection runs at a time, across processes and hosts), r
 log into a new building slot beside the active one (live pages keep going to the active
 slot meanwhile), catches up to the head, and compares:
 
-- same version as the active slot: both are brought to one log position and their digests
-  must match before the switch (a live slot that stalled is not compared: the rebuild is
-  its repair); a difference names the first differing rows and switches only on ``accept``;
+- same version as the active slot: both are brought to one log position and their rows (what
+  the digest covers) must be equal before the switch (a live slot that stalled is not
+  compared: the rebuild is its repair); a difference names the first differing rows and
+  switches only on ``accept``;
 - another version: a row-level summary (added, removed, changed per table) is reported, and
   the switch needs ``accept``.
 
@@ -24,20 +25,23 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Final
 
+import orjson
+
 from runledger.domain.errors import ProjectionBuildLockedError, ProjectionVersionError
 from runledger.domain.ports import EventStorage
 from runledger.infrastructure.views.compare import (
-    Dump,
     RowDifference,
+    RowHashes,
     TableDiff,
     differences,
     dump,
     dump_digest,
+    hash_summary,
     raw_summary,
+    row_hashes,
     summary,
 )
 from runledger.infrastructure.views.projector import (
-    DEFAULT_CACHE_ROWS,
     DEFAULT_PAGE_SECONDS,
     DEFAULT_PAGE_SIZE,
     Progress,
@@ -48,11 +52,14 @@ from runledger.infrastructure.views.projector import (
 from runledger.infrastructure.views.replay import replay
 from runledger.infrastructure.views.sql import lock_owner
 from runledger.infrastructure.views.store import TrackingConflictError, TrackingState, ViewStore
-from runledger.projections.base import Projection
+from runledger.projections.base import Projection, Table
 
 DEFAULT_LEASE_SECONDS: Final = 60.0
 """How long a build's lock holds without a renewal; a build renews it every few pages."""
 LOCK_POLL_SECONDS: Final = 0.2
+FIRST_DIFFERENCES: Final = 5
+BUILD_CACHE_ROWS: Final = 20_000
+"""Rows a build keeps decoded: a model's rows can be kilobytes each (viewer deltas)."""
 
 
 @dataclass(frozen=True)
@@ -69,12 +76,13 @@ class BuildOutcome:
     """The log position the two copies were compared at (the build's, for another version)."""
     live_position: int | None
     compared: str
-    """``digest`` (same version), ``summary`` (another version) or ``skipped`` (live stalled)."""
+    """``rows`` (same version), ``summary`` (another version) or ``skipped`` (live stalled)."""
     equal: bool
     switched: bool
     dropped: list[int] = field(default_factory=list)
     live_digest: str | None = None
     rebuilt_digest: str | None = None
+    """Left out (None) by rebuilds, which compare the rows themselves; ``verify`` gives them."""
     first_differences: list[RowDifference] = field(default_factory=list)
     tables: list[TableDiff] = field(default_factory=list)
 
@@ -206,6 +214,23 @@ class Builds:
         finally:
             lock.release()
 
+    def plain_rebuild(self, names: Sequence[str]) -> int:
+        """Replay the log into new slots beside the active ones, then drop them: a rebuild's
+        bare cost, nothing compared or switched (benchmarks set blue/green against it)."""
+        projections = [self.projector.runner(name).projection for name in names]
+        lock = _Lock(self.views, names, self.lease_seconds)
+        lock.take(wait=False)
+        try:
+            runners = [self._begin(projection, restart=True) for projection in projections]
+            read = self._run(runners, until=None, progress=lambda _: lock.renew())
+            for runner in runners:
+                self.views.create_indexes(runner.projection, _slot(runner))
+            for runner in runners:
+                self.views.drop_slot(_slot(runner))
+            return read
+        finally:
+            lock.release()
+
     def upgrade(self, *, wait: bool = True) -> list[BuildOutcome]:
         """Build and switch every projection whose active slot holds an older version."""
         names = [
@@ -221,7 +246,7 @@ class Builds:
 
     def _begin(self, projection: Projection, *, restart: bool) -> ProjectionRunner:
         slot = self.views.begin_build(projection, restart=restart)
-        runner = ProjectionRunner(projection, self.views, DEFAULT_CACHE_ROWS, slot=slot)
+        runner = ProjectionRunner(projection, self.views, BUILD_CACHE_ROWS, slot=slot)
         # A fresh slot is empty: until its cache overflows, a miss means "no row".
         runner.authoritative = slot.position == 0
         return runner
@@ -256,8 +281,8 @@ class Builds:
             self.projector.catch_up([projection.name])
         with self.views.consistent():
             active = self.views.registry(projection.name).active
-            live_rows = (
-                dump(projection, self.views.reader({projection.name: active}))
+            live_hashes = (
+                self._hashes(projection, active)
                 if active is not None and active.version == projection.version
                 else None
             )
@@ -265,8 +290,9 @@ class Builds:
         if active is not None and active.position > building.position:
             self._run([runner], until=active.position, progress=None)
             building = _slot(runner)
-        rebuilt_rows = dump(projection, self.views.reader({projection.name: building}))
-        outcome = self._compare(projection, active, building, live_rows, rebuilt_rows, read)
+        with self.views.consistent():
+            rebuilt_hashes = self._hashes(projection, building)
+        outcome = self._compare(projection, active, building, live_hashes, rebuilt_hashes, read)
         if not (outcome.equal or outcome.compared == "skipped" or accept):
             return outcome
         self.views.switch(projection, building)
@@ -278,16 +304,21 @@ class Builds:
                 dropped.append(retired.slot)
         return replace(outcome, switched=True, dropped=dropped)
 
+    def _hashes(self, projection: Projection, slot: TrackingState) -> dict[str, RowHashes]:
+        return {
+            table.name: row_hashes(table, self.views.stream_rows(table, slot))
+            for table in projection.tables
+        }
+
     def _compare(
         self,
         projection: Projection,
         active: TrackingState | None,
         building: TrackingState,
-        live_rows: Dump | None,
-        rebuilt_rows: Dump,
+        live_hashes: dict[str, RowHashes] | None,
+        rebuilt_hashes: dict[str, RowHashes],
         read: int,
     ) -> BuildOutcome:
-        rebuilt_digest = dump_digest(projection, rebuilt_rows)
         common: dict[str, Any] = {
             "name": projection.name,
             "version": projection.version,
@@ -297,26 +328,50 @@ class Builds:
             "position": building.position,
             "live_position": None if active is None else active.position,
             "switched": False,
-            "rebuilt_digest": rebuilt_digest,
         }
-        if active is None or (live_rows is not None and active.last_error is not None):
+        if active is None or (live_hashes is not None and active.last_error is not None):
             return BuildOutcome(compared="skipped", equal=False, **common)
-        if live_rows is not None:
-            live_digest = dump_digest(projection, live_rows)
+        if live_hashes is None:
             return BuildOutcome(
-                compared="digest",
-                equal=live_digest == rebuilt_digest and active.position == building.position,
-                live_digest=live_digest,
-                first_differences=differences(live_rows, rebuilt_rows),
-                tables=summary(live_rows, rebuilt_rows),
+                compared="summary",
+                equal=False,
+                tables=self._version_summary(projection, active, building),
                 **common,
             )
+        # Equal rows are what equal digests mean: the rows as stored are compared by a hash
+        # each (a row may be kilobytes of JSON), and only differing ones are read again.
+        tables: list[TableDiff] = []
+        differing: list[tuple[Table, bytes]] = []
+        for table in projection.tables:
+            diff, keys = hash_summary(
+                table.name, live_hashes[table.name], rebuilt_hashes[table.name]
+            )
+            tables.append(diff)
+            differing.extend((table, key) for key in keys[: FIRST_DIFFERENCES - len(differing)])
+        equal = not any(d.added or d.removed or d.changed for d in tables)
         return BuildOutcome(
-            compared="summary",
-            equal=False,
-            tables=self._version_summary(projection, active, building),
+            compared="rows",
+            equal=equal and active.position == building.position,
+            first_differences=[
+                self._difference(projection, table, key, active, building)
+                for table, key in differing
+            ],
+            tables=tables,
             **common,
         )
+
+    def _difference(
+        self,
+        projection: Projection,
+        table: Table,
+        key: bytes,
+        active: TrackingState,
+        building: TrackingState,
+    ) -> RowDifference:
+        values = tuple(orjson.loads(key))
+        live = self.views.reader({projection.name: active}).get(table, values)
+        rebuilt = self.views.reader({projection.name: building}).get(table, values)
+        return RowDifference(table.name, list(values), live, rebuilt)
 
     def _version_summary(
         self, projection: Projection, active: TrackingState, building: TrackingState
@@ -345,12 +400,14 @@ class Builds:
         scratch = replay(self.storage, [projection], until=active.position, progress=progress)
         rebuilt_rows = dump(projection, scratch)
         live_digest = dump_digest(projection, live_rows)
-        rebuilt_digest = dump_digest(projection, rebuilt_rows)
+        # Equal rows give equal digests: the canonical JSON of one copy is enough then.
+        equal = live_rows == rebuilt_rows
+        rebuilt_digest = live_digest if equal else dump_digest(projection, rebuilt_rows)
         return VerifyOutcome(
             name=name,
             version=projection.version,
             position=active.position,
-            equal=live_digest == rebuilt_digest,
+            equal=equal,
             live_digest=live_digest,
             rebuilt_digest=rebuilt_digest,
             first_differences=differences(live_rows, rebuilt_rows),

@@ -9,7 +9,8 @@ changed per table.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +19,7 @@ import orjson
 from runledger.domain.canonical import canonical_json
 from runledger.infrastructure.views.digest import digest_rows
 from runledger.infrastructure.views.store import EncodedRow
-from runledger.projections.base import Projection, Row, ViewReader
+from runledger.projections.base import Projection, Row, Table, ViewReader
 
 Dump = dict[str, dict[str, Row]]
 """Table name -> canonical JSON of the primary key -> the decoded row."""
@@ -79,6 +80,29 @@ def _key(text: str) -> list[Any]:
     return value
 
 
+RowHashes = dict[bytes, bytes]
+"""The orjson text of a row's primary key -> a hash of the row as stored."""
+
+
+def row_hashes(table: Table, rows: Iterable[tuple[Any, ...]]) -> RowHashes:
+    """A hash per row, by key: what two copies of one version on one backend compare by,
+    without holding their rows (a row may be kilobytes of JSON, its hash is 16 bytes)."""
+    positions = [table.column_names.index(name) for name in table.key]
+    hashes: RowHashes = {}
+    for row in rows:
+        key = orjson.dumps([row[index] for index in positions])
+        hashes[key] = hashlib.blake2b(orjson.dumps(row), digest_size=16).digest()
+    return hashes
+
+
+def hash_summary(table: str, live: RowHashes, rebuilt: RowHashes) -> tuple[TableDiff, list[bytes]]:
+    """Added, removed and changed rows of one table, and the differing keys (sorted)."""
+    differing = sorted(
+        key for key in live.keys() | rebuilt.keys() if live.get(key) != rebuilt.get(key)
+    )
+    return _count(table, live, rebuilt), differing
+
+
 def summary(live: Dump, rebuilt: Dump) -> list[TableDiff]:
     """Added, removed and changed rows per table, between two dumps of one version."""
     return [
@@ -115,7 +139,7 @@ def _keyed(rows: Sequence[EncodedRow], columns: Sequence[str]) -> dict[str, Enco
     return {canonical_json([row.get(column) for column in columns]): row for row in rows}
 
 
-def _count(table: str, before: Mapping[str, Any], after: Mapping[str, Any]) -> TableDiff:
+def _count(table: str, before: Mapping[Any, Any], after: Mapping[Any, Any]) -> TableDiff:
     added = sum(1 for key in after if key not in before)
     removed = sum(1 for key in before if key not in after)
     changed = sum(1 for key in after if key in before and before[key] != after[key])

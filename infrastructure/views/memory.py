@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
+from typing import Any
 
 from runledger.infrastructure.views.store import (
     EncodedRow,
@@ -111,6 +112,9 @@ class MemoryViewStore(ViewStore):
     def drop_slot(self, slot: TrackingState) -> None:
         with self._lock:
             self._slots.pop((slot.name, slot.slot), None)
+            entry = self._registry.get(slot.name)
+            if entry is not None and entry.building == slot.slot:
+                entry.building = None
             for name in slot.tables:
                 self._tables.pop(self.physical_name(name, slot), None)
 
@@ -179,6 +183,12 @@ class MemoryViewStore(ViewStore):
 
     def consistent(self) -> AbstractContextManager[None]:
         return self._lock  # type: ignore[return-value]
+
+    def stream_rows(self, table: Table, slot: TrackingState) -> Iterator[tuple[Any, ...]]:
+        with self._lock:
+            rows = list(self._tables.get(self.physical_name(table, slot), {}).values())
+        for row in rows:
+            yield tuple(row[name] for name in table.column_names)
 
     def raw_rows(self, name: str, slot: TrackingState) -> list[EncodedRow] | None:
         with self._lock:

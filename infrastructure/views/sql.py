@@ -51,6 +51,7 @@ REGISTRY_TABLE: Final = "runledger_view_registry"
 SLOTS_TABLE: Final = "runledger_view_slots"
 LEGACY_TRACKING_TABLE: Final = "runledger_projections"
 """Where views were tracked before slots: its rows are adopted as slot 0 on first open."""
+STREAM_BATCH: Final = 2000
 MAX_IDENTIFIER: Final = 63
 """PostgreSQL cuts longer names, so a longer index name is shortened with a hash of it."""
 
@@ -489,6 +490,11 @@ class SqlViewStore(ViewStore):
             f"DELETE FROM {self._slots_table} WHERE name = {mark} AND slot = {mark}",
             (slot.name, slot.slot),
         )
+        cursor.execute(
+            f"UPDATE {self._registry_table} SET building_slot = NULL "
+            f"WHERE name = {mark} AND building_slot = {mark}",
+            (slot.name, slot.slot),
+        )
 
     def drop_slot(self, slot: TrackingState) -> None:
         with self._transaction() as cursor:
@@ -627,6 +633,10 @@ class SqlViewStore(ViewStore):
     def reader(self, slots: Mapping[str, TrackingState] | None = None) -> ViewReaderBase:
         return _SqlReader(self, slots or {})
 
+    def _select_all(self, table: Table, slot: TrackingState) -> str:
+        columns = ", ".join(_quote(name) for name in table.column_names)
+        return f"SELECT {columns} FROM {self.dialect.table(self.physical_name(table, slot))}"
+
     def raw_rows(self, name: str, slot: TrackingState) -> list[EncodedRow] | None:
         physical = self.physical_name(name, slot)
         if self._kind(None, physical) != "table":
@@ -750,6 +760,11 @@ class SQLiteViewStore(SqlViewStore):
         finally:
             connection.execute("COMMIT")
 
+    def stream_rows(self, table: Table, slot: TrackingState) -> Iterator[tuple[Any, ...]]:
+        cursor = self._connection().execute(self._select_all(table, slot))
+        while batch := cursor.fetchmany(STREAM_BATCH):
+            yield from batch
+
     def _kind(self, cursor: _Cursor | None, name: str) -> str | None:
         statement = "SELECT type FROM sqlite_master WHERE name = ?"
         rows = (
@@ -851,6 +866,18 @@ class PostgresViewStore(SqlViewStore):
                 yield
             finally:
                 self._pinned.connection = None
+
+    def stream_rows(self, table: Table, slot: TrackingState) -> Iterator[tuple[Any, ...]]:
+        pinned: psycopg.Connection[Any] | None = getattr(self._pinned, "connection", None)
+        if pinned is None:
+            with self.consistent():
+                yield from self.stream_rows(table, slot)
+            return
+        # A server-side cursor: a big table is never held in this process all at once.
+        with pinned.cursor(name="runledger_stream_rows", row_factory=tuple_row) as cursor:
+            cursor.itersize = STREAM_BATCH
+            cursor.execute(self._select_all(table, slot).encode())
+            yield from cursor
 
     def _kind(self, cursor: _Cursor | None, name: str) -> str | None:
         statement = (

@@ -17,7 +17,7 @@ and lease), so two builds of one projection never run at once, across processes 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -211,6 +211,11 @@ class ViewStore(ABC):
     @abstractmethod
     def reader(self, slots: Mapping[str, TrackingState] | None = None) -> ViewReaderBase:
         """Read access to committed rows: of the active slots, or of the given ones by name."""
+
+    @abstractmethod
+    def stream_rows(self, table: Table, slot: TrackingState) -> Iterator[tuple[Any, ...]]:
+        """Every row of the slot's table as stored, values in column order, a batch at a
+        time (inside ``consistent`` on the snapshot's connection)."""
 
     @abstractmethod
     def raw_rows(self, name: str, slot: TrackingState) -> list[EncodedRow] | None:

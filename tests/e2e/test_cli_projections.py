@@ -281,7 +281,7 @@ def test_rebuild_json_has_exactly_its_documented_keys(sqlite_url: str, tmp_path:
     assert sorted(item["name"] for item in document["projections"]) == NAMES
     for item in document["projections"]:
         assert set(item) == OUTCOME_KEYS, item
-        assert (item["compared"], item["equal"], item["switched"]) == ("digest", True, True)
+        assert (item["compared"], item["equal"], item["switched"]) == ("rows", True, True)
     assert "rebuilding" not in outcome.stderr, "--json prints no progress"
 
 
