@@ -25,18 +25,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Final
 
-import orjson
-
 from runledger.domain.errors import ProjectionBuildLockedError, ProjectionVersionError
 from runledger.domain.ports import EventStorage
 from runledger.infrastructure.views.compare import (
     RowDifference,
     RowHashes,
     TableDiff,
+    compare_hashes,
     differences,
     dump,
     dump_digest,
-    hash_summary,
+    keys_of,
     raw_summary,
     row_hashes,
     summary,
@@ -290,9 +289,7 @@ class Builds:
         if active is not None and active.position > building.position:
             self._run([runner], until=active.position, progress=None)
             building = _slot(runner)
-        with self.views.consistent():
-            rebuilt_hashes = self._hashes(projection, building)
-        outcome = self._compare(projection, active, building, live_hashes, rebuilt_hashes, read)
+        outcome = self._compare(projection, active, building, live_hashes, read)
         if not (outcome.equal or outcome.compared == "skipped" or accept):
             return outcome
         self.views.switch(projection, building)
@@ -316,7 +313,6 @@ class Builds:
         active: TrackingState | None,
         building: TrackingState,
         live_hashes: dict[str, RowHashes] | None,
-        rebuilt_hashes: dict[str, RowHashes],
         read: int,
     ) -> BuildOutcome:
         common: dict[str, Any] = {
@@ -341,12 +337,21 @@ class Builds:
         # Equal rows are what equal digests mean: the rows as stored are compared by a hash
         # each (a row may be kilobytes of JSON), and only differing ones are read again.
         tables: list[TableDiff] = []
-        differing: list[tuple[Table, bytes]] = []
+        differing: list[tuple[Table, list[Any]]] = []
         for table in projection.tables:
-            diff, keys = hash_summary(
-                table.name, live_hashes[table.name], rebuilt_hashes[table.name]
-            )
-            tables.append(diff)
+            with self.views.consistent():
+                compared = compare_hashes(
+                    table,
+                    live_hashes[table.name],
+                    self.views.stream_rows(table, building),
+                    limit=FIRST_DIFFERENCES,
+                )
+            tables.append(compared.diff)
+            keys = compared.differing
+            if compared.removed and len(keys) < FIRST_DIFFERENCES:
+                with self.views.consistent():
+                    rows = self.views.stream_rows(table, active)
+                    keys += keys_of(table, rows, compared.removed, FIRST_DIFFERENCES - len(keys))
             differing.extend((table, key) for key in keys[: FIRST_DIFFERENCES - len(differing)])
         equal = not any(d.added or d.removed or d.changed for d in tables)
         return BuildOutcome(
@@ -364,11 +369,11 @@ class Builds:
         self,
         projection: Projection,
         table: Table,
-        key: bytes,
+        key: list[Any],
         active: TrackingState,
         building: TrackingState,
     ) -> RowDifference:
-        values = tuple(orjson.loads(key))
+        values = tuple(key)
         live = self.views.reader({projection.name: active}).get(table, values)
         rebuilt = self.views.reader({projection.name: building}).get(table, values)
         return RowDifference(table.name, list(values), live, rebuilt)

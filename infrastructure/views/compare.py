@@ -80,27 +80,69 @@ def _key(text: str) -> list[Any]:
     return value
 
 
-RowHashes = dict[bytes, bytes]
-"""The orjson text of a row's primary key -> a hash of the row as stored."""
+RowHashes = dict[int, int]
+"""A 64-bit hash of a row's primary key -> a 64-bit hash of the row as stored."""
+
+
+def _hash(values: Any) -> int:
+    return int.from_bytes(hashlib.blake2b(orjson.dumps(values), digest_size=8).digest(), "big")
+
+
+def _key_positions(table: Table) -> list[int]:
+    return [table.column_names.index(name) for name in table.key]
 
 
 def row_hashes(table: Table, rows: Iterable[tuple[Any, ...]]) -> RowHashes:
-    """A hash per row, by key: what two copies of one version on one backend compare by,
-    without holding their rows (a row may be kilobytes of JSON, its hash is 16 bytes)."""
-    positions = [table.column_names.index(name) for name in table.key]
-    hashes: RowHashes = {}
+    """A hash per row, by a hash of its key: what two copies of one version on one backend
+    compare by, without holding their rows (a row may be kilobytes of JSON)."""
+    positions = _key_positions(table)
+    return {_hash([row[index] for index in positions]): _hash(row) for row in rows}
+
+
+@dataclass
+class HashComparison:
+    """One table's rows compared with the hashes of the live copy."""
+
+    diff: TableDiff
+    differing: list[list[Any]]
+    """Keys of rows the rebuilt copy adds or changes (at most ``limit``)."""
+    removed: set[int]
+    """Key hashes of live rows the rebuilt copy lacks."""
+
+
+def compare_hashes(
+    table: Table, live: RowHashes, rebuilt: Iterable[tuple[Any, ...]], *, limit: int
+) -> HashComparison:
+    """Stream the rebuilt copy's rows past the live hashes (which it consumes)."""
+    positions = _key_positions(table)
+    added = changed = 0
+    differing: list[list[Any]] = []
+    for row in rebuilt:
+        key = [row[index] for index in positions]
+        found = live.pop(_hash(key), None)
+        if found == _hash(row):
+            continue
+        if found is None:
+            added += 1
+        else:
+            changed += 1
+        if len(differing) < limit:
+            differing.append(key)
+    return HashComparison(TableDiff(table.name, added, len(live), changed), differing, set(live))
+
+
+def keys_of(
+    table: Table, rows: Iterable[tuple[Any, ...]], hashes: set[int], limit: int
+) -> list[list[Any]]:
+    """The keys of up to ``limit`` rows whose key hash is in ``hashes``."""
+    positions = _key_positions(table)
+    found: list[list[Any]] = []
+    # Read to the end: a statement left half-read would hold the snapshot's transaction.
     for row in rows:
-        key = orjson.dumps([row[index] for index in positions])
-        hashes[key] = hashlib.blake2b(orjson.dumps(row), digest_size=16).digest()
-    return hashes
-
-
-def hash_summary(table: str, live: RowHashes, rebuilt: RowHashes) -> tuple[TableDiff, list[bytes]]:
-    """Added, removed and changed rows of one table, and the differing keys (sorted)."""
-    differing = sorted(
-        key for key in live.keys() | rebuilt.keys() if live.get(key) != rebuilt.get(key)
-    )
-    return _count(table, live, rebuilt), differing
+        key = [row[index] for index in positions]
+        if len(found) < limit and _hash(key) in hashes:
+            found.append(key)
+    return found
 
 
 def summary(live: Dump, rebuilt: Dump) -> list[TableDiff]:
