@@ -185,16 +185,20 @@ class Builds:
         wait: bool = False,
         progress: Progress | None = None,
         on_page: Callable[[], None] | None = None,
+        only_outdated: bool = False,
     ) -> list[BuildOutcome]:
         """Build, compare and (when allowed) switch each named projection, together.
 
         ``on_page`` runs after every committed page of the build (the tests stop a build
         half-way through with it).
         """
-        projections = [self.projector.runner(name).projection for name in names]
         lock = _Lock(self.views, names, self.lease_seconds)
         lock.take(wait=wait)
         try:
+            projections = [self.projector.runner(name).projection for name in names]
+            if only_outdated:
+                # Another process may have built this version while we waited for the lock.
+                projections = [p for p in projections if self._outdated(p)]
             runners = [self._begin(projection, restart=restart) for projection in projections]
 
             def paged(count: int) -> None:
@@ -212,6 +216,10 @@ class Builds:
             ]
         finally:
             lock.release()
+
+    def _outdated(self, projection: Projection) -> bool:
+        active = self.views.registry(projection.name).active
+        return active is None or active.version < projection.version
 
     def plain_rebuild(self, names: Sequence[str]) -> int:
         """Replay the log into new slots beside the active ones, then drop them: a rebuild's
@@ -239,7 +247,7 @@ class Builds:
         ]
         if not names:
             return []
-        outcomes = self.rebuild(names, accept=True, wait=wait)
+        outcomes = self.rebuild(names, accept=True, wait=wait, only_outdated=True)
         self.projector.reload(names)
         return outcomes
 
