@@ -310,7 +310,7 @@ class WorkflowStore(ClosedOnExit):
             return self._runtime.projection_names()
 
     def projection_status(self) -> list[ProjectionStatus]:
-        """Each projection's name, version, position, lag behind the log and last error."""
+        """Each projection's version, position, lag, active and building version, last error."""
         with self._runtime.running():
             return self._runtime.projection_status()
 
