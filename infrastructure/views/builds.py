@@ -57,7 +57,7 @@ DEFAULT_LEASE_SECONDS: Final = 60.0
 """How long a build's lock holds without a renewal; a build renews it every few pages."""
 LOCK_POLL_SECONDS: Final = 0.2
 FIRST_DIFFERENCES: Final = 5
-BUILD_CACHE_ROWS: Final = 20_000
+BUILD_CACHE_ROWS: Final = 2_000
 """Rows a build keeps decoded: a model's rows can be kilobytes each (viewer deltas)."""
 
 
