@@ -592,6 +592,30 @@ class RebuildFailedError(WorkflowError):
     template = "Rebuilding the projections failed: {}"
 
 
+class ProjectionBuildLockedError(WorkflowError):
+    code = "projection.build-locked"
+    template = "Projection {} is being rebuilt by {}; only one build of a projection runs at a time"
+    retryable = True
+
+
+class ProjectionVersionError(WorkflowError):
+    code = "projection.other-version"
+    template = (
+        "Projection {} is at version {} in the store, this code reads version {}: "
+        "run `runledger projections rebuild {}` with the code of the version wanted"
+    )
+
+
+class InvalidAsOfError(WorkflowError):
+    code = "query.invalid-as-of"
+    template = "Read-model position as_of must be a non-negative integer or None"
+
+
+class AsOfBeyondLogError(WorkflowError):
+    code = "query.as-of-beyond-log"
+    template = "Read-model position as_of {} is beyond the end of the log ({})"
+
+
 class UnknownRunCursorError(WorkflowError):
     code = "query.unknown-run-cursor"
     template = "Workflow runs page cursor names an unknown run: {}"

@@ -214,12 +214,19 @@ class LoggedEvent(Record):
 
 
 class ProjectionStatus(Record):
-    """A projection's name, version, position and lag behind the log."""
+    """A projection's code version, its active slot's position and lag, and its versions."""
 
     name: str
     version: int
+    """The version this code builds."""
     position: int
+    """The active slot's log position."""
     lag: int
+    active_version: int | None = None
+    """The version answering queries (None before the first build)."""
+    building_version: int | None = None
+    """The version a blue/green rebuild is building beside it, if any."""
+    building_position: int | None = None
     last_error: str | None = None
 
 

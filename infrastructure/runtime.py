@@ -21,14 +21,23 @@ from runledger.domain.application import Clock, WorkflowRuns, utc_now
 from runledger.domain.errors import (
     InvalidStoreUrlError,
     ProjectionStalledError,
+    ProjectionVersionError,
     StoreClosedError,
     WorkflowError,
 )
 from runledger.domain.ports import EventStorage
 from runledger.domain.records import ProjectionStatus
 from runledger.infrastructure.storage.urls import redact_url
-from runledger.infrastructure.views.projector import Progress, Projector, SameCommitViews
+from runledger.infrastructure.views.builds import BuildOutcome, Builds, VerifyOutcome
+from runledger.infrastructure.views.digest import view_digest
+from runledger.infrastructure.views.projector import (
+    Progress,
+    ProjectionRunner,
+    Projector,
+    SameCommitViews,
+)
 from runledger.infrastructure.views.rebuild import rebuild_in_processes, split
+from runledger.infrastructure.views.replay import check_as_of, replay
 from runledger.infrastructure.views.store import ViewReaderBase, ViewStore
 from runledger.projections import (
     follow_up_queue,
@@ -135,6 +144,7 @@ class StoreRuntime(ClosedOnExit):
         chosen = [p for p in default_projections() if projections is None or p.name in projections]
         self.projector = Projector(storage, views, chosen)
         self._projected = threading.local()
+        self.builds = Builds(storage, views, self.projector)
         self.app = WorkflowRuns(
             storage,
             clock=clock,
@@ -151,6 +161,10 @@ class StoreRuntime(ClosedOnExit):
         self._views_listeners: list[Callable[[], None]] = []
         self._told_head = 0
         if embedded_projections:
+            # A projection whose code is newer than its active slot is built beside it
+            # (blue/green) before this store answers from it; other processes keep reading
+            # the old slot meanwhile.
+            self.builds.upgrade()
             self.catch_up()
             self._follower = threading.Thread(
                 target=self._follow, name="runledger-projections", daemon=True
@@ -268,16 +282,40 @@ class StoreRuntime(ClosedOnExit):
                 # A listener's fault must not look like a failed command that has committed.
                 logger.exception("views listener failed")
 
-    def reader(self, name: str) -> ViewReaderBase:
-        """The views, once projection ``name`` has what this process wrote (read-your-writes)."""
+    def reader(self, name: str, *, as_of: int | None = None) -> ViewReaderBase:
+        """The views, once projection ``name`` has what this process wrote (read-your-writes);
+        with ``as_of``, a scratch replay of the log up to that position instead."""
+        runner = self.projector.runner(name)
+        if as_of is not None:
+            position = check_as_of(as_of, self.storage.max_position())
+            return replay(self.storage, [runner.projection], until=position)
         if self.embedded_projections:
             self.catch_up()
         else:
             self.projector.recheck_failures([name])
-        runner = self.projector.runner(name)
-        if runner.failure is not None:
-            raise ProjectionStalledError(name, runner.failure)
+        self._check_current(runner)
         return self._reader
+
+    @staticmethod
+    def _check_current(runner: ProjectionRunner) -> None:
+        if runner.outdated is not None:
+            projection = runner.projection
+            raise ProjectionVersionError(
+                runner.name, runner.outdated.version, projection.version, runner.name
+            )
+        if runner.failure is not None:
+            raise ProjectionStalledError(runner.name, runner.failure)
+
+    def read_model_digest(self, name: str, *, as_of: int | None = None) -> str:
+        """The digest of the read model: live (once current), or as of a log position."""
+        runner = self.projector.runner(name)
+        if as_of is not None:
+            return view_digest(runner.projection, self.reader(name, as_of=as_of))
+        if self.embedded_projections:
+            self.catch_up()
+        self._check_current(runner)
+        with self.views.consistent():
+            return view_digest(runner.projection, self.views.reader())
 
     # -- operations -------------------------------------------------------------------------
 
@@ -286,26 +324,40 @@ class StoreRuntime(ClosedOnExit):
         return list(self.projector.runners)
 
     def projection_status(self) -> list[ProjectionStatus]:
-        """Each projection's name, version, position, lag behind the log and last error."""
+        """Each projection's name, version, position and lag of its active slot, the active
+        and building versions, and the last error."""
         if self.embedded_projections:
             self.catch_up()
         head = self.storage.max_position()
-        known = set(self.projector.runners)
-        return [
-            ProjectionStatus(
-                name=state.name,
-                version=state.version,
-                position=state.position,
-                lag=max(0, head - state.position),
-                last_error=state.last_error,
+        statuses = []
+        for name, runner in self.projector.runners.items():
+            registry = self.views.registry(name)
+            active, building = registry.active, registry.building
+            position = 0 if active is None else active.position
+            error = None if active is None else active.last_error
+            if runner.outdated is not None and error is None:
+                error = ProjectionVersionError(
+                    name, runner.outdated.version, runner.projection.version, name
+                ).message
+            statuses.append(
+                ProjectionStatus(
+                    name=name,
+                    version=runner.projection.version,
+                    position=position,
+                    lag=max(0, head - position),
+                    active_version=None if active is None else active.version,
+                    building_version=None if building is None else building.version,
+                    building_position=None if building is None else building.position,
+                    last_error=error,
+                )
             )
-            for state in self.views.tracking()
-            if state.name in known
-        ]
+        return sorted(statuses, key=lambda status: status.name)
 
     def rebuild_projection(self, name: str, *, progress: Progress | None = None) -> int:
-        """Drop the projection's view and replay the whole log into it; returns events read."""
-        return self.projector.rebuild([name], progress=progress)
+        """Rebuild the projection blue/green and switch to it, dropping the old tables;
+        returns the events replayed."""
+        [outcome] = self.rebuild_blue_green([name], accept=True, drop_old=True, progress=progress)
+        return outcome.read
 
     def rebuild_projections(
         self,
@@ -314,7 +366,25 @@ class StoreRuntime(ClosedOnExit):
         progress: Progress | None = None,
         processes: int = 1,
     ) -> int:
-        """Rebuild several projections (default: all); returns the events replayed.
+        """Rebuild several projections (default: all) and switch to them, dropping the old
+        tables; returns the events replayed (see ``rebuild_blue_green``)."""
+        outcomes = self.rebuild_blue_green(
+            names, accept=True, drop_old=True, progress=progress, processes=processes
+        )
+        return max((outcome.read for outcome in outcomes), default=0)
+
+    def rebuild_blue_green(
+        self,
+        names: Sequence[str] | None = None,
+        *,
+        accept: bool = False,
+        drop_old: bool = False,
+        restart: bool = False,
+        progress: Progress | None = None,
+        processes: int = 1,
+    ) -> list[BuildOutcome]:
+        """Build each projection (default: all) beside its active slot, compare, and switch
+        when equal (or on ``accept``); see ``views.builds``.
 
         With ``processes`` > 1 (SQLite and PostgreSQL) the projections are split over that
         many processes, each replaying the log into its group's tables. The processes are
@@ -323,18 +393,32 @@ class StoreRuntime(ClosedOnExit):
         chosen = list(names) if names else self.projection_names()
         for name in chosen:
             self.projector.runner(name)
+        options = {"accept": accept, "drop_old": drop_old, "restart": restart}
         workers = min(len(chosen), processes)
         if workers <= 1 or self.backend == "memory":
-            return self.projector.rebuild(chosen, progress=progress)
+            with self.projector.paused():
+                return self.builds.rebuild(
+                    chosen, accept=accept, drop_old=drop_old, restart=restart, progress=progress
+                )
         with self.projector.paused():
             try:
-                read = rebuild_in_processes(
-                    rebuild_group, self.url, split(chosen, workers), progress
+                reported = rebuild_in_processes(
+                    rebuild_group, self.url, split(chosen, workers), progress, options
                 )
             finally:
-                # Even a failed rebuild moved the views: take their positions and stalls.
+                # Even a failed rebuild moved the views: take their slots, positions, stalls.
                 self.projector.reload(chosen)
-        return read
+        outcomes = [BuildOutcome.from_json(item) for item in reported]
+        return sorted(outcomes, key=lambda outcome: chosen.index(outcome.name))
+
+    def verify_projections(
+        self, names: Sequence[str] | None = None, *, progress: Progress | None = None
+    ) -> list[VerifyOutcome]:
+        """Compare each projection's live slot with a scratch replay at its position."""
+        chosen = list(names) if names else self.projection_names()
+        for name in chosen:
+            self.projector.runner(name)
+        return [self.builds.verify(name, progress=progress) for name in chosen]
 
     def close(self) -> None:
         """Refuse new calls and wait for running ones, stop the follower, project what it had
@@ -409,12 +493,14 @@ def open_runtime(
     )
 
 
-def rebuild_group(url: str, names: list[str], messages: Any) -> None:
+def rebuild_group(url: str, names: list[str], messages: Any, options: dict[str, Any]) -> None:
     """Rebuild ``names`` in this (spawned) process, reporting on ``messages``."""
     try:
         with open_runtime(url, embedded_projections=False, projections=names) as runtime:
-            read = runtime.projector.rebuild(names, progress=lambda n: messages.put(("page", n)))
-        messages.put(("done", read))
+            outcomes = runtime.builds.rebuild(
+                names, progress=lambda n: messages.put(("page", n)), **options
+            )
+        messages.put(("done", [outcome.as_json() for outcome in outcomes]))
     except BaseException as error:
         messages.put(("error", f"{type(error).__name__}: {error}"))
         raise

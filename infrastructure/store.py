@@ -6,7 +6,7 @@ import functools
 import inspect
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from runledger.domain.application import Clock, WorkflowRuns, utc_now
 from runledger.domain.arguments import check_arguments
@@ -60,9 +60,34 @@ def _command(
 
 def _query(
     projection: str, query: Callable[Concatenate[ViewReader, P], R], doc: str
-) -> Callable[Concatenate[WorkflowStore, P], R]:
-    """A store method asking ``projection``'s read model, once it has this process's writes."""
-    return _forward(query, lambda store: store._runtime.reader(projection), doc)
+) -> Callable[..., R]:
+    """A store method asking ``projection``'s read model, once it has this process's writes.
+
+    It takes the query's arguments and ``as_of``: with a log position, the answer comes from
+    a replay of the log up to there into a scratch model (the live one is not touched).
+    """
+    signature = inspect.signature(query)
+    parameters = list(signature.parameters.values())
+    names = tuple(parameter.name for parameter in parameters[1:])
+    as_of = inspect.Parameter(
+        "as_of", inspect.Parameter.KEYWORD_ONLY, default=None, annotation="int | None"
+    )
+    store_parameter = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)
+
+    @functools.wraps(query)
+    def forward(store: WorkflowStore, /, *args: Any, as_of: int | None = None, **kwargs: Any) -> R:
+        check_arguments(names, args, kwargs)
+        with store._runtime.running():
+            return query(store._runtime.reader(projection, as_of=as_of), *args, **kwargs)
+
+    del forward.__wrapped__  # the signature below is the truth
+    forward.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[store_parameter, *parameters[1:], as_of]
+    )
+    forward.__qualname__ = f"WorkflowStore.{query.__name__}"
+    forward.__module__ = __name__
+    forward.__doc__ = doc
+    return forward
 
 
 class WorkflowStore(ClosedOnExit):
@@ -289,17 +314,23 @@ class WorkflowStore(ClosedOnExit):
             return self._runtime.projection_names()
 
     def projection_status(self) -> list[ProjectionStatus]:
-        """Each projection's name, version, position, lag behind the log and last error."""
+        """Each projection's version, position, lag, active and building version, last error."""
         with self._runtime.running():
             return self._runtime.projection_status()
 
     def rebuild_projection(self, name: str, *, progress: Progress | None = None) -> int:
-        """Drop the projection's view and replay the whole log into it; returns events read."""
+        """Rebuild the read model beside the live one, switch to it, drop the old; events read."""
         if progress is not None and not callable(progress):
-            # Checked before the view is dropped: a rebuild must not fail half-way through.
+            # Checked before anything is built: a rebuild must not fail half-way through.
             raise InvalidProgressError()
         with self._runtime.running():
             return self._runtime.rebuild_projection(name, progress=progress)
+
+    def read_model_digest(self, name: str, *, as_of: int | None = None) -> str:
+        """SHA-256 of every row of the read model (canonical, order-independent), or as of N."""
+        check_arguments(("name", "as_of"), (name,), {"as_of": as_of})
+        with self._runtime.running():
+            return self._runtime.read_model_digest(name, as_of=as_of)
 
     # -- audit ------------------------------------------------------------------------------
 

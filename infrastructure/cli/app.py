@@ -2,7 +2,7 @@
 
 Each command hands its store to the module that does the work (``demo_story``, ``operations``,
 ``bench_report``), which never imports this one. A command group (``projections
-status|rebuild|run``) is a ``typer.Typer`` of its own, added here with
+status|rebuild|verify|run``) is a ``typer.Typer`` of its own, added here with
 ``app.add_typer(group, name="projections")``.
 """
 
@@ -22,8 +22,15 @@ from runledger.domain.errors import CorruptEventError, ProjectionStalledError, W
 from runledger.infrastructure.cli.audit_report import audit, check_bundle
 from runledger.infrastructure.cli.bench_report import print_bench, run_bench
 from runledger.infrastructure.cli.demo_story import run_demo
-from runledger.infrastructure.cli.operations import print_status, rebuild, run_worker
-from runledger.infrastructure.runtime import open_runtime, resolve_url
+from runledger.infrastructure.cli.operations import (
+    print_rebuild,
+    print_status,
+    print_verify,
+    rebuild,
+    run_worker,
+    verify,
+)
+from runledger.infrastructure.runtime import StoreRuntime, open_runtime, resolve_url
 from runledger.infrastructure.storage.urls import redact_url
 from runledger.infrastructure.store import open_store
 
@@ -104,24 +111,85 @@ def projections_status(
         print_status(runtime, console(), as_json=as_json)
 
 
+def _check_choice(name: str | None, all_: bool) -> None:
+    # Before the store opens: a usage error must not wait for a database.
+    if (name is None) == (not all_):
+        raise typer.BadParameter("name one projection, or pass --all")
+
+
+def _chosen(runtime: StoreRuntime, name: str | None, all_: bool) -> list[str]:
+    names = runtime.projection_names() if all_ else [name or ""]
+    for chosen in names:
+        runtime.projector.runner(chosen)
+    return names
+
+
+NameArgument = Annotated[str | None, typer.Argument(help="Projection to work on.")]
+AllOption = Annotated[bool, typer.Option("--all", help="Every projection.")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object, no progress.")]
+
+
 @projections_app.command("rebuild")
 @reports_workflow_errors
 def projections_rebuild(
-    name: Annotated[str | None, typer.Argument(help="Projection to rebuild.")] = None,
-    all_: Annotated[bool, typer.Option("--all", help="Rebuild every projection.")] = False,
+    name: NameArgument = None,
+    all_: AllOption = False,
     url: UrlOption = None,
+    drop_old: Annotated[
+        bool, typer.Option("--drop-old", help="Drop the old version's tables after the switch.")
+    ] = False,
+    accept: Annotated[
+        bool,
+        typer.Option(
+            "--accept", help="Switch even though the rebuilt rows differ (a new version)."
+        ),
+    ] = False,
+    restart: Annotated[
+        bool, typer.Option("--restart", help="Start an unfinished build afresh, not resume it.")
+    ] = False,
+    as_json: JsonOption = False,
 ) -> None:
-    """Drop a projection's view and replay the whole event log into it."""
-    if (name is None) == (not all_):
-        raise typer.BadParameter("name one projection, or pass --all")
+    """Build a projection beside the live one, compare, and switch to it (blue/green).
+
+    Exit code 1 when a rebuilt projection differs and was not switched (see --accept).
+    """
+    _check_choice(name, all_)
     with open_runtime(resolve_url(url), embedded_projections=False) as runtime:
-        names = runtime.projection_names() if all_ else [name or ""]
-        for chosen in names:
-            runtime.projector.runner(chosen)
-        read, seconds = rebuild(runtime, names, Console(stderr=True))
-        rate = read / seconds if seconds > 0 else 0.0
-        summary = f"{read} events in {seconds:.2f}s ({rate:,.0f} events/s)"
-        console().print(f"rebuilt {', '.join(names)}: {summary}")
+        names = _chosen(runtime, name, all_)
+        outcomes, seconds = rebuild(
+            runtime,
+            names,
+            Console(stderr=True),
+            accept=accept,
+            drop_old=drop_old,
+            restart=restart,
+            quiet=as_json,
+        )
+        print_rebuild(outcomes, seconds, console(), as_json=as_json)
+    if not all(outcome.switched for outcome in outcomes):
+        raise typer.Exit(code=1)
+
+
+@projections_app.command("verify")
+@reports_workflow_errors
+def projections_verify(
+    name: NameArgument = None,
+    all_: AllOption = False,
+    url: UrlOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Replay a projection from the log and compare it with the live one at its position.
+
+    Exit code 0 when equal, 1 with the first differing rows when not.
+    """
+    _check_choice(name, all_)
+    with open_runtime(resolve_url(url), embedded_projections=False) as runtime:
+        outcomes = verify(
+            runtime, _chosen(runtime, name, all_), Console(stderr=True), quiet=as_json
+        )
+        print_verify(outcomes, console(), as_json=as_json)
+    if not all(outcome.equal for outcome in outcomes):
+        raise typer.Exit(code=1)
 
 
 @projections_app.command("run")

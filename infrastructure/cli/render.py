@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 
 from rich import box
 from rich.console import Console
@@ -27,6 +27,8 @@ from runledger.domain.records import (
     WorkflowMessageRecord,
 )
 from runledger.infrastructure.audit.summaries import summarise as audit_summary
+from runledger.infrastructure.views.builds import BuildOutcome
+from runledger.infrastructure.views.compare import RowDifference, TableDiff
 
 SUMMARY_WIDTH: Final = 60
 WIDE_LOG: Final = 110
@@ -277,22 +279,83 @@ def outbox_table(
 def projection_status_table(
     statuses: Sequence[ProjectionStatus], *, title: str | None = None
 ) -> Table:
-    """Each read model's version, log position, lag behind the log and last error."""
+    """Each read model's version, log position, lag, active and building version, last error."""
     table = _table(title)
     table.add_column("name")
     table.add_column("version", justify="right")
     table.add_column("position", justify="right")
     table.add_column("lag", justify="right")
+    table.add_column("active", justify="right")
+    table.add_column("building", justify="right")
     table.add_column("last error", overflow="fold", ratio=1)
     for status in statuses:
+        building = (
+            ""
+            if status.building_version is None
+            else f"v{status.building_version} at {status.building_position}"
+        )
         table.add_row(
             status.name,
             str(status.version),
             str(status.position),
             str(status.lag),
+            "" if status.active_version is None else f"v{status.active_version}",
+            building,
             status.last_error or "",
         )
     return table
+
+
+def table_diff_table(diffs: Sequence[TableDiff], *, title: str | None = None) -> Table:
+    """Rows added, removed and changed per table by a rebuild."""
+    table = _table(title)
+    table.add_column("table")
+    for column in ("added", "removed", "changed"):
+        table.add_column(column, justify="right")
+    for diff in diffs:
+        table.add_row(diff.table, str(diff.added), str(diff.removed), str(diff.changed))
+    return table
+
+
+def row_difference_lines(differences: Sequence[RowDifference]) -> list[str]:
+    """Each differing row: table, key, live row and rebuilt row, one line each."""
+    lines = []
+    for difference in differences:
+        live, rebuilt = difference.live, difference.rebuilt
+        if live is not None and rebuilt is not None:
+            # Only the columns that differ: a row can be wider than any terminal.
+            columns = [name for name in rebuilt if live.get(name) != rebuilt.get(name)]
+            live = {name: live.get(name) for name in columns}
+            rebuilt = {name: rebuilt[name] for name in columns}
+        lines.append(f"  {difference.table} {canonical_json(difference.key)}")
+        lines.append(f"    live:    {clip(_row_text(live), 200)}")
+        lines.append(f"    rebuilt: {clip(_row_text(rebuilt), 200)}")
+    return lines
+
+
+def _row_text(row: dict[str, Any] | None) -> str:
+    return "(absent)" if row is None else canonical_json(row)
+
+
+def build_outcome_text(outcome: BuildOutcome) -> str:
+    """One projection's rebuild in a sentence: compared how, switched or not, dropped what."""
+    if outcome.compared == "rows":
+        found = "rows equal" if outcome.equal else "DIFFERS from the live version"
+        compared = f"{found} at position {outcome.position}"
+    elif outcome.compared == "summary":
+        compared = (
+            f"version {outcome.active_version} -> {outcome.version} "
+            f"(live at {outcome.live_position}, rebuilt at {outcome.position})"
+        )
+    else:
+        compared = f"not compared (live version stalled or absent), at {outcome.position}"
+    if outcome.switched:
+        ending = "switched"
+        if outcome.dropped:
+            ending += ", dropped slot " + ", ".join(str(slot) for slot in outcome.dropped)
+    else:
+        ending = "NOT switched (pass --accept to switch)"
+    return f"{outcome.name} v{outcome.version} (slot {outcome.slot}): {compared}; {ending}"
 
 
 def summarise(event: LoggedEvent) -> str:

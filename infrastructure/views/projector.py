@@ -35,6 +35,7 @@ from runledger.infrastructure.views.store import (
     PageCommit,
     TableChanges,
     TrackingConflictError,
+    TrackingState,
     ViewStore,
     decode_row,
     encode_row,
@@ -133,15 +134,30 @@ class SameCommitViews:
 
 
 class ProjectionRunner:
-    """One projection's position, row cache and failure state in this process."""
+    """One projection's slot, position, row cache and failure state in this process.
 
-    def __init__(self, projection: Projection, views: ViewStore, cache_rows: int) -> None:
+    A live runner projects into the active slot while that slot holds the code's version;
+    while it holds another (``outdated``), the runner projects nothing: pages computed by
+    this code must not land in tables built by other code. A build runner projects into a
+    building slot.
+    """
+
+    def __init__(
+        self,
+        projection: Projection,
+        views: ViewStore,
+        cache_rows: int,
+        slot: TrackingState | None = None,
+    ) -> None:
         self.projection = projection
         self.views = views
         self.cache_rows = cache_rows
         self.position = 0
         self.failure: str | None = None
         self.cause: Exception | None = None
+        self.slot: TrackingState | None = None
+        self.outdated: TrackingState | None = None
+        """The active slot when it holds another version than this code's."""
         # While rebuilding from an empty view, every row that exists is in the cache, so a
         # miss means "no row" and needs no database round trip.
         self.authoritative = False
@@ -150,17 +166,34 @@ class ProjectionRunner:
         self._page: _PageWriter | None = None
         self._page_start = 0
         self._uncommitted: dict[str, dict[Key, Row | None]] = {}
+        if slot is not None:
+            self.follow(slot)
 
     @property
     def name(self) -> str:
         """The projection's stable name."""
         return self.projection.name
 
+    @property
+    def projecting(self) -> bool:
+        """Whether this runner has a slot of its version and no failure."""
+        return self.slot is not None and self.failure is None
+
     def start(self) -> None:
-        """Take the position and failure the view store holds."""
-        state = self.views.ensure(self.projection)
+        """Take the active slot, its position and failure from the view store."""
+        self.follow(self.views.ensure(self.projection))
+
+    def follow(self, state: TrackingState) -> None:
+        """Project into ``state``'s slot from its position, if it holds this code's version."""
+        self._cache.clear()
+        self.authoritative = False
+        if state.version != self.projection.version:
+            self.slot, self.outdated = None, state
+            return
+        self.slot, self.outdated = state, None
         self.position = state.position
         self.failure = state.last_error
+        self.cause = None
 
     def cached(self, table: Table, key: Key) -> Row | None:
         """A row as of the last commit: from the cache, else the view store."""
@@ -170,14 +203,19 @@ class ProjectionRunner:
             return self._cache[cache_key]
         if self.authoritative:
             return None
-        stored = self.views.fetch(table, key)
+        if self.slot is None:
+            raise TrackingConflictError(self.name, self.position, -1)
+        stored = self.views.fetch(table, key, self.slot)
         row = None if stored is None else decode_row(table, stored)
         self._remember(cache_key, row)
         return row
 
     def _remember(self, cache_key: tuple[str, Key], row: Row | None) -> None:
         self._cache[cache_key] = row
-        if not self.authoritative and len(self._cache) > self.cache_rows:
+        if len(self._cache) > self.cache_rows:
+            # Every evicted row is committed, so from here a miss must ask the view store:
+            # a rebuild of a big model streams through a bounded cache, not all of it.
+            self.authoritative = False
             self._cache.popitem(last=False)
 
     def begin_page(self) -> None:
@@ -199,7 +237,8 @@ class ProjectionRunner:
         self.failure = f"at position {position}: {type(error).__name__}: {error}"
         self.cause = error
         self.abandon(self._page_start)
-        self.views.record_error(self.name, self.failure)
+        if self.slot is not None:
+            self.views.record_error(self.slot, self.failure)
 
     def stall_error(self) -> Exception:
         """What a caller that needed this projection current should raise for its stall."""
@@ -210,11 +249,15 @@ class ProjectionRunner:
     def end_page(self) -> PageCommit | None:
         """The page's commit, or None if the page moved nothing."""
         page, self._page = self._page, None
-        if page is None or self.position == self._page_start:
+        if page is None or self.position == self._page_start or self.slot is None:
             return None
         self._uncommitted = page.changes
         return PageCommit(
-            self.projection, self._page_start, self.position, page.encoded(self._tables)
+            self.projection,
+            self._page_start,
+            self.position,
+            page.encoded(self._tables),
+            self.slot,
         )
 
     def committed(self) -> None:
@@ -232,13 +275,67 @@ class ProjectionRunner:
         self.authoritative = False
         self.position = position
 
-    def reset(self, *, defer_indexes: bool = False) -> None:
-        """Empty the views and start again from position 0."""
-        self.views.reset(self.projection, defer_indexes=defer_indexes)
-        self._cache.clear()
-        self.position = 0
-        self.failure = None
-        self.cause = None
+
+def read_page(
+    storage: EventStorage, after: int, page_size: int, until: int | None
+) -> Sequence[LogEntry]:
+    """The next page of the log after ``after``, cut at position ``until`` if given."""
+    if until is not None and after >= until:
+        return []
+    entries = storage.read_log(after=after, limit=page_size)
+    if until is not None and entries and entries[-1].position > until:
+        entries = [entry for entry in entries if entry.position <= until]
+    return entries
+
+
+def project_page(
+    views: ViewStore,
+    active: Sequence[ProjectionRunner],
+    entries: Sequence[LogEntry],
+    page_seconds: float,
+) -> int:
+    """Apply one page of the log to the runners and commit it in one transaction; returns how
+    many entries it covered. On ``TrackingConflictError`` nothing was written and the runners'
+    pages are forgotten; the caller decides where each runner goes on from."""
+    deadline = time.monotonic() + page_seconds
+    for runner in active:
+        runner.begin_page()
+    applied = 0
+    for entry in entries:
+        try:
+            event = projected(entry)
+        except CorruptEventError as error:
+            for runner in active:
+                if runner.failure is None:
+                    runner.fail(error, entry.position)
+            break
+        for runner in active:
+            if runner.failure is not None:
+                continue
+            try:
+                runner.apply(event)
+            except StorageUnavailableError:
+                # The database failed, not the projection: forget the page, so the next
+                # catch-up projects it again, rather than stalling a sound projection.
+                for each in active:
+                    each.abandon(each._page_start)
+                raise
+            except Exception as error:  # a broken projection must not stop the others
+                runner.fail(error, event.position)
+        applied += 1
+        if time.monotonic() > deadline:
+            break
+    commits = [(runner, commit) for runner in active if (commit := runner.end_page()) is not None]
+    try:
+        views.commit([commit for _, commit in commits])
+    except Exception:
+        # Nothing was written: forget the page, so the next catch-up projects it again.
+        for runner, commit in commits:
+            runner.abandon(commit.expected_position)
+        raise
+    for runner, _ in commits:
+        runner.committed()
+    return applied
 
 
 class Projector:
@@ -258,6 +355,7 @@ class Projector:
         self.views = views
         self.page_size = page_size
         self.page_seconds = page_seconds
+        self.cache_rows = cache_rows
         self.runners = {p.name: ProjectionRunner(p, views, cache_rows) for p in projections}
         self.projected_with_events = 0
         """Saves whose read models committed in their own transaction (``pages_for``)."""
@@ -279,8 +377,9 @@ class Projector:
         *,
         progress: Progress | None = None,
         should_stop: Callable[[], bool] | None = None,
+        until: int | None = None,
     ) -> int:
-        """Project every event not yet seen; returns how many events were read.
+        """Project every event not yet seen (up to ``until``); returns how many events were read.
 
         ``should_stop`` is asked between pages, so a worker stops promptly on a signal
         without ever leaving a page half-applied.
@@ -290,71 +389,17 @@ class Projector:
                 [self.runner(name) for name in names] if names else list(self.runners.values())
             )
             self._recheck_failures(selected)
-            read = 0
-            while should_stop is None or not should_stop():
-                active = [runner for runner in selected if runner.failure is None]
-                if not active:
-                    return read
-                start = min(runner.position for runner in active)
-                entries = self.storage.read_log(after=start, limit=self.page_size)
-                if not entries:
-                    return read
-                applied = self._project_page(active, entries)
-                if len(entries) < self.page_size and applied == len(entries):
-                    # A short page was the end of the log when it was read; one more read
-                    # would only say so again (what arrives meanwhile wakes a new catch-up).
-                    read += applied
-                    if progress is not None and applied:
-                        progress(applied)
-                    return read
-                read += applied
-                if progress is not None and applied:
-                    progress(applied)
-            return read
-
-    def _project_page(self, active: list[ProjectionRunner], entries: Sequence[LogEntry]) -> int:
-        deadline = time.monotonic() + self.page_seconds
-        for runner in active:
-            runner.begin_page()
-        applied = 0
-        for entry in entries:
-            try:
-                event = projected(entry)
-            except CorruptEventError as error:
-                for runner in active:
-                    if runner.failure is None:
-                        runner.fail(error, entry.position)
-                break
-            for runner in active:
-                if runner.failure is not None:
-                    continue
-                try:
-                    runner.apply(event)
-                except StorageUnavailableError:
-                    # The database failed, not the projection: forget the page, so the next
-                    # catch-up projects it again, rather than stalling a sound projection.
-                    for each in active:
-                        each.abandon(each._page_start)
-                    raise
-                except Exception as error:  # a broken projection must not stop the others
-                    runner.fail(error, event.position)
-            applied += 1
-            if time.monotonic() > deadline:
-                break
-        commits = [commit for runner in active if (commit := runner.end_page()) is not None]
-        try:
-            self.views.commit(commits)
-        except TrackingConflictError:
-            self._refresh(active)
-            return 0
-        except Exception:
-            # Nothing was written: forget the page, so the next catch-up projects it again.
-            for commit in commits:
-                self.runners[commit.projection.name].abandon(commit.expected_position)
-            raise
-        for commit in commits:
-            self.runners[commit.projection.name].committed()
-        return applied
+            return run_pages(
+                self.storage,
+                self.views,
+                selected,
+                page_size=self.page_size,
+                page_seconds=self.page_seconds,
+                progress=progress,
+                should_stop=should_stop,
+                until=until,
+                on_conflict=self._refresh,
+            )
 
     def next_position(self) -> int | None:
         """The position after every projection's, if they are all there and none stalled."""
@@ -422,8 +467,9 @@ class Projector:
             yield
 
     def reload(self, names: Sequence[str]) -> None:
-        """Take positions and failures from the view store (another process moved them)."""
+        """Take slots, positions and failures from the view store (another process moved them)."""
         with self._lock:
+            self.views.refresh()
             for name in names:
                 runner = self.runner(name)
                 runner.abandon(0)
@@ -435,41 +481,72 @@ class Projector:
             self._recheck_failures([self.runner(name) for name in names])
 
     def _recheck_failures(self, runners: Iterable[ProjectionRunner]) -> None:
-        """A failure another process has since rebuilt away no longer stalls this one."""
-        failed = [runner for runner in runners if runner.failure is not None]
-        if not failed:
+        """A failure another process has since rebuilt away no longer stalls this one, and a
+        slot of this code's version that another process switched to is followed."""
+        waiting = [r for r in runners if r.failure is not None or r.outdated is not None]
+        if not waiting:
             return
+        self.views.refresh()
         states = {state.name: state for state in self.views.tracking()}
-        for runner in failed:
+        for runner in waiting:
             state = states.get(runner.name)
-            if state is not None and state.last_error is None:
+            if state is None:
+                continue
+            if runner.outdated is not None:
+                if state.version == runner.projection.version:
+                    runner.follow(state)
+                else:
+                    runner.outdated = state
+            elif state.last_error is None:
                 runner.failure = None
-                runner.abandon(state.position)
+                runner.follow(state)
 
     def _refresh(self, runners: Iterable[ProjectionRunner]) -> None:
-        positions = {state.name: state.position for state in self.views.tracking()}
+        """After a conflict: go on from where the store's active slots are now."""
+        self.views.refresh()
+        states = {state.name: state for state in self.views.tracking()}
         for runner in runners:
-            runner.abandon(positions.get(runner.name, 0))
+            state = states.get(runner.name)
+            if state is None:
+                runner.abandon(0)
+            elif runner.slot is not None and state.slot == runner.slot.slot:
+                runner.abandon(state.position)
+            else:
+                runner.follow(state)
 
-    def rebuild(self, names: Sequence[str], *, progress: Progress | None = None) -> int:
-        """Drop the named projections' views and replay the whole log into them, together.
 
-        A projection that stalls on the way stops the rebuild with its error (the
-        ``CorruptEventError`` itself for an event that does not decode): a rebuild never
-        ends quietly short of the log's end.
-        """
-        with self._lock:
-            runners = [self.runner(name) for name in names]
-            for runner in runners:
-                runner.reset(defer_indexes=True)
-                runner.authoritative = True
-            try:
-                read = self.catch_up(names, progress=progress)
-            finally:
-                for runner in runners:
-                    runner.abandon(runner.position)
-                    self.views.create_indexes(runner.projection)
-            for runner in runners:
-                if runner.failure is not None:
-                    raise runner.stall_error()
+def run_pages(
+    storage: EventStorage,
+    views: ViewStore,
+    selected: Sequence[ProjectionRunner],
+    *,
+    page_size: int,
+    page_seconds: float,
+    progress: Progress | None,
+    should_stop: Callable[[], bool] | None,
+    until: int | None,
+    on_conflict: Callable[[Sequence[ProjectionRunner]], None],
+) -> int:
+    """Page through the log for the runners until they reach its end (or ``until``)."""
+    read = 0
+    while should_stop is None or not should_stop():
+        active = [runner for runner in selected if runner.projecting]
+        if not active:
             return read
+        start = min(runner.position for runner in active)
+        entries = read_page(storage, start, page_size, until)
+        if not entries:
+            return read
+        try:
+            applied = project_page(views, active, entries, page_seconds)
+        except TrackingConflictError:
+            on_conflict(active)
+            continue
+        read += applied
+        if progress is not None and applied:
+            progress(applied)
+        if len(entries) < page_size and applied == len(entries):
+            # A short page was the end of the log when it was read; one more read
+            # would only say so again (what arrives meanwhile wakes a new catch-up).
+            return read
+    return read

@@ -29,10 +29,10 @@ def split(names: Sequence[str], groups: int) -> list[list[str]]:
     return [bucket for bucket in buckets if bucket]
 
 
-GroupRebuild = Callable[[str, list[str], Any], None]
-"""Rebuilds one group in a spawned process: ``(url, names, messages)``; it reports on
-``messages`` (``("page", n)``, ``("done", read)`` or ``("error", text)``). A module-level
-function, so the spawned process can import it by name."""
+GroupRebuild = Callable[[str, list[str], Any, dict[str, Any]], None]
+"""Rebuilds one group in a spawned process: ``(url, names, messages, options)``; it reports
+on ``messages`` (``("page", n)``, ``("done", [outcome as JSON, ...])`` or ``("error",
+text)``). A module-level function, so the spawned process can import it by name."""
 
 
 def rebuild_in_processes(
@@ -40,17 +40,20 @@ def rebuild_in_processes(
     url: str,
     groups: list[list[str]],
     progress: Callable[[int], None] | None,
-) -> int:
-    """Rebuild each group in its own process; returns the events each of them read."""
+    options: dict[str, Any] | None = None,
+) -> list[Any]:
+    """Rebuild each group in its own process; returns what each group reported, together."""
     context = multiprocessing.get_context("spawn")
     messages = context.Queue()
     processes = [
-        context.Process(target=rebuild_group, args=(url, group, messages), daemon=True)
+        context.Process(
+            target=rebuild_group, args=(url, group, messages, options or {}), daemon=True
+        )
         for group in groups
     ]
     for process in processes:
         process.start()
-    finished: list[int] = []
+    finished: list[list[Any]] = []
     errors: list[str] = []
     try:
         while len(finished) + len(errors) < len(processes):
@@ -73,4 +76,4 @@ def rebuild_in_processes(
     if errors:
         # A WorkflowError, so the CLI reports it (a corrupt event among them) and exits 1.
         raise RebuildFailedError("; ".join(errors))
-    return max(finished, default=0)
+    return [outcome for outcomes in finished for outcome in outcomes]

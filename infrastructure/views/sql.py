@@ -4,15 +4,26 @@ Both generate their SQL from the projections' ``Table`` declarations; only the d
 (placeholders, types, schema, how a writer takes its lock) differs. A page is one transaction
 that first locks and checks every tracking row it moves, then writes all rows with
 ``executemany``. Reads are single statements, without an explicit transaction.
+
+Each projection's tables exist once per slot (``ViewStore.physical_name``); the registry
+(``runledger_view_registry``) names the active and the building slot and holds the build
+lock, ``runledger_view_slots`` the position of each slot. The logical table names are views
+onto the active slot, for operators' ad-hoc SQL (where a table written before slots existed
+still holds the name, it keeps it until that slot is dropped).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
+import socket
 import sqlite3
 import threading
+import time
 import zlib
 from abc import abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
@@ -25,8 +36,10 @@ from psycopg.rows import tuple_row
 from runledger.infrastructure.storage.postgres import MOVED_SQLSTATE
 from runledger.infrastructure.storage.sqlite import create_private_file
 from runledger.infrastructure.views.store import (
+    LEGACY_SLOT,
     EncodedRow,
     PageCommit,
+    Registry,
     Scan,
     TrackingConflictError,
     TrackingState,
@@ -35,7 +48,13 @@ from runledger.infrastructure.views.store import (
 )
 from runledger.projections.base import Key, Projection, Table
 
-TRACKING_TABLE: Final = "runledger_projections"
+REGISTRY_TABLE: Final = "runledger_view_registry"
+SLOTS_TABLE: Final = "runledger_view_slots"
+LEGACY_TRACKING_TABLE: Final = "runledger_projections"
+"""Where views were tracked before slots: its rows are adopted as slot 0 on first open."""
+STREAM_BATCH: Final = 2000
+MAX_IDENTIFIER: Final = 63
+"""PostgreSQL cuts longer names, so a longer index name is shortened with a hash of it."""
 
 
 def _quote(name: str) -> str:
@@ -55,22 +74,30 @@ class Dialect:
         return _quote(name) if self.schema is None else f"{_quote(self.schema)}.{_quote(name)}"
 
 
-SQLITE: Final = Dialect("?", {"text": "TEXT", "int": "INTEGER", "bool": "INTEGER", "json": "TEXT"})
+SQLITE: Final = Dialect(
+    "?", {"text": "TEXT", "int": "INTEGER", "bool": "INTEGER", "json": "TEXT", "real": "REAL"}
+)
 
 
 def postgres_dialect(schema: str) -> Dialect:
     """The PostgreSQL dialect, with tables in ``schema``."""
     return Dialect(
         "%s",
-        {"text": "TEXT", "int": "BIGINT", "bool": "BOOLEAN", "json": "TEXT"},
+        {
+            "text": "TEXT",
+            "int": "BIGINT",
+            "bool": "BOOLEAN",
+            "json": "TEXT",
+            "real": "DOUBLE PRECISION",
+        },
         schema=schema,
     )
 
 
 class _Sql:
-    """The statements for one table."""
+    """The statements for one table of one slot."""
 
-    def __init__(self, table: Table, dialect: Dialect) -> None:
+    def __init__(self, table: Table, dialect: Dialect, physical: str) -> None:
         mark = dialect.placeholder
         columns = ", ".join(_quote(name) for name in table.column_names)
         marks = ", ".join(mark for _ in table.column_names)
@@ -82,7 +109,7 @@ class _Sql:
             else "DO NOTHING"
         )
         key_match = " AND ".join(f"{_quote(name)} = {mark}" for name in table.key)
-        name = dialect.table(table.name)
+        name = dialect.table(physical)
         self.upsert = (
             f"INSERT INTO {name} ({columns}) VALUES ({marks}) ON CONFLICT ({key}) {conflict}"
         )
@@ -90,25 +117,26 @@ class _Sql:
         self.fetch = f"SELECT {columns} FROM {name} WHERE {key_match}"
 
 
-def _table_ddl(table: Table, dialect: Dialect) -> str:
+def _table_ddl(table: Table, dialect: Dialect, physical: str) -> str:
     columns = ", ".join(f"{_quote(name)} {dialect.types[kind]}" for name, kind in table.columns)
     key = ", ".join(_quote(name) for name in table.key)
-    return (
-        f"CREATE TABLE IF NOT EXISTS {dialect.table(table.name)} ({columns}, PRIMARY KEY ({key}))"
-    )
+    return f"CREATE TABLE IF NOT EXISTS {dialect.table(physical)} ({columns}, PRIMARY KEY ({key}))"
 
 
-def _index_name(table: Table, index: tuple[str, ...]) -> str:
-    return table.name + "_" + "_".join(index) + "_idx"
+def _index_name(physical: str, index: tuple[str, ...]) -> str:
+    name = physical + "_" + "_".join(index) + "_idx"
+    if len(name) <= MAX_IDENTIFIER:
+        return name
+    return f"{physical[: MAX_IDENTIFIER - 14]}_{zlib.crc32(name.encode()):08x}_idx"
 
 
-def _index_ddl(table: Table, dialect: Dialect) -> list[str]:
+def _index_ddl(table: Table, dialect: Dialect, physical: str) -> list[str]:
     statements = []
     for index in table.indexes:
-        name = _quote(_index_name(table, index))
+        name = _quote(_index_name(physical, index))
         columns = ", ".join(_quote(column) for column in index)
         statements.append(
-            f"CREATE INDEX IF NOT EXISTS {name} ON {dialect.table(table.name)} ({columns})"
+            f"CREATE INDEX IF NOT EXISTS {name} ON {dialect.table(physical)} ({columns})"
         )
     return statements
 
@@ -133,10 +161,10 @@ def _conditions(scan: Scan, mark: str) -> tuple[str, list[Any]]:
     return (" WHERE " + " AND ".join(conditions) if conditions else ""), params
 
 
-def _scan_sql(scan: Scan, dialect: Dialect) -> tuple[str, list[Any]]:
+def _scan_sql(scan: Scan, dialect: Dialect, physical: str) -> tuple[str, list[Any]]:
     where, params = _conditions(scan, dialect.placeholder)
     columns = ", ".join(_quote(name) for name in scan.table.column_names)
-    statement = f"SELECT {columns} FROM {dialect.table(scan.table.name)}{where}"
+    statement = f"SELECT {columns} FROM {dialect.table(physical)}{where}"
     if scan.order_by is not None:
         statement += f" ORDER BY {_quote(scan.order_by)} {'DESC' if scan.descending else 'ASC'}"
     if scan.limit is not None:
@@ -152,19 +180,61 @@ class _Cursor(Protocol):
     def executemany(self, statement: Any, params: Any, /) -> Any: ...
 
 
+_SLOT_COLUMNS: Final = "s.name, s.version, s.position, s.last_error, s.slot, s.state, s.tables"
+
+
+def _slot_of(row: Sequence[Any]) -> TrackingState:
+    name, version, position, last_error, slot, state, tables = row
+    return TrackingState(
+        name, int(version), int(position), last_error, int(slot), state, tuple(json.loads(tables))
+    )
+
+
+def lock_owner() -> str:
+    """This process's name as a build-lock holder: host, pid and a random token."""
+    return f"{socket.gethostname()}:{os.getpid()}:{os.urandom(4).hex()}"
+
+
+def _holder_gone(owner: str) -> bool:
+    """Whether the lock's holder is a process of this host that no longer runs."""
+    host, _, rest = owner.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
 class SqlViewStore(ViewStore):
     """The view store logic both SQL backends share."""
 
     dialect: Dialect
 
     def __init__(self) -> None:
+        super().__init__()
         self._sql: dict[str, _Sql] = {}
-        self._tracking_table = self.dialect.table(TRACKING_TABLE)
+        self._registry_table = self.dialect.table(REGISTRY_TABLE)
+        self._slots_table = self.dialect.table(SLOTS_TABLE)
+        if self._exists(REGISTRY_TABLE) and self._exists(SLOTS_TABLE):
+            return
+        real = self.dialect.types["real"]
         with self._transaction() as cursor:
             self._before_ddl(cursor)
             cursor.execute(
-                f"CREATE TABLE IF NOT EXISTS {self._tracking_table} (name TEXT PRIMARY KEY, "
-                "version INTEGER NOT NULL, position BIGINT NOT NULL, last_error TEXT)"
+                f"CREATE TABLE IF NOT EXISTS {self._registry_table} (name TEXT PRIMARY KEY, "
+                "active_slot INTEGER, building_slot INTEGER, next_slot INTEGER NOT NULL, "
+                f"lock_owner TEXT, lock_expires {real})"
+            )
+            cursor.execute(
+                f"CREATE TABLE IF NOT EXISTS {self._slots_table} (name TEXT NOT NULL, "
+                "slot INTEGER NOT NULL, version INTEGER NOT NULL, position BIGINT NOT NULL, "
+                "last_error TEXT, state TEXT NOT NULL, tables TEXT NOT NULL, "
+                "PRIMARY KEY (name, slot))"
             )
 
     @abstractmethod
@@ -175,105 +245,350 @@ class SqlViewStore(ViewStore):
     def _query(self, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """One read statement's rows."""
 
+    @abstractmethod
+    def _kind(self, cursor: _Cursor | None, name: str) -> str | None:
+        """``table``, ``view`` (or ``index``) if an object of this name exists, else None."""
+
+    @abstractmethod
+    def _columns(self, physical: str) -> list[str]:
+        """The column names of a physical table, in order."""
+
     def _before_ddl(self, cursor: _Cursor) -> None:
         """Serialise schema changes where concurrent DDL can collide (PostgreSQL)."""
 
-    def _statements(self, table: Table) -> _Sql:
-        sql = self._sql.get(table.name)
+    def _lock_registry(self, cursor: _Cursor, name: str) -> None:
+        """Lock the projection's registry row until the transaction ends (PostgreSQL)."""
+
+    def _exists(self, name: str) -> bool:
+        return self._kind(None, name) is not None
+
+    def _statements(self, table: Table, slot: TrackingState) -> _Sql:
+        return self._sql_of(table, self.physical_name(table, slot))
+
+    def _sql_of(self, table: Table, physical: str) -> _Sql:
+        sql = self._sql.get(physical)
         if sql is None:
-            sql = self._sql[table.name] = _Sql(table, self.dialect)
+            sql = self._sql[physical] = _Sql(table, self.dialect, physical)
         return sql
 
-    def _tracking_statement(self) -> str:
-        return (
-            f"SELECT name, version, position, last_error FROM {self._tracking_table} "
-            f"WHERE name = {self.dialect.placeholder}"
+    # -- registry ---------------------------------------------------------------------------
+
+    def _slot_statement(self, where: str) -> str:
+        return f"SELECT {_SLOT_COLUMNS} FROM {self._slots_table} s WHERE {where}"
+
+    def _read_registry(self, cursor: _Cursor | None, name: str) -> Registry:
+        mark = self.dialect.placeholder
+        statement = (
+            "SELECT active_slot, building_slot, lock_owner, lock_expires "
+            f"FROM {self._registry_table} WHERE name = {mark}"
+        )
+        slots_statement = self._slot_statement(f"s.name = {mark}")
+        if cursor is None:
+            rows = self._query(statement, (name,))
+            slot_rows = self._query(slots_statement, (name,))
+        else:
+            rows = cursor.execute(statement, (name,)).fetchall()
+            slot_rows = cursor.execute(slots_statement, (name,)).fetchall()
+        if not rows:
+            return Registry(name, None, None, None, None)
+        active_slot, building_slot, owner, expires = rows[0]
+        slots = {state.slot: state for state in map(_slot_of, slot_rows)}
+        return Registry(
+            name,
+            slots.get(active_slot) if active_slot is not None else None,
+            slots.get(building_slot) if building_slot is not None else None,
+            owner,
+            expires,
         )
 
-    @abstractmethod
-    def _exists(self, name: str) -> bool:
-        """Whether a table or index of this name exists (in the schema)."""
+    def registry(self, name: str) -> Registry:
+        return self._read_registry(None, name)
 
-    def _complete(self, projection: Projection) -> bool:
+    def _complete(self, projection: Projection, slot: TrackingState) -> bool:
         return all(
-            self._exists(table.name)
-            and all(self._exists(_index_name(table, index)) for index in table.indexes)
+            self._exists(self.physical_name(table, slot))
+            and all(
+                self._exists(_index_name(self.physical_name(table, slot), index))
+                for index in table.indexes
+            )
             for table in projection.tables
         )
+
+    def _create_tables(
+        self, cursor: _Cursor, projection: Projection, slot: TrackingState, *, indexes: bool
+    ) -> None:
+        for table in projection.tables:
+            physical = self.physical_name(table, slot)
+            cursor.execute(_table_ddl(table, self.dialect, physical))
+            if indexes:
+                for statement in _index_ddl(table, self.dialect, physical):
+                    cursor.execute(statement)
+
+    def _insert_slot(self, cursor: _Cursor, slot: TrackingState) -> None:
+        mark = self.dialect.placeholder
+        cursor.execute(
+            f"INSERT INTO {self._slots_table} (name, slot, version, position, last_error, "
+            f"state, tables) VALUES ({', '.join([mark] * 7)})",
+            (
+                slot.name,
+                slot.slot,
+                slot.version,
+                slot.position,
+                slot.last_error,
+                slot.state,
+                json.dumps(list(slot.tables)),
+            ),
+        )
+
+    def _new_slot(self, cursor: _Cursor, projection: Projection, state: str) -> TrackingState:
+        mark = self.dialect.placeholder
+        [(number,)] = cursor.execute(
+            f"UPDATE {self._registry_table} SET next_slot = next_slot + 1 "
+            f"WHERE name = {mark} RETURNING next_slot - 1",
+            (projection.name,),
+        ).fetchall()
+        slot = TrackingState(
+            projection.name,
+            projection.version,
+            0,
+            None,
+            slot=int(number),
+            state=state,  # type: ignore[arg-type]
+            tables=tuple(table.name for table in projection.tables),
+        )
+        self._insert_slot(cursor, slot)
+        return slot
+
+    def _legacy_slot(self, cursor: _Cursor, projection: Projection) -> TrackingState | None:
+        """The projection's tables as written before slots existed, adopted as slot 0."""
+        if self._kind(cursor, LEGACY_TRACKING_TABLE) != "table":
+            return None
+        if any(self._kind(cursor, table.name) != "table" for table in projection.tables):
+            return None
+        rows = cursor.execute(
+            "SELECT version, position, last_error FROM "
+            f"{self.dialect.table(LEGACY_TRACKING_TABLE)} WHERE name = {self.dialect.placeholder}",
+            (projection.name,),
+        ).fetchall()
+        if not rows:
+            return None
+        version, position, last_error = rows[0]
+        return TrackingState(
+            projection.name,
+            int(version),
+            int(position),
+            last_error,
+            slot=LEGACY_SLOT,
+            state="active",
+            tables=tuple(table.name for table in projection.tables),
+        )
+
+    def _point_views(self, cursor: _Cursor, active: TrackingState) -> None:
+        """Make each logical table name a view onto the active slot, where the name is free."""
+        if active.slot == LEGACY_SLOT:
+            return
+        for name in active.tables:
+            if self._kind(cursor, name) == "table":
+                continue  # a table from before slots: it keeps the name until it is dropped
+            cursor.execute(f"DROP VIEW IF EXISTS {self.dialect.table(name)}")
+            cursor.execute(
+                f"CREATE VIEW {self.dialect.table(name)} AS SELECT * FROM "
+                f"{self.dialect.table(self.physical_name(name, active))}"
+            )
 
     def ensure(self, projection: Projection) -> TrackingState:
         mark = self.dialect.placeholder
         # Checked first, so opening a store never takes table locks (DDL, even IF NOT
         # EXISTS, locks the table) while other processes write views, unless something is
         # missing.
-        complete = self._complete(projection)
+        active = self.registry(projection.name).active
+        if active is not None and (
+            active.version != projection.version or self._complete(projection, active)
+        ):
+            self._known(projection, active)
+            return active
         with self._transaction() as cursor:
-            if not complete:
-                self._before_ddl(cursor)
-                for table in projection.tables:
-                    cursor.execute(_table_ddl(table, self.dialect))
-                    for statement in _index_ddl(table, self.dialect):
-                        cursor.execute(statement)
+            self._before_ddl(cursor)
             cursor.execute(
-                f"INSERT INTO {self._tracking_table} (name, version, position) "
-                f"VALUES ({mark}, {mark}, 0) ON CONFLICT (name) DO NOTHING",
-                (projection.name, projection.version),
+                f"INSERT INTO {self._registry_table} (name, next_slot) VALUES ({mark}, 1) "
+                "ON CONFLICT (name) DO NOTHING",
+                (projection.name,),
             )
-            state = TrackingState(
-                *cursor.execute(self._tracking_statement(), (projection.name,)).fetchone()
-            )
-        if state.version != projection.version:
-            self.reset(projection)
-            return TrackingState(projection.name, projection.version, 0, None)
-        return state
+            self._lock_registry(cursor, projection.name)
+            active = self._read_registry(cursor, projection.name).active
+            if active is None:
+                active = self._legacy_slot(cursor, projection)
+                if active is not None:
+                    self._insert_slot(cursor, active)
+                else:
+                    active = self._new_slot(cursor, projection, "active")
+                cursor.execute(
+                    f"UPDATE {self._registry_table} SET active_slot = {mark} WHERE name = {mark}",
+                    (active.slot, projection.name),
+                )
+            if active.version == projection.version:
+                self._create_tables(cursor, projection, active, indexes=True)
+            self._point_views(cursor, active)
+        self._known(projection, active)
+        return active
 
-    def reset(self, projection: Projection, *, defer_indexes: bool = False) -> None:
+    def begin_build(self, projection: Projection, *, restart: bool = False) -> TrackingState:
         mark = self.dialect.placeholder
         with self._transaction() as cursor:
             self._before_ddl(cursor)
-            for table in projection.tables:
-                cursor.execute(f"DROP TABLE IF EXISTS {self.dialect.table(table.name)}")
-                cursor.execute(_table_ddl(table, self.dialect))
-                if not defer_indexes:
-                    for statement in _index_ddl(table, self.dialect):
-                        cursor.execute(statement)
+            self._lock_registry(cursor, projection.name)
+            building = self._read_registry(cursor, projection.name).building
+            if building is not None:
+                if not restart and building.version == projection.version:
+                    return building
+                self._drop_tables(cursor, building)
+            slot = self._new_slot(cursor, projection, "building")
+            self._create_tables(cursor, projection, slot, indexes=False)
             cursor.execute(
-                f"INSERT INTO {self._tracking_table} (name, version, position) "
-                f"VALUES ({mark}, {mark}, 0) ON CONFLICT (name) DO UPDATE SET "
-                "version = excluded.version, position = 0, last_error = NULL",
-                (projection.name, projection.version),
+                f"UPDATE {self._registry_table} SET building_slot = {mark} WHERE name = {mark}",
+                (slot.slot, projection.name),
+            )
+            return slot
+
+    def switch(self, projection: Projection, building: TrackingState) -> TrackingState | None:
+        mark = self.dialect.placeholder
+        with self._transaction() as cursor:
+            self._before_ddl(cursor)
+            self._lock_registry(cursor, projection.name)
+            registry = self._read_registry(cursor, projection.name)
+            if registry.building is None or registry.building.slot != building.slot:
+                raise TrackingConflictError(projection.name, building.position, -1)
+            retired = None
+            if registry.active is not None:
+                retired = dataclasses.replace(registry.active, state="retired")
+                cursor.execute(
+                    f"UPDATE {self._slots_table} SET state = 'retired' "
+                    f"WHERE name = {mark} AND slot = {mark}",
+                    (projection.name, retired.slot),
+                )
+            cursor.execute(
+                f"UPDATE {self._slots_table} SET state = 'active' "
+                f"WHERE name = {mark} AND slot = {mark}",
+                (projection.name, building.slot),
+            )
+            cursor.execute(
+                f"UPDATE {self._registry_table} SET active_slot = {mark}, building_slot = NULL "
+                f"WHERE name = {mark}",
+                (building.slot, projection.name),
+            )
+            active = dataclasses.replace(registry.building, state="active")
+            self._point_views(cursor, active)
+        self._known(projection, active)
+        return retired
+
+    def _drop_tables(self, cursor: _Cursor, slot: TrackingState) -> None:
+        mark = self.dialect.placeholder
+        for name in slot.tables:
+            cursor.execute(
+                f"DROP TABLE IF EXISTS {self.dialect.table(self.physical_name(name, slot))}"
+            )
+        cursor.execute(
+            f"DELETE FROM {self._slots_table} WHERE name = {mark} AND slot = {mark}",
+            (slot.name, slot.slot),
+        )
+        cursor.execute(
+            f"UPDATE {self._registry_table} SET building_slot = NULL "
+            f"WHERE name = {mark} AND building_slot = {mark}",
+            (slot.name, slot.slot),
+        )
+
+    def drop_slot(self, slot: TrackingState) -> None:
+        with self._transaction() as cursor:
+            self._before_ddl(cursor)
+            self._lock_registry(cursor, slot.name)
+            registry = self._read_registry(cursor, slot.name)
+            if registry.active is not None and registry.active.slot == slot.slot:
+                raise TrackingConflictError(slot.name, slot.position, -1)
+            self._drop_tables(cursor, slot)
+            if registry.active is not None:
+                # The names a slot-0 table held are free now: views onto the active slot.
+                self._point_views(cursor, registry.active)
+
+    def retired_slots(self, name: str) -> list[TrackingState]:
+        mark = self.dialect.placeholder
+        rows = self._query(
+            self._slot_statement(f"s.name = {mark} AND s.state = 'retired'") + " ORDER BY s.slot",
+            (name,),
+        )
+        return [_slot_of(row) for row in rows]
+
+    def try_lock(self, name: str, owner: str, *, lease_seconds: float) -> str | None:
+        mark = self.dialect.placeholder
+        with self._transaction() as cursor:
+            cursor.execute(
+                f"INSERT INTO {self._registry_table} (name, next_slot) VALUES ({mark}, 1) "
+                "ON CONFLICT (name) DO NOTHING",
+                (name,),
+            )
+            self._lock_registry(cursor, name)
+            [(holder, expires)] = cursor.execute(
+                f"SELECT lock_owner, lock_expires FROM {self._registry_table} WHERE name = {mark}",
+                (name,),
+            ).fetchall()
+            now = time.time()
+            free = holder is None or holder == owner or (expires or 0.0) < now
+            if not free and not _holder_gone(holder):
+                return str(holder)
+            cursor.execute(
+                f"UPDATE {self._registry_table} SET lock_owner = {mark}, lock_expires = {mark} "
+                f"WHERE name = {mark}",
+                (owner, now + lease_seconds, name),
+            )
+            return None
+
+    def unlock(self, name: str, owner: str) -> None:
+        mark = self.dialect.placeholder
+        with self._transaction() as cursor:
+            cursor.execute(
+                f"UPDATE {self._registry_table} SET lock_owner = NULL, lock_expires = NULL "
+                f"WHERE name = {mark} AND lock_owner = {mark}",
+                (name, owner),
             )
 
-    def create_indexes(self, projection: Projection) -> None:
+    def create_indexes(self, projection: Projection, slot: TrackingState) -> None:
         with self._transaction() as cursor:
             self._before_ddl(cursor)
             for table in projection.tables:
-                for statement in _index_ddl(table, self.dialect):
+                for statement in _index_ddl(table, self.dialect, self.physical_name(table, slot)):
                     cursor.execute(statement)
 
     def tracking(self) -> list[TrackingState]:
         rows = self._query(
-            f"SELECT name, version, position, last_error FROM {self._tracking_table} ORDER BY name"
+            self._slot_statement(
+                f"s.slot = (SELECT r.active_slot FROM {self._registry_table} r "
+                "WHERE r.name = s.name)"
+            )
+            + " ORDER BY s.name"
         )
-        return [TrackingState(*row) for row in rows]
+        return [_slot_of(row) for row in rows]
 
-    def fetch(self, table: Table, key: Key) -> EncodedRow | None:
-        rows = self._query(self._statements(table).fetch, key)
+    def fetch(self, table: Table, key: Key, slot: TrackingState) -> EncodedRow | None:
+        rows = self._query(self._statements(table, slot).fetch, key)
         return dict(zip(table.column_names, rows[0], strict=True)) if rows else None
 
     def _move_statement(self) -> str:
-        """Compare-and-set of one tracking row; it returns a row only if the position held."""
+        """Compare-and-set of one slot's tracking row; it returns a row only if the position
+        held and the slot is still in the state the page was computed for."""
         mark = self.dialect.placeholder
         return (
-            f"UPDATE {self._tracking_table} SET position = {mark}, last_error = NULL "
-            f"WHERE name = {mark} AND position = {mark} RETURNING name"
+            f"UPDATE {self._slots_table} SET position = {mark}, last_error = NULL "
+            f"WHERE name = {mark} AND slot = {mark} AND position = {mark} AND state = {mark} "
+            "RETURNING name"
         )
 
     @staticmethod
-    def _moves(pages: Sequence[PageCommit]) -> list[tuple[int, str, int]]:
-        # In name order, so two committers lock tracking rows alike and cannot deadlock.
-        ordered = sorted(pages, key=lambda page: page.projection.name)
-        return [(p.new_position, p.projection.name, p.expected_position) for p in ordered]
+    def _moves(pages: Sequence[PageCommit]) -> list[tuple[int, str, int, int, str]]:
+        # In (name, slot) order, so two committers lock tracking rows alike and cannot deadlock.
+        ordered = sorted(pages, key=lambda page: (page.slot.name, page.slot.slot))
+        return [
+            (p.new_position, p.slot.name, p.slot.slot, p.expected_position, p.slot.state)
+            for p in ordered
+        ]
 
     def _writes(self, pages: Sequence[PageCommit]) -> list[tuple[str, list[tuple[Any, ...]]]]:
         """(statement, rows) for every delete and upsert of the pages."""
@@ -281,7 +596,7 @@ class SqlViewStore(ViewStore):
         for page in pages:
             tables = {table.name: table for table in page.projection.tables}
             for table_name, changes in page.changes.items():
-                sql = self._statements(tables[table_name])
+                sql = self._statements(tables[table_name], page.slot)
                 deletes = [key for key, row in changes.items() if row is None]
                 upserts = [tuple(row.values()) for row in changes.values() if row is not None]
                 if deletes:
@@ -290,16 +605,20 @@ class SqlViewStore(ViewStore):
                     writes.append((sql.upsert, upserts))
         return writes
 
-    def _conflict(self, name: str, expected: int) -> TrackingConflictError:
-        rows = self._query(self._tracking_statement(), (name,))
-        actual = TrackingState(*rows[0]).position if rows else 0
+    def _conflict(self, name: str, slot: int, expected: int) -> TrackingConflictError:
+        mark = self.dialect.placeholder
+        rows = self._query(
+            self._slot_statement(f"s.name = {mark} AND s.slot = {mark}"), (name, slot)
+        )
+        actual = _slot_of(rows[0]).position if rows else -1
         return TrackingConflictError(name, expected, actual)
 
     def commit(self, pages: Sequence[PageCommit]) -> None:
         with self._transaction() as cursor:
-            for new, name, expected in self._moves(pages):
-                if cursor.execute(self._move_statement(), (new, name, expected)).fetchone() is None:
-                    raise self._conflict(name, expected)
+            for new, name, slot, expected, state in self._moves(pages):
+                moved = cursor.execute(self._move_statement(), (new, name, slot, expected, state))
+                if moved.fetchone() is None:
+                    raise self._conflict(name, slot, expected)
             for statement, rows in self._writes(pages):
                 cursor.executemany(statement, rows)
 
@@ -309,70 +628,119 @@ class SqlViewStore(ViewStore):
         # until the commit, so checking all before moving any writes nothing on a conflict.
         # Pages made with their events all move from one position to one other: one
         # statement checks them and one moves them.
-        if len({(new, expected) for new, _, expected in moves}) == 1:
-            new, _, expected = moves[0]
-            names = [name for _, name, _ in moves]
-            cursor.execute(self._count_at_statement(len(names)), (expected, *names))
-            if cursor.fetchone()[0] != len(names):
+        if len({(new, expected, state) for new, _, _, expected, state in moves}) == 1:
+            new, _, _, expected, state = moves[0]
+            slots = [(name, slot) for _, name, slot, _, _ in moves]
+            match, keys = self._slots_match(slots)
+            cursor.execute(
+                f"SELECT COUNT(*) FROM {self._slots_table} WHERE position = "
+                f"{self.dialect.placeholder} AND state = {self.dialect.placeholder} AND {match}",
+                (expected, state, *keys),
+            )
+            if cursor.fetchone()[0] != len(slots):
                 return False
-            cursor.execute(self._move_all_statement(len(names)), (new, expected, *names))
+            cursor.execute(
+                f"UPDATE {self._slots_table} SET position = {self.dialect.placeholder}, "
+                f"last_error = NULL WHERE position = {self.dialect.placeholder} "
+                f"AND state = {self.dialect.placeholder} AND {match}",
+                (new, expected, state, *keys),
+            )
         else:
-            for _, name, expected in moves:
-                cursor.execute(self._tracking_statement(), (name,))
+            for _, name, slot, expected, state in moves:
+                match, keys = self._slots_match([(name, slot)])
+                cursor.execute(
+                    f"SELECT position, state FROM {self._slots_table} WHERE {match}", keys
+                )
                 row = cursor.fetchone()
-                if row is None or row[2] != expected:
+                if row is None or (row[0], row[1]) != (expected, state):
                     return False
-            for new, name, expected in moves:
-                cursor.execute(self._move_statement(), (new, name, expected))
+            for move in moves:
+                cursor.execute(self._move_statement(), move)
                 cursor.fetchone()
         for statement, rows in self._writes(pages):
             cursor.executemany(statement, rows)
         return True
 
-    def _count_at_statement(self, count: int) -> str:
+    def _slots_match(self, slots: Sequence[tuple[str, int]]) -> tuple[str, list[Any]]:
+        """A condition selecting these (name, slot) rows of the slots table, and its values."""
         mark = self.dialect.placeholder
-        names = ", ".join(mark for _ in range(count))
-        return (
-            f"SELECT COUNT(*) FROM {self._tracking_table} "
-            f"WHERE position = {mark} AND name IN ({names})"
-        )
+        match = " OR ".join(f"(name = {mark} AND slot = {mark})" for _ in slots)
+        return f"({match})", [value for pair in slots for value in pair]
 
-    def _move_all_statement(self, count: int) -> str:
-        mark = self.dialect.placeholder
-        names = ", ".join(mark for _ in range(count))
-        return (
-            f"UPDATE {self._tracking_table} SET position = {mark}, last_error = NULL "
-            f"WHERE position = {mark} AND name IN ({names})"
-        )
-
-    def record_error(self, name: str, error: str | None) -> None:
+    def record_error(self, slot: TrackingState, error: str | None) -> None:
         mark = self.dialect.placeholder
         with self._transaction() as cursor:
             cursor.execute(
-                f"UPDATE {self._tracking_table} SET last_error = {mark} WHERE name = {mark}",
-                (error, name),
+                f"UPDATE {self._slots_table} SET last_error = {mark} "
+                f"WHERE name = {mark} AND slot = {mark}",
+                (error, slot.name, slot.slot),
             )
 
-    def reader(self) -> ViewReaderBase:
-        return _SqlReader(self)
+    def reader(self, slots: Mapping[str, TrackingState] | None = None) -> ViewReaderBase:
+        return _SqlReader(self, slots or {})
+
+    def _select_all(self, table: Table, slot: TrackingState) -> str:
+        columns = ", ".join(_quote(name) for name in table.column_names)
+        return f"SELECT {columns} FROM {self.dialect.table(self.physical_name(table, slot))}"
+
+    def raw_rows(self, name: str, slot: TrackingState) -> list[EncodedRow] | None:
+        physical = self.physical_name(name, slot)
+        if self._kind(None, physical) != "table":
+            return None
+        columns = self._columns(physical)
+        listed = ", ".join(_quote(column) for column in columns)
+        rows = self._query(f"SELECT {listed} FROM {self.dialect.table(physical)}")
+        return [dict(zip(columns, row, strict=True)) for row in rows]
 
 
 class _SqlReader(ViewReaderBase):
-    def __init__(self, store: SqlViewStore) -> None:
+    def __init__(self, store: SqlViewStore, slots: Mapping[str, TrackingState]) -> None:
         self._store = store
+        self._slots = slots
+
+    def _slot(self, table: Table) -> TrackingState:
+        owner = self._store._owners.get(table.name)
+        chosen = self._slots.get(owner) if owner is not None else None
+        return chosen if chosen is not None else self._store.active_slot(table)
+
+    def _read(
+        self, table: Table, statement: Callable[[str], tuple[str, Sequence[Any]]]
+    ) -> list[tuple[Any, ...]]:
+        slot = self._slot(table)
+        try:
+            return self._store._query(*statement(self._store.physical_name(table, slot)))
+        except (sqlite3.Error, psycopg.Error, PersistenceError):
+            # Another process may have switched to a new slot and dropped this one: read the
+            # registry again and ask the slot that is active now, once.
+            if self._store._owners.get(table.name) in self._slots:
+                raise
+            self._store.refresh()
+            now = self._slot(table)
+            if now == slot:
+                raise
+            return self._store._query(*statement(self._store.physical_name(table, now)))
 
     def _get(self, table: Table, key: Key) -> EncodedRow | None:
-        return self._store.fetch(table, key)
+        rows = self._read(table, lambda physical: (self._store._sql_of(table, physical).fetch, key))
+        return dict(zip(table.column_names, rows[0], strict=True)) if rows else None
 
     def _scan(self, scan: Scan) -> Sequence[EncodedRow]:
-        statement, params = _scan_sql(scan, self._store.dialect)
         names = scan.table.column_names
-        return [dict(zip(names, row, strict=True)) for row in self._store._query(statement, params)]
+        rows = self._read(
+            scan.table, lambda physical: _scan_sql(scan, self._store.dialect, physical)
+        )
+        return [dict(zip(names, row, strict=True)) for row in rows]
 
     def _count(self, scan: Scan) -> int:
         where, params = _conditions(scan, self._store.dialect.placeholder)
-        statement = f"SELECT COUNT(*) FROM {self._store.dialect.table(scan.table.name)}{where}"
-        return int(self._store._query(statement, params)[0][0])
+        rows = self._read(
+            scan.table,
+            lambda physical: (
+                f"SELECT COUNT(*) FROM {self._store.dialect.table(physical)}{where}",
+                params,
+            ),
+        )
+        return int(rows[0][0])
 
 
 class SQLiteViewStore(SqlViewStore):
@@ -427,8 +795,33 @@ class SQLiteViewStore(SqlViewStore):
     def _query(self, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return self._connection().execute(statement, params).fetchall()
 
-    def _exists(self, name: str) -> bool:
-        return bool(self._query("SELECT 1 FROM sqlite_master WHERE name = ?", (name,)))
+    @contextmanager
+    def consistent(self) -> Iterator[None]:
+        # A deferred transaction on this thread's connection: every read inside it sees the
+        # database as of its first read (WAL snapshot), while writers carry on.
+        connection = self._connection()
+        connection.execute("BEGIN")
+        try:
+            yield
+        finally:
+            connection.execute("COMMIT")
+
+    def stream_rows(self, table: Table, slot: TrackingState) -> Iterator[tuple[Any, ...]]:
+        cursor = self._connection().execute(self._select_all(table, slot))
+        while batch := cursor.fetchmany(STREAM_BATCH):
+            yield from batch
+
+    def _kind(self, cursor: _Cursor | None, name: str) -> str | None:
+        statement = "SELECT type FROM sqlite_master WHERE name = ?"
+        rows = (
+            self._query(statement, (name,))
+            if cursor is None
+            else cursor.execute(statement, (name,)).fetchall()
+        )
+        return str(rows[0][0]) if rows else None
+
+    def _columns(self, physical: str) -> list[str]:
+        return [str(row[1]) for row in self._query(f"PRAGMA table_info({_quote(physical)})")]
 
     def close(self) -> None:
         with self._lock:
@@ -454,23 +847,36 @@ class PostgresViewStore(SqlViewStore):
     def __init__(self, datastore: PostgresDatastore) -> None:
         self.datastore = datastore
         self.dialect = postgres_dialect(datastore.schema)
-        self._move_function = f"{_quote(datastore.schema)}.runledger_move_projections"
-        self._move_call = f"SELECT {self._move_function}(%s, %s, %s)".encode()
+        self._move_function = f"{_quote(datastore.schema)}.runledger_move_view_slots"
+        self._move_call = f"SELECT {self._move_function}(%s, %s, %s, %s, %s)".encode()
+        self._pinned = threading.local()
         super().__init__()
+        if self._function_exists():
+            return
         with self._transaction() as cursor:
             self._before_ddl(cursor)
             cursor.execute(
                 f"CREATE OR REPLACE FUNCTION {self._move_function}"
-                "(p_names text[], p_expected bigint[], p_new bigint[]) RETURNS void "
+                "(p_names text[], p_slots bigint[], p_expected bigint[], p_new bigint[], "
+                "p_states text[]) RETURNS void "
                 "LANGUAGE plpgsql AS $$ DECLARE i integer; BEGIN "
-                # One row at a time, in the given (name) order: committers lock alike.
+                # One row at a time, in the given (name, slot) order: committers lock alike.
                 "FOR i IN 1 .. coalesce(array_length(p_names, 1), 0) LOOP "
-                f"UPDATE {self._tracking_table} SET position = p_new[i], last_error = NULL "
-                "WHERE name = p_names[i] AND position = p_expected[i]; "
+                f"UPDATE {self._slots_table} SET position = p_new[i], last_error = NULL "
+                "WHERE name = p_names[i] AND slot = p_slots[i] AND position = p_expected[i] "
+                "AND state = p_states[i]; "
                 "IF NOT FOUND THEN RAISE EXCEPTION 'projection % moved', p_names[i] "
                 f"USING ERRCODE = '{MOVED_SQLSTATE}', DETAIL = p_names[i]; END IF; "
                 "END LOOP; END $$"
             )
+
+    def _function_exists(self) -> bool:
+        rows = self._query(
+            "SELECT 1 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+            "WHERE n.nspname = %s AND p.proname = 'runledger_move_view_slots'",
+            (self.datastore.schema,),
+        )
+        return bool(rows)
 
     @contextmanager
     def _transaction(self) -> Iterator[_Cursor]:
@@ -482,6 +888,11 @@ class PostgresViewStore(SqlViewStore):
             yield cursor
 
     def _query(self, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        pinned: psycopg.Connection[Any] | None = getattr(self._pinned, "connection", None)
+        if pinned is not None:
+            with pinned.cursor(row_factory=tuple_row) as cursor:
+                cursor.execute(statement.encode(), params)
+                return cursor.fetchall()
         with (
             self.datastore.get_connection() as connection,
             connection.cursor(row_factory=tuple_row) as cursor,
@@ -489,21 +900,68 @@ class PostgresViewStore(SqlViewStore):
             cursor.execute(statement.encode(), params)
             return cursor.fetchall()
 
-    def _exists(self, name: str) -> bool:
-        rows = self._query("SELECT to_regclass(%s) IS NOT NULL", (self.dialect.table(name),))
-        return bool(rows[0][0])
+    @contextmanager
+    def consistent(self) -> Iterator[None]:
+        # One REPEATABLE READ transaction on one pooled connection for this thread's reads.
+        with self.datastore.get_connection() as connection, connection.transaction():
+            connection.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            self._pinned.connection = connection
+            try:
+                yield
+            finally:
+                self._pinned.connection = None
+
+    def stream_rows(self, table: Table, slot: TrackingState) -> Iterator[tuple[Any, ...]]:
+        pinned: psycopg.Connection[Any] | None = getattr(self._pinned, "connection", None)
+        if pinned is None:
+            with self.consistent():
+                yield from self.stream_rows(table, slot)
+            return
+        # A server-side cursor: a big table is never held in this process all at once.
+        with pinned.cursor(name="runledger_stream_rows", row_factory=tuple_row) as cursor:
+            cursor.itersize = STREAM_BATCH
+            cursor.execute(self._select_all(table, slot).encode())
+            yield from cursor
+
+    def _kind(self, cursor: _Cursor | None, name: str) -> str | None:
+        statement = (
+            "SELECT c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relname = %s"
+        )
+        params = (self.datastore.schema, name)
+        rows = (
+            self._query(statement, params)
+            if cursor is None
+            else cursor.execute(statement, params).fetchall()
+        )
+        if not rows:
+            return None
+        return {"r": "table", "v": "view", "i": "index"}.get(str(rows[0][0]), "other")
+
+    def _columns(self, physical: str) -> list[str]:
+        rows = self._query(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = %s "
+            "AND table_name = %s ORDER BY ordinal_position",
+            (self.datastore.schema, physical),
+        )
+        return [str(row[0]) for row in rows]
 
     def _before_ddl(self, cursor: _Cursor) -> None:
         # Concurrent CREATE TABLE IF NOT EXISTS can still collide in PostgreSQL's catalogue.
         cursor.execute("SELECT pg_advisory_xact_lock(%s)", (zlib.crc32(b"runledger-views"),))
 
-    def create_indexes(self, projection: Projection) -> None:
-        super().create_indexes(projection)
+    def _lock_registry(self, cursor: _Cursor, name: str) -> None:
+        cursor.execute(
+            f"SELECT name FROM {self._registry_table} WHERE name = %s FOR UPDATE", (name,)
+        )
+
+    def create_indexes(self, projection: Projection, slot: TrackingState) -> None:
+        super().create_indexes(projection, slot)
         # After a bulk load the planner knows nothing of the new rows: without statistics it
         # may scan a whole table where an index answers in a millisecond.
         with self._transaction() as cursor:
             for table in projection.tables:
-                cursor.execute(f"ANALYZE {self.dialect.table(table.name)}")
+                cursor.execute(f"ANALYZE {self.dialect.table(self.physical_name(table, slot))}")
 
     def commit(self, pages: Sequence[PageCommit]) -> None:
         """The whole transaction goes out as one pipeline of prepared statements.
@@ -526,10 +984,8 @@ class PostgresViewStore(SqlViewStore):
             moved = _moved_projection(error)
             if moved is None:
                 raise
-            expected = next(
-                page.expected_position for page in pages if page.projection.name == moved
-            )
-            raise self._conflict(moved, expected) from error
+            page = next(page for page in pages if page.slot.name == moved)
+            raise self._conflict(moved, page.slot.slot, page.expected_position) from error
 
     def write_with_events(self, cursor: Any, pages: Sequence[PageCommit]) -> bool:
         moves = self._moves(pages)
@@ -537,9 +993,11 @@ class PostgresViewStore(SqlViewStore):
             cursor.execute(
                 self._move_call,
                 (
-                    [name for _, name, _ in moves],
-                    [expected for _, _, expected in moves],
-                    [new for new, _, _ in moves],
+                    [name for _, name, _, _, _ in moves],
+                    [slot for _, _, slot, _, _ in moves],
+                    [expected for _, _, _, expected, _ in moves],
+                    [new for new, _, _, _, _ in moves],
+                    [state for _, _, _, _, state in moves],
                 ),
             )
         for statement, rows in self._writes(pages):

@@ -4,14 +4,23 @@ A view store commits a page of row changes for one or more projections together 
 new tracking positions in ONE transaction, and only if every projection is still at the
 position the page was computed from: a page is never applied twice, even by two workers or
 two embedded hosts racing on one database.
+
+Each projection's rows live in **slots**: one set of physical tables per build, named by
+the projection's version and the slot's number (``physical_name``, the one place that maps a
+projection's logical ``Table`` to a physical table). A registry row per projection says which
+slot is **active** (answers queries, takes live pages) and which one is **building** (a
+blue/green rebuild beside it); switching is one transaction, so a query reads either the old
+model or the new one, never a half-built one. A build holds the projection's lock row (owner
+and lease), so two builds of one projection never run at once, across processes too.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 from eventsourcing.persistence import IntegrityError
@@ -25,14 +34,35 @@ TableChanges = dict[Key, EncodedRow | None]
 """Primary key -> new encoded row, or None to delete it."""
 
 
+SlotState = Literal["active", "building", "retired"]
+
+LEGACY_SLOT = 0
+"""The slot of tables written before slots existed: the logical names, unsuffixed."""
+
+
 @dataclass(frozen=True)
 class TrackingState:
-    """A projection's tracking row: its version, position and last error."""
+    """One slot's tracking row: the projection's version built there, position, last error."""
 
     name: str
     version: int
     position: int
     last_error: str | None
+    slot: int = LEGACY_SLOT
+    state: SlotState = "active"
+    tables: tuple[str, ...] = ()
+    """The logical names of the slot's tables (the code that drops them may not know them)."""
+
+
+@dataclass(frozen=True)
+class Registry:
+    """Which slot of a projection is active, which is building, and who holds its lock."""
+
+    name: str
+    active: TrackingState | None
+    building: TrackingState | None
+    lock_owner: str | None
+    lock_expires: float | None
 
 
 @dataclass(frozen=True)
@@ -43,10 +73,13 @@ class PageCommit:
     expected_position: int
     new_position: int
     changes: Mapping[str, TableChanges]
+    slot: TrackingState
+    """The slot the page goes to; it commits only while the slot is still in its state."""
 
 
 class TrackingConflictError(IntegrityError):
-    """Another writer moved a projection since this page was read; nothing was written."""
+    """Another writer moved a projection (or retired its slot) since this page was read;
+    nothing was written."""
 
     def __init__(self, name: str, expected: int, actual: int) -> None:
         super().__init__(f"projection {name} is at {actual}, not {expected}")
@@ -83,34 +116,93 @@ def decode_row(table: Table, row: dict[str, Any]) -> Row:
 class ViewStore(ABC):
     """Tables and tracking of every projection on one backend."""
 
+    def __init__(self) -> None:
+        self._active: dict[str, TrackingState] = {}
+        self._owners: dict[str, str] = {}
+        """Logical table name -> the projection that declares it."""
+
+    @staticmethod
+    def physical_name(table: Table | str, slot: TrackingState) -> str:
+        """The physical table holding a logical table's rows in ``slot``: the one mapping."""
+        name = table if isinstance(table, str) else table.name
+        if slot.slot == LEGACY_SLOT:
+            return name
+        return f"{name}_v{slot.version}_{slot.slot}"
+
+    def active_slot(self, table: Table) -> TrackingState:
+        """The slot answering queries of ``table``, as this process last saw the registry."""
+        return self._active[self._owners[table.name]]
+
+    def _known(self, projection: Projection, active: TrackingState | None) -> None:
+        for table in projection.tables:
+            self._owners[table.name] = projection.name
+        if active is not None:
+            self._active[projection.name] = active
+
     @abstractmethod
     def ensure(self, projection: Projection) -> TrackingState:
-        """Create the projection's tables and tracking row if missing; a stored version other
-        than the projection's means the view is stale, so it is reset to position 0."""
+        """The projection's active slot, created (empty, at the code's version) if it has none.
 
-    @abstractmethod
-    def reset(self, projection: Projection, *, defer_indexes: bool = False) -> None:
-        """Drop and recreate the projection's tables; its tracking goes back to 0.
-
-        With ``defer_indexes``, secondary indexes wait for ``create_indexes``: building an
-        index once after a bulk load is far cheaper than maintaining it row by row.
+        A stored version other than the projection's is left as it is: the runtime decides
+        whether to build the new version beside it (blue/green) or to wait for one.
         """
 
-    def create_indexes(self, projection: Projection) -> None:  # noqa: B027 - optional
-        """Create the secondary indexes ``reset(defer_indexes=True)`` left out."""
+    @abstractmethod
+    def registry(self, name: str) -> Registry:
+        """The projection's registry row (empty for a projection never ensured)."""
+
+    def refresh(self) -> None:
+        """Take the active slots from the registry again (another process may have switched)."""
+        for name in list(self._active):
+            active = self.registry(name).active
+            if active is not None:
+                self._active[name] = active
+
+    @abstractmethod
+    def begin_build(self, projection: Projection, *, restart: bool = False) -> TrackingState:
+        """The projection's building slot: the one in progress at the code's version (resumed),
+        or a new, empty one without secondary indexes. The caller holds the lock."""
+
+    @abstractmethod
+    def switch(self, projection: Projection, building: TrackingState) -> TrackingState | None:
+        """Make ``building`` active and retire the active slot, in one transaction; returns
+        the retired slot. Fails (``TrackingConflictError``) if ``building`` is not building."""
+
+    @abstractmethod
+    def drop_slot(self, slot: TrackingState) -> None:
+        """Drop a retired (or abandoned building) slot's tables and tracking row."""
+
+    @abstractmethod
+    def retired_slots(self, name: str) -> list[TrackingState]:
+        """The projection's retired slots whose tables are still there."""
+
+    @abstractmethod
+    def try_lock(self, name: str, owner: str, *, lease_seconds: float) -> str | None:
+        """Take (or renew) the projection's build lock; None if taken, else the holder.
+
+        A lock whose lease ran out, or whose holder is a process of this host that is gone,
+        is taken over: a crashed build never blocks the next one for long.
+        """
+
+    @abstractmethod
+    def unlock(self, name: str, owner: str) -> None:
+        """Release the build lock if ``owner`` holds it."""
+
+    def create_indexes(self, projection: Projection, slot: TrackingState) -> None:  # noqa: B027
+        """Create the secondary indexes a new building slot left out."""
 
     @abstractmethod
     def tracking(self) -> list[TrackingState]:
-        """Every projection's tracking row."""
+        """Every projection's active slot."""
 
     @abstractmethod
-    def fetch(self, table: Table, key: Key) -> EncodedRow | None:
-        """A committed row, encoded as stored."""
+    def fetch(self, table: Table, key: Key, slot: TrackingState) -> EncodedRow | None:
+        """A committed row of the slot, encoded as stored."""
 
     @abstractmethod
     def commit(self, pages: Sequence[PageCommit]) -> None:
         """Apply all pages and move their positions atomically, or raise
-        TrackingConflictError (and write nothing) if any projection moved meanwhile."""
+        TrackingConflictError (and write nothing) if any slot moved or changed state."""
 
     @abstractmethod
     def write_with_events(self, cursor: Any, pages: Sequence[PageCommit]) -> bool:
@@ -123,12 +215,26 @@ class ViewStore(ABC):
         """
 
     @abstractmethod
-    def record_error(self, name: str, error: str | None) -> None:
-        """Note why a projection stopped (None clears it), keeping its position."""
+    def record_error(self, slot: TrackingState, error: str | None) -> None:
+        """Note why a slot's projection stopped (None clears it), keeping its position."""
 
     @abstractmethod
-    def reader(self) -> ViewReaderBase:
-        """Read access to committed rows, for queries."""
+    def reader(self, slots: Mapping[str, TrackingState] | None = None) -> ViewReaderBase:
+        """Read access to committed rows: of the active slots, or of the given ones by name."""
+
+    @abstractmethod
+    def stream_rows(self, table: Table, slot: TrackingState) -> Iterator[tuple[Any, ...]]:
+        """Every row of the slot's table as stored, values in column order, a batch at a
+        time (inside ``consistent`` on the snapshot's connection)."""
+
+    @abstractmethod
+    def raw_rows(self, name: str, slot: TrackingState) -> list[EncodedRow] | None:
+        """Every row of the slot's table with logical ``name`` as stored, or None if absent:
+        for comparing with a slot of another version, whose columns this code may not know."""
+
+    def consistent(self) -> AbstractContextManager[None]:
+        """Reads on this thread inside the block see one snapshot of the views."""
+        return nullcontext()
 
     def close(self) -> None:  # noqa: B027 - optional hook; the in-memory store holds nothing
         """Release connections."""

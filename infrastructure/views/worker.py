@@ -110,6 +110,9 @@ class ProjectionWorker:
 
     def run(self) -> None:
         try:
+            # Code newer than a projection's active slot builds it first (blue/green): the
+            # worker cannot project pages of its version into another version's tables.
+            self.runtime.builds.upgrade()
             while not self.stopping.is_set():
                 read = self.runtime.projector.catch_up(should_stop=self.stopping.is_set)
                 if self.on_pass is not None:

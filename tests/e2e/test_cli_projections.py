@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 import time
@@ -22,6 +23,17 @@ from runledger.infrastructure.store import WorkflowStore, open_store
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NAMES = ["follow_up_queue", "runs", "session_outbox", "settings", "terminal_data", "viewer_deltas"]
 SESSION = "session-1"
+STATUS_KEYS = {
+    "name",
+    "version",
+    "position",
+    "lag",
+    "active_version",
+    "building_version",
+    "building_position",
+    "last_error",
+}
+"""The keys of each object of ``projections status --json`` (README, "Projections")."""
 
 
 @dataclass(frozen=True)
@@ -115,9 +127,10 @@ def test_status_json_is_exactly_a_list_of_status_objects(
     assert isinstance(statuses, list)
     assert sorted(status["name"] for status in statuses) == NAMES
     for status in statuses:
-        assert set(status) == {"name", "version", "position", "lag", "last_error"}, status
+        assert set(status) == STATUS_KEYS, status
         assert isinstance(status["version"], int)
         assert (status["position"], status["lag"], status["last_error"]) == (head, 0, None)
+        assert (status["active_version"], status["building_version"]) == (status["version"], None)
 
 
 def test_status_json_shows_the_lag_of_projections_nobody_ran(tmp_path: Path) -> None:
@@ -223,6 +236,142 @@ def test_rebuild_needs_exactly_one_of_a_name_or_all(
     assert outcome.returncode == 2, outcome
     assert "name one projection, or pass --all" in " ".join(outcome.stderr.split()), outcome
     assert "Traceback" not in outcome.stderr, outcome
+
+
+REBUILD_KEYS = {"events", "seconds", "switched", "projections"}
+OUTCOME_KEYS = {
+    "name",
+    "version",
+    "active_version",
+    "slot",
+    "read",
+    "position",
+    "live_position",
+    "compared",
+    "equal",
+    "switched",
+    "dropped",
+    "live_digest",
+    "rebuilt_digest",
+    "first_differences",
+    "tables",
+}
+VERIFY_KEYS = {"equal", "projections"}
+VERIFIED_KEYS = {
+    "name",
+    "version",
+    "position",
+    "equal",
+    "live_digest",
+    "rebuilt_digest",
+    "first_differences",
+    "tables",
+}
+DIFFERENCE_KEYS = {"table", "key", "live", "rebuilt"}
+"""The keys of ``projections rebuild --json`` and ``verify --json`` (README, "Projections")."""
+
+
+def test_rebuild_json_has_exactly_its_documented_keys(sqlite_url: str, tmp_path: Path) -> None:
+    outcome = runledger(
+        "projections", "rebuild", "--all", "--json", "--url", sqlite_url, cwd=tmp_path
+    )
+    assert outcome.returncode == 0, outcome
+    document = json.loads(outcome.stdout)
+    assert set(document) == REBUILD_KEYS
+    assert sorted(item["name"] for item in document["projections"]) == NAMES
+    for item in document["projections"]:
+        assert set(item) == OUTCOME_KEYS, item
+        assert (item["compared"], item["equal"], item["switched"]) == ("rows", True, True)
+    assert "rebuilding" not in outcome.stderr, "--json prints no progress"
+
+
+def test_rebuild_drop_old_names_the_dropped_slot(sqlite_url: str, tmp_path: Path) -> None:
+    outcome = runledger(
+        "projections", "rebuild", "runs", "--drop-old", "--json", "--url", sqlite_url, cwd=tmp_path
+    )
+    assert outcome.returncode == 0, outcome
+    [item] = json.loads(outcome.stdout)["projections"]
+    assert (item["slot"], item["dropped"]) == (2, [1])
+
+
+def test_verify_of_an_intact_store_exits_0(sqlite_url: str, head: int, tmp_path: Path) -> None:
+    outcome = runledger("projections", "verify", "--all", "--url", sqlite_url, cwd=tmp_path)
+    assert outcome.returncode == 0, outcome
+    for name in NAMES:
+        assert f"{name} v" in outcome.stdout, outcome
+    assert f"equal to a replay at position {head}" in outcome.stdout, outcome
+    assert "verifying" in outcome.stderr, "a progress bar on stderr"
+
+
+def test_verify_json_has_exactly_its_documented_keys(sqlite_url: str, tmp_path: Path) -> None:
+    outcome = runledger(
+        "projections", "verify", "--all", "--json", "--url", sqlite_url, cwd=tmp_path
+    )
+    assert outcome.returncode == 0, outcome
+    document = json.loads(outcome.stdout)
+    assert set(document) == VERIFY_KEYS
+    assert document["equal"] is True
+    for item in document["projections"]:
+        assert set(item) == VERIFIED_KEYS, item
+        assert item["live_digest"] == item["rebuilt_digest"]
+    assert outcome.stderr == "", "--json prints no progress"
+
+
+def spoil_follow_up_prompt(url: str) -> None:
+    path = url.removeprefix("sqlite:///")
+    connection = sqlite3.connect(path)
+    try:
+        connection.execute("UPDATE rl_fuq_follow_ups_v1_1 SET prompt = 'spoiled'")
+        connection.commit()
+    finally:
+        connection.close()
+
+
+def test_verify_of_a_spoiled_row_exits_1_naming_the_first_differing_rows(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    spoil_follow_up_prompt(sqlite_url)
+
+    outcome = runledger(
+        "projections", "verify", "follow_up_queue", "--url", sqlite_url, cwd=tmp_path
+    )
+
+    assert outcome.returncode == 1, outcome
+    text = outcome.stdout
+    assert "DIFFERS" in text, outcome
+    assert "rl_fuq_follow_ups" in text, outcome
+    assert '"prompt":"spoiled"' in text, outcome
+    assert '"prompt":"Task 0"' in text, outcome
+
+
+def test_verify_json_of_a_spoiled_row_gives_the_live_and_the_rebuilt_row(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    spoil_follow_up_prompt(sqlite_url)
+
+    outcome = runledger(
+        "projections", "verify", "follow_up_queue", "--json", "--url", sqlite_url, cwd=tmp_path
+    )
+
+    assert outcome.returncode == 1, outcome
+    [item] = json.loads(outcome.stdout)["projections"]
+    first = item["first_differences"][0]
+    assert set(first) == DIFFERENCE_KEYS
+    assert (first["table"], first["live"]["prompt"], first["rebuilt"]["prompt"]) == (
+        "rl_fuq_follow_ups",
+        "spoiled",
+        first["rebuilt"]["prompt"],
+    )
+    assert first["rebuilt"]["prompt"].startswith("Task ")
+    assert item["tables"] == [
+        {"table": "rl_fuq_follow_ups", "added": 0, "removed": 0, "changed": 3}
+    ]
+
+
+def test_verify_needs_exactly_one_of_a_name_or_all(sqlite_url: str, tmp_path: Path) -> None:
+    outcome = runledger("projections", "verify", "--url", sqlite_url, cwd=tmp_path)
+    assert outcome.returncode == 2, outcome
+    assert "name one projection, or pass --all" in " ".join(outcome.stderr.split()), outcome
 
 
 # -- known bugs -------------------------------------------------------------------------------

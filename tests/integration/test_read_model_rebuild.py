@@ -20,6 +20,7 @@ import psycopg
 import pytest
 
 from runledger.domain.application import WorkflowRuns
+from runledger.domain.errors import ProjectionVersionError
 from runledger.domain.ids import follow_up_message_id
 from runledger.domain.records import SnapshotRequired, ViewerDelta, ViewerDeltas
 from runledger.domain.values import Actor
@@ -422,6 +423,37 @@ def test_a_sqlite_file_and_postgresql_give_the_same_query_results(
     assert_same_results(sqlite, postgresql, ("SQLite", "PostgreSQL"))
 
 
+def rich_digests(built: Built) -> dict[str, str]:
+    return {name: built.store.read_model_digest(name) for name in PROJECTIONS}
+
+
+def test_memory_and_a_sqlite_file_give_the_same_digests(
+    rich_stores: RichStores, request: pytest.FixtureRequest
+) -> None:
+    memory = rich_stores.get("memory", request)
+    sqlite = rich_stores.get("sqlite", request)
+
+    assert rich_digests(memory) == rich_digests(sqlite)
+
+
+@pytest.mark.postgres
+def test_a_sqlite_file_and_postgresql_give_the_same_digests(
+    rich_stores: RichStores, request: pytest.FixtureRequest
+) -> None:
+    sqlite = rich_stores.get("sqlite", request)
+    postgresql = rich_stores.get("postgresql", request)
+
+    assert rich_digests(sqlite) == rich_digests(postgresql)
+
+
+def test_a_rebuild_of_the_rich_scenario_keeps_every_digest(rich: Built) -> None:
+    before = rich_digests(rich)
+
+    rich.runtime.rebuild_projections()
+
+    assert rich_digests(rich) == before
+
+
 # -- I2, I4: viewer deltas over hundreds of events -----------------------------------------------
 
 
@@ -487,8 +519,8 @@ def execute_sql(url: str, statement: str) -> None:
             server.execute(statement)
 
 
-STALE_VERSION = "UPDATE runledger_projections SET version = 999 WHERE name = 'terminal_data'"
-WRONG_ROW = "UPDATE rl_td_runs SET status = NULL WHERE run_id = 'run-1'"
+WRONG_ROW = "UPDATE rl_td_runs_v1_1 SET status = NULL WHERE run_id = 'run-1'"
+"""Spoils the row of R in terminal data's first slot (``<table>_v<version>_<slot>``)."""
 
 
 def completed_run_on(url: str) -> Any:
@@ -499,30 +531,76 @@ def completed_run_on(url: str) -> Any:
         return store.terminal_data(RUN)
 
 
-def test_a_projection_stored_under_another_version_is_rebuilt_when_a_store_opens(
-    durable_url: str,
+@pytest.fixture
+def newer_terminal_data(monkeypatch: pytest.MonkeyPatch) -> int:
+    """The code of terminal data at the next version, as after a deployment."""
+    version = TerminalDataProjection.version + 1
+    monkeypatch.setattr(TerminalDataProjection, "version", version)
+    return version
+
+
+def test_a_store_opening_with_a_newer_projection_version_builds_it_from_the_log(
+    durable_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     expected = completed_run_on(durable_url)
-    execute_sql(durable_url, STALE_VERSION)
     execute_sql(durable_url, WRONG_ROW)
+    monkeypatch.setattr(TerminalDataProjection, "version", TerminalDataProjection.version + 1)
 
     with open_store(durable_url, clock=FakeClock()) as reopened:
-        assert reopened.terminal_data(RUN) == expected, "the stale view must be rebuilt"
+        assert reopened.terminal_data(RUN) == expected, "the new version is built from the log"
 
 
-def test_a_rebuilt_stale_projection_reports_the_codes_version_at_the_end_of_the_log(
-    durable_url: str,
+def test_a_store_opening_with_a_newer_version_switches_to_it_at_the_end_of_the_log(
+    durable_url: str, newer_terminal_data: int
 ) -> None:
-    completed_run_on(durable_url)
-    execute_sql(durable_url, STALE_VERSION)
+    with open_store(durable_url, clock=FakeClock(), projections=["terminal_data"]) as first:
+        running_run(first)
+    newer = newer_terminal_data
 
     with open_store(durable_url, clock=FakeClock()) as reopened:
         [status] = [s for s in reopened.projection_status() if s.name == "terminal_data"]
 
-    assert (status.version, status.lag, status.last_error) == (
-        TerminalDataProjection.version,
-        0,
-        None,
+    assert (
+        status.version,
+        status.active_version,
+        status.building_version,
+        status.lag,
+        status.last_error,
+    ) == (newer, newer, None, 0, None)
+
+
+def test_the_old_version_stays_for_processes_still_running_the_old_code(
+    durable_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    completed_run_on(durable_url)
+    old = TerminalDataProjection.version
+    monkeypatch.setattr(TerminalDataProjection, "version", old + 1)
+    open_store(durable_url, clock=FakeClock()).close()
+    monkeypatch.setattr(TerminalDataProjection, "version", old)
+
+    with open_runtime(durable_url, clock=FakeClock()) as runtime:
+        retired = runtime.views.retired_slots("terminal_data")
+
+    assert [(slot.version, slot.state) for slot in retired] == [(old, "retired")]
+
+
+def test_older_code_on_a_store_with_a_newer_version_refuses_to_answer(
+    durable_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    completed_run_on(durable_url)
+    old = TerminalDataProjection.version
+    monkeypatch.setattr(TerminalDataProjection, "version", old + 1)
+    open_store(durable_url, clock=FakeClock()).close()
+    monkeypatch.setattr(TerminalDataProjection, "version", old)
+
+    with (
+        open_store(durable_url, clock=FakeClock()) as older,
+        pytest.raises(ProjectionVersionError) as raised,
+    ):
+        older.terminal_data(RUN)
+
+    assert f"is at version {old + 1} in the store, this code reads version {old}" in str(
+        raised.value
     )
 
 

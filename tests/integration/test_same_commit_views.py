@@ -125,10 +125,10 @@ def test_the_events_commit_when_another_process_moved_a_view_meanwhile(
         store.create_run("run-1", workflow_name="echo", input={})
         store.bind_origin_session("run-1", "session-1")
         written_before = writer.projector.projected_with_events
-        # Another process starts the queue view over: the writer's next compare-and-set on
-        # its tracking position fails, inside the command's transaction.
-        queue_view = other.projector.runner("follow_up_queue").projection
-        other.views.reset(queue_view)
+        # Another process rebuilds the queue view blue/green and switches to the new slot:
+        # the writer's next compare-and-set on its now retired slot fails, inside the
+        # command's transaction.
+        other.rebuild_projection("follow_up_queue")
 
         queued = store.queue_follow_up(
             "run-1",

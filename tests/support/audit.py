@@ -31,9 +31,10 @@ def overwrite_rows(
     runtime: StoreRuntime, projection: Projection, table: Table, rows: dict[Key, Row | None]
 ) -> None:
     """Change stored view rows behind the projections' back (None deletes a row)."""
-    position = {state.name: state.position for state in runtime.views.tracking()}[projection.name]
+    slot = {state.name: state for state in runtime.views.tracking()}[projection.name]
     changes = {key: None if row is None else encode_row(table, row) for key, row in rows.items()}
-    runtime.views.commit([PageCommit(projection, position, position, {table.name: changes})])
+    page = PageCommit(projection, slot.position, slot.position, {table.name: changes}, slot)
+    runtime.views.commit([page])
 
 
 # -- bundles ------------------------------------------------------------------------------

@@ -84,6 +84,7 @@ DESIGNED_API = frozenset(
         # operations
         "projection_status",
         "rebuild_projection",
+        "read_model_digest",
         "projection_names",
         "close",
     }

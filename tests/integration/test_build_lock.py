@@ -1,0 +1,91 @@
+"""The build lock of a projection, on every backend's view store: one holder at a time, taken
+over once its lease ran out or its process (on this host) is gone."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from runledger.infrastructure.runtime import open_runtime
+from runledger.infrastructure.views.store import ViewStore
+
+NAME = "runs"
+
+
+@pytest.fixture
+def views(store_url: str) -> Iterator[ViewStore]:
+    with open_runtime(store_url, embedded_projections=False) as runtime:
+        yield runtime.views
+
+
+def gone_process_owner() -> str:
+    """A lock owner naming a process of this host that has ended."""
+    ended = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return f"{socket.gethostname()}:{int(ended.stdout)}:token"
+
+
+def test_a_second_owner_is_told_who_holds_the_lock(views: ViewStore) -> None:
+    assert views.try_lock(NAME, "host:1:first", lease_seconds=60) is None
+
+    assert views.try_lock(NAME, "host:2:second", lease_seconds=60) == "host:1:first"
+
+
+def test_the_holder_renews_its_own_lock(views: ViewStore) -> None:
+    views.try_lock(NAME, "host:1:first", lease_seconds=60)
+
+    assert views.try_lock(NAME, "host:1:first", lease_seconds=60) is None
+
+
+def test_a_released_lock_is_free(views: ViewStore) -> None:
+    views.try_lock(NAME, "host:1:first", lease_seconds=60)
+    views.unlock(NAME, "host:1:first")
+
+    assert views.try_lock(NAME, "host:2:second", lease_seconds=60) is None
+
+
+def test_only_the_holder_releases_the_lock(views: ViewStore) -> None:
+    views.try_lock(NAME, "host:1:first", lease_seconds=60)
+    views.unlock(NAME, "host:2:second")
+
+    assert views.try_lock(NAME, "host:2:second", lease_seconds=60) == "host:1:first"
+
+
+def test_locks_of_two_projections_are_apart(views: ViewStore) -> None:
+    views.try_lock(NAME, "host:1:first", lease_seconds=60)
+
+    assert views.try_lock("terminal_data", "host:2:second", lease_seconds=60) is None
+
+
+def test_a_lock_whose_lease_ran_out_is_taken_over(views: ViewStore, store_url: str) -> None:
+    if store_url == "memory://":
+        pytest.skip("one process holds a memory store: its locks have no lease")
+    views.try_lock(NAME, "elsewhere:1:first", lease_seconds=-1)
+
+    assert views.try_lock(NAME, "host:2:second", lease_seconds=60) is None
+
+
+def test_a_lock_held_by_a_gone_process_of_this_host_is_taken_over(
+    views: ViewStore, store_url: str
+) -> None:
+    if store_url == "memory://":
+        pytest.skip("one process holds a memory store: its holders cannot be gone")
+    views.try_lock(NAME, gone_process_owner(), lease_seconds=600)
+
+    assert views.try_lock(NAME, "host:2:second", lease_seconds=60) is None
+
+
+def test_a_lock_held_by_a_live_process_of_another_host_holds(
+    views: ViewStore, store_url: str
+) -> None:
+    views.try_lock(NAME, "elsewhere:1:first", lease_seconds=600)
+
+    assert views.try_lock(NAME, "host:2:second", lease_seconds=60) == "elsewhere:1:first"
