@@ -259,7 +259,8 @@ def test_demo_reports_the_next_deliverable_message(first_demo: Outcome) -> None:
 def test_demo_reports_every_projection_caught_up(first_demo: Outcome) -> None:
     status = first_demo.section("Projection status")
 
-    rows = re.findall(r"^\s*(\w+)\s+\d+\s+\d+\s+(\d+)\s*$", status, re.MULTILINE)
+    # name, version, position, lag, active version (no build running, no error)
+    rows = re.findall(r"^\s*(\w+)\s+\d+\s+\d+\s+(\d+)\s+v\d+\s*$", status, re.MULTILINE)
     assert {name for name, _lag in rows} == {
         "follow_up_queue",
         "terminal_data",
