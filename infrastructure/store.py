@@ -66,11 +66,13 @@ def _query(
     It takes the query's arguments and ``as_of``: with a log position, the answer comes from
     a replay of the log up to there into a scratch model (the live one is not touched).
     """
-    signature = inspect.signature(query)
+    # Annotations evaluated where the query is defined: the signature is read elsewhere
+    # (help(), the HTTP API's argument models), where the query module's names are unknown.
+    signature = inspect.signature(query, eval_str=True)
     parameters = list(signature.parameters.values())
     names = tuple(parameter.name for parameter in parameters[1:])
     as_of = inspect.Parameter(
-        "as_of", inspect.Parameter.KEYWORD_ONLY, default=None, annotation="int | None"
+        "as_of", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=int | None
     )
     store_parameter = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)
 

@@ -29,13 +29,13 @@ import psycopg
 from eventsourcing.application import Application
 from eventsourcing.domain import Aggregate, event
 
-from runledger.infrastructure.runtime import default_projections
+from runledger.infrastructure.runtime import default_projections, open_runtime
 from runledger.infrastructure.storage.urls import libpq_url
-from runledger.infrastructure.store import WorkflowStore, open_store
+from runledger.infrastructure.store import WorkflowStore
+from runledger.infrastructure.views.sql import SLOTS_TABLE
 from runledger.projections.base import Table
 
 EVENTS_TABLE = "runledger_events"
-TRACKING_TABLE = "runledger_projections"
 
 Command = Callable[[WorkflowStore, int], None]
 """One real command, number ``n`` of a series, on an open store."""
@@ -125,7 +125,10 @@ class IdealCommand:
         self.sqlite = url.startswith("sqlite:///")
         marker = "?" if self.sqlite else "%s"
         self.statements = [write.statement(marker) for write in self.writes]
-        self.tracking = f"UPDATE {_quote(TRACKING_TABLE)} SET position = position + {marker}"
+        self.tracking = (
+            f"UPDATE {_quote(SLOTS_TABLE)} SET position = position + {marker} "
+            "WHERE state = 'active'"
+        )
 
     @classmethod
     def recorded(
@@ -133,7 +136,13 @@ class IdealCommand:
     ) -> IdealCommand:
         """Run ``setup`` and two real commands on a new store at ``url``; the second one's rows."""
         tables = _view_tables()
-        with open_store(url) as store:
+        with open_runtime(url) as runtime:
+            store = WorkflowStore(runtime)
+            # The rows live in the active slot's tables (the logical names are views onto them).
+            physical = {
+                table.name: runtime.views.physical_name(table, runtime.views.active_slot(table))
+                for table in tables
+            }
             setup(store)
             command(store, 0)
             with plain_connection(url) as connection:
@@ -177,7 +186,9 @@ class IdealCommand:
                             if name in table.key and kind == "text"
                         )
                     )
-                    writes.append(RowWrite(table.name, table.column_names, row, varied, table.key))
+                    writes.append(
+                        RowWrite(physical[table.name], table.column_names, row, varied, table.key)
+                    )
         return cls(url, writes, len(events))
 
     def _write(self, connection: Any, number: int) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Final
 from weakref import WeakKeyDictionary
 
-from runledger.infrastructure.cli import bench_audit, bench_serve
+from runledger.infrastructure.cli import bench_audit, bench_projections, bench_serve
 from runledger.infrastructure.cli.bench import Bench, BenchResult, RowMeasure
 
 
@@ -42,7 +42,31 @@ def _audit(bench: Bench) -> list[BenchResult]:
 
 _AUDIT = _MeasuredTogether(_audit)
 
+
+def _history(bench: Bench, full: int) -> int:
+    """The generated history's size: the row's own in a full run, the bench's when quick."""
+    return bench.events if bench.quick else full
+
+
 EXTRA_ROWS: Final[list[tuple[str, RowMeasure]]] = [
+    (
+        "V1",
+        lambda bench: bench_projections.verify_all(
+            bench.scratch.new_url(), _history(bench, bench_projections.HISTORY_EVENTS)
+        ),
+    ),
+    (
+        "V2",
+        lambda bench: bench_projections.blue_green_ratio(
+            bench.scratch.new_url(), _history(bench, bench_projections.HISTORY_EVENTS)
+        ),
+    ),
+    (
+        "V3",
+        lambda bench: bench_projections.peak_rss(
+            bench.scratch.new_url(), _history(bench, bench_projections.RSS_EVENTS)
+        ),
+    ),
     ("A1", _AUDIT.row("A1")),
     ("A2", _AUDIT.row("A2")),
     ("S1", lambda bench: bench_serve.http_queue_follow_up(bench.scratch.new_url(), bench.seconds)),

@@ -123,6 +123,7 @@ ROUTES: Final[Sequence[Route]] = (
     _get("/runs/{run_id}/verification", "verify_run"),
     _get("/projections", "projection_status"),
     _get("/projections/names", "projection_names"),
+    _get("/projections/{name}/digest", "read_model_digest"),
 )
 
 UNROUTED: Final[Mapping[str, str]] = {

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from runledger.infrastructure import open_store
+from runledger.infrastructure.runtime import open_runtime
 from tests.support.audit import play_demo, read_lines, write_lines
 from tests.support.clock import FakeClock
 
@@ -129,9 +130,14 @@ def test_verify_exits_zero_on_an_intact_run(demo: Demo, tmp_path: Path) -> None:
 
 
 def test_verify_exits_one_and_names_a_tampered_row(demo: Demo, tmp_path: Path) -> None:
+    with open_runtime(demo.url) as runtime:
+        [table] = runtime.projector.runner("terminal_data").projection.tables
+        # Behind the store's back, in the active slot's table (the logical name is a view).
+        stored = runtime.views.physical_name(table, runtime.views.active_slot(table))
     with sqlite3.connect(demo.path) as connection:
         connection.execute(
-            "UPDATE rl_td_runs SET error = 'nothing failed' WHERE run_id = ?", (demo.failed_run,)
+            f"UPDATE \"{stored}\" SET error = 'nothing failed' WHERE run_id = ?",
+            (demo.failed_run,),
         )
 
     outcome = runledger(

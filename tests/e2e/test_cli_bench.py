@@ -27,8 +27,8 @@ ROW_KEYS = {
 }
 COMMAND_BASELINES = {"raw", "ideal", "library"}
 BUILT_IN_ROWS = ["P1", "P2b", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11", "P12"]
-# bench_rows.EXTRA_ROWS: the audit's and the server's rows, after the built-in ones.
-EXTRA_ROWS = ["A1", "A2", "S1", "S2"]
+# bench_rows.EXTRA_ROWS: the read models', the audit's and the server's rows, after the others.
+EXTRA_ROWS = ["V1", "V2", "V3", "A1", "A2", "S1", "S2"]
 SQLITE_ROWS = [*BUILT_IN_ROWS, *EXTRA_ROWS]
 POSTGRES_ROWS = ["P1", "P2", *SQLITE_ROWS[1:]]
 

@@ -359,6 +359,20 @@ def test_the_event_log_and_projection_status_are_read(served: Served) -> None:
     assert {p["name"] for p in api.ok("projection_status")} == set(api.ok("projection_names"))
 
 
+def test_a_read_model_digest_is_read_now_and_as_of_a_position(served: Served) -> None:
+    api = served.api
+    started_run(api)
+    before = api.ok("read_model_digest", "follow_up_queue")
+    position = api.ok("event_log")[-1]["position"]
+    queue_follow_up(api, "run-1", "request-1")
+
+    after = api.ok("read_model_digest", "follow_up_queue")
+    then = api.ok("read_model_digest", "follow_up_queue", as_of=position)
+
+    assert after != before
+    assert then == before
+
+
 def test_a_run_is_audited_and_verified(served: Served) -> None:
     api = served.api
     started_run(api)

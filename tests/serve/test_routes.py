@@ -69,7 +69,7 @@ def test_the_openapi_document_describes_bodies_from_the_signatures(
         "prompt",
     }
     ranged = document["paths"]["/runs/{run_id}/follow-up-queue"]["get"]["parameters"]
-    assert {parameter["name"] for parameter in ranged} == {"run_id", "start", "limit"}
+    assert {parameter["name"] for parameter in ranged} == {"run_id", "start", "limit", "as_of"}
 
 
 def test_every_route_is_called_by_an_api_test() -> None:
