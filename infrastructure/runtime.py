@@ -208,11 +208,10 @@ class StoreRuntime(ClosedOnExit):
         if getattr(self._projected, "done", False):
             # The read models committed with the events: this process reads its writes.
             self._projected.done = False
-            return
-        # Right after each commit: the committing thread projects it when nobody else is
-        # projecting (no thread hand-over, no contention); otherwise the follower thread
-        # picks it up with whatever else arrives, and a query catches up itself first.
-        if not self._try_catch_up():
+        elif not self._try_catch_up():
+            # Right after each commit: the committing thread projects it when nobody else is
+            # projecting (no thread hand-over, no contention); otherwise the follower thread
+            # picks it up with whatever else arrives, and a query catches up itself first.
             self._wake.set()
         # Whoever projected it (this thread, the commit itself, or the follower soon), a query
         # made from now on sees it: listeners may look.
