@@ -205,10 +205,21 @@ class ProjectionRunner:
             return None
         if self.slot is None:
             raise TrackingConflictError(self.name, self.position, -1)
-        stored = self.views.fetch(table, key, self.slot)
+        try:
+            stored = self.views.fetch(table, key, self.slot)
+        except Exception:
+            # Another process switched this projection to a new slot and dropped the old
+            # tables: that is a moved projection, not a broken one.
+            if not self._still_active():
+                raise TrackingConflictError(self.name, self.position, -1) from None
+            raise
         row = None if stored is None else decode_row(table, stored)
         self._remember(cache_key, row)
         return row
+
+    def _still_active(self) -> bool:
+        active = self.views.registry(self.name).active
+        return self.slot is not None and active is not None and active.slot == self.slot.slot
 
     def _remember(self, cache_key: tuple[str, Key], row: Row | None) -> None:
         self._cache[cache_key] = row
@@ -314,6 +325,12 @@ def project_page(
                 continue
             try:
                 runner.apply(event)
+            except TrackingConflictError:
+                # The page's slot is no longer the active one: forget the page, nothing was
+                # written; the caller goes on from the store's active slots.
+                for each in active:
+                    each.abandon(each._page_start)
+                raise
             except StorageUnavailableError:
                 # The database failed, not the projection: forget the page, so the next
                 # catch-up projects it again, rather than stalling a sound projection.
