@@ -9,18 +9,17 @@ stalled there, as live, and the stall is part of the result: it is never stepped
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from runledger.domain.errors import CorruptEventError
 from runledger.domain.ports import LogEntry
 from runledger.infrastructure.views.digest import view_digest
 from runledger.infrastructure.views.memory import MemoryViewStore
-from runledger.infrastructure.views.projector import ProjectionRunner
+from runledger.infrastructure.views.projector import ProjectionRunner, project_page
 from runledger.infrastructure.views.store import ViewReaderBase
 from runledger.projections.base import Projection
-from runledger.projections.events import projected
 
 PAGE_SIZE: Final = 1000
 # Every row a re-projection makes stays cached: the runner never asks the (empty) store.
@@ -70,37 +69,10 @@ def reproject(
     count = 0
     pages = iter(entries)
     while page := list(itertools.islice(pages, PAGE_SIZE)):
-        _project_page(runners, page, views)
+        # The live projector's page step: a page is never cut short by time here.
+        project_page(views, [runner for runner in runners if runner.projecting], page, math.inf)
         count += len(page)
         if progress is not None:
             progress(len(page))
     stalls = {runner.name: runner.failure for runner in runners if runner.failure is not None}
     return Reprojection(projections, views, stalls, count)
-
-
-def _project_page(
-    runners: list[ProjectionRunner], page: list[LogEntry], views: MemoryViewStore
-) -> None:
-    active = [runner for runner in runners if runner.failure is None]
-    for runner in active:
-        runner.begin_page()
-    for entry in page:
-        try:
-            event = projected(entry)
-        except CorruptEventError as error:
-            # As live: an event that does not decode stalls every projection at it.
-            for runner in active:
-                if runner.failure is None:
-                    runner.fail(error, entry.position)
-            break
-        for runner in active:
-            if runner.failure is not None:
-                continue
-            try:
-                runner.apply(event)
-            except Exception as error:  # recorded as the model's stall, never skipped
-                runner.fail(error, event.position)
-    commits = [commit for runner in active if (commit := runner.end_page()) is not None]
-    views.commit(commits)
-    for runner in active:
-        runner.committed()
