@@ -11,11 +11,14 @@ from contextlib import contextmanager
 from typing import Any, Final
 from uuid import UUID
 
-from eventsourcing.persistence import Notification, StoredEvent
+from eventsourcing.persistence import InterfaceError, Notification, StoredEvent
 from eventsourcing.persistence import OperationalError as PersistenceOperationalError
 from eventsourcing.sqlite import (
+    SQLITE3_DEFAULT_LOCK_TIMEOUT,
     SQLiteAggregateRecorder,
     SQLiteApplicationRecorder,
+    SQLiteConnection,
+    SQLiteConnectionPool,
     SQLiteCursor,
     SQLiteDatastore,
 )
@@ -37,6 +40,9 @@ logger = logging.getLogger(__name__)
 LOCK_TIMEOUT_SECONDS = 5
 """How long a writer waits for another connection's (or process's) write lock."""
 
+STATEMENT_CACHE_SIZE = 256
+"""Prepared statements kept per connection: every statement one command runs, with room."""
+
 PRIVATE_FILE_MODE = 0o600
 """A new database holds prompts and outputs: only its owner may read it."""
 
@@ -57,6 +63,53 @@ def create_private_file(path: str) -> None:
         os.fchmod(descriptor, PRIVATE_FILE_MODE)
     finally:
         os.close(descriptor)
+
+
+class StatementCachingPool(SQLiteConnectionPool):
+    """The library's pool, with connections that keep their prepared statements.
+
+    The library connects with ``cached_statements=True``, a cache of one statement, so a
+    command's dozen statements (events, view rows, tracking) were each parsed and planned
+    again on every command: about 0.9 ms of a 2.2 ms command on a small file.
+    """
+
+    def _create_connection(self) -> SQLiteConnection:
+        try:
+            connection = sqlite3.connect(
+                database=self.db_name,
+                uri=True,
+                check_same_thread=False,
+                isolation_level=None,  # The library's transactions issue BEGIN themselves.
+                cached_statements=STATEMENT_CACHE_SIZE,
+                timeout=self.lock_timeout or SQLITE3_DEFAULT_LOCK_TIMEOUT,
+            )
+        except (sqlite3.Error, TypeError) as error:
+            raise InterfaceError(error) from error
+        if not self.is_sqlite_memory_mode and not self.is_journal_mode_wal:
+            if connection.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                connection.execute("PRAGMA journal_mode=WAL")
+                self.journal_mode_was_changed_to_wal = True
+            self.is_journal_mode_wal = True
+        # Events are durable at commit: each commit syncs the log (SQLite's default, said here
+        # so that no build's or library's default can weaken it).
+        connection.execute("PRAGMA synchronous=FULL")
+        # A command writes its read models behind a savepoint, whose sub-journal SQLite keeps
+        # in a temporary file by default: in memory it costs a third of the view writes.
+        connection.execute("PRAGMA temp_store=MEMORY")
+        connection.row_factory = sqlite3.Row
+        return SQLiteConnection(sqlite_conn=connection, max_age=self.max_age)
+
+
+def statement_caching_datastore(path: str, *, lock_timeout: int, pool_size: int) -> SQLiteDatastore:
+    """The library's datastore on ``path`` whose connections keep their statements."""
+    datastore = SQLiteDatastore(
+        path, lock_timeout=lock_timeout, pool_size=pool_size, originator_id_type="uuid"
+    )
+    # Nothing has connected yet: the library's pool holds no connection to close.
+    datastore.pool = StatementCachingPool(
+        db_name=path, lock_timeout=lock_timeout, pool_size=pool_size
+    )
+    return datastore
 
 
 class SQLiteEventRecorder(SqlLogQueries, SQLiteApplicationRecorder):
@@ -249,8 +302,8 @@ class SQLiteStorage(RecorderBackedStorage[SQLiteEventRecorder, SQLiteSnapshotRec
     ) -> None:
         self.path = os.fspath(path)
         create_private_file(self.path)
-        self.datastore = SQLiteDatastore(
-            self.path, lock_timeout=lock_timeout, pool_size=pool_size, originator_id_type="uuid"
+        self.datastore = statement_caching_datastore(
+            self.path, lock_timeout=lock_timeout, pool_size=pool_size
         )
         super().__init__(
             SQLiteEventRecorder(self.datastore), SQLiteSnapshotRecorder(self.datastore)

@@ -186,6 +186,50 @@ def test_the_events_commit_when_another_writer_took_the_positions_the_views_expe
         assert digests(writer) == shown
 
 
+def test_commands_after_views_skipped_on_their_way_still_write_them_with_the_events(
+    durable_url: str,
+) -> None:
+    # On PostgreSQL the view statements queued behind a failed position check are skipped by
+    # the server; whichever of their uses psycopg would have prepared them at (the 5th by
+    # default), the writer's later commands must find them and write their views again.
+    actor = Actor("session", "session-1")
+
+    def queue(store: WorkflowStore, request_id: str) -> None:
+        store.queue_follow_up(
+            "run-1",
+            request_id=request_id,
+            target_session_id="session-1",
+            actor=actor,
+            source=SOURCE,
+            prompt=request_id,
+        )
+
+    with (
+        open_runtime(durable_url, clock=FakeClock()) as writer,
+        open_runtime(durable_url, embedded_projections=False) as other,
+    ):
+        store, others = WorkflowStore(writer), WorkflowStore(other)
+        store.create_run("run-1", workflow_name="echo", input={})
+        store.bind_origin_session("run-1", "session-1")
+        for attempt in range(8):
+            queue(others, f"other-{attempt}")
+            before = writer.projector.projected_with_events
+            queue(store, f"skipped-{attempt}")
+            assert writer.projector.projected_with_events == before
+        before = writer.projector.projected_with_events
+
+        for number in range(8):
+            queue(store, f"written-{number}")
+
+        assert writer.projector.projected_with_events == before + 8
+        queued = store.follow_up_queue("run-1")
+        assert queued is not None
+        assert len(queued.follow_ups) == 24
+        shown = digests(writer)
+        writer.rebuild_projections()
+        assert digests(writer) == shown
+
+
 def _queue(run_id: str, session: str, request_id: str) -> Op:
     return {
         "op": "queue",
