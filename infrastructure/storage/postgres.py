@@ -304,6 +304,9 @@ MOVED_SQLSTATE: Final = "RLPM1"
 NOT_AT_POSITIONS_SQLSTATE: Final = "RLPM2"
 """The SQLSTATE of the check that a command's events took the positions it projected."""
 
+UNPREPARED_AFTER_FAILURE: Final = 64
+"""Commands a writer runs without prepared statements after one of its pipelines failed."""
+
 SETTLE_WAIT_SECONDS: Final = 1.0
 """How long a log query waits for the writers open when it starts before it stops its page
 short, just below the first position that is not visible yet."""
@@ -419,6 +422,9 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
         )
         self.channel_name = f"{datastore.schema}.{events_table_name}"
         self.writer_lock_key = writer_lock_key(self.channel_name)
+        self._unprepared_commands = 0
+        """Left to run unprepared since the last failed pipeline (``_prepared_as_it_pays``);
+        threads race on it harmlessly: it only picks a speed."""
 
     def insert_events(
         self,
@@ -476,11 +482,12 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
             ):
                 step = same_commit
             try:
-                positions, written = self._pipeline(
+                positions, written = self._prepared_as_it_pays(
                     conn, stored_events, step, expected, begun=begun
                 )
             except psycopg.Error as error:
                 written = False
+                self._unprepared_commands = UNPREPARED_AFTER_FAILURE
                 positions = self._after_failure(conn, error, stored_events)
         except BaseException:
             # Never back to the pool inside the transaction: it holds the writer lock, and
@@ -497,6 +504,33 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
             same_commit.settle(written)
         return positions
 
+    def _prepared_as_it_pays(
+        self,
+        conn: Connection[DictRow],
+        stored_events: Sequence[StoredEvent],
+        step: SameCommit | None,
+        expected: list[int],
+        *,
+        begun: bool,
+    ) -> tuple[list[int], bool]:
+        """The pipeline, its statements prepared unless pipelines failed lately.
+
+        Prepared, a dozen statements are not parsed and planned again each command (a
+        third of the server's time for one writer). But psycopg takes a statement the server
+        skipped after an error as prepared, so the ROLLBACK after every failed pipeline
+        makes it forget (and deallocate) them all; where most pipelines fail, as with
+        several projecting writers at once, preparing again after each failure costs more
+        than it saves.
+        """
+        if self._unprepared_commands == 0:
+            return self._pipeline(conn, stored_events, step, expected, begun=begun)
+        self._unprepared_commands -= 1
+        threshold, conn.prepare_threshold = conn.prepare_threshold, None
+        try:
+            return self._pipeline(conn, stored_events, step, expected, begun=begun)
+        finally:
+            conn.prepare_threshold = threshold
+
     def _pipeline(
         self,
         conn: Connection[DictRow],
@@ -507,9 +541,6 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
         begun: bool,
     ) -> tuple[list[int], bool]:
         written = False
-        # Statements are prepared as psycopg decides (parsing and planning each of a dozen
-        # statements again cost a third of the server's time). One the server skipped after
-        # an error is dropped from psycopg's cache, not taken as prepared (a test).
         # An error inside a pipeline surfaces at its sync (or any statement after it); it
         # propagates out of the pipeline block, which leaving normally would not allow.
         with conn.pipeline() as pipeline, conn.cursor() as insert, conn.cursor() as curs:
