@@ -503,8 +503,7 @@ class Projector:
         waiting = [r for r in runners if r.failure is not None or r.outdated is not None]
         if not waiting:
             return
-        self.views.refresh()
-        states = {state.name: state for state in self.views.tracking()}
+        states = self.views.refresh()
         for runner in waiting:
             state = states.get(runner.name)
             if state is None:
@@ -520,8 +519,7 @@ class Projector:
 
     def _refresh(self, runners: Iterable[ProjectionRunner]) -> None:
         """After a conflict: go on from where the store's active slots are now."""
-        self.views.refresh()
-        states = {state.name: state for state in self.views.tracking()}
+        states = self.views.refresh()
         for runner in runners:
             state = states.get(runner.name)
             if state is None:

@@ -151,12 +151,20 @@ class ViewStore(ABC):
     def registry(self, name: str) -> Registry:
         """The projection's registry row (empty for a projection never ensured)."""
 
-    def refresh(self) -> None:
-        """Take the active slots from the registry again (another process may have switched)."""
+    def refresh(self) -> dict[str, TrackingState]:
+        """Take the active slots from the registry again (another process may have switched);
+        returns every projection's active slot, by name.
+
+        One read of all of them: writer processes that project the same log meet each
+        other's commits all the time, and a read of each registry row apart cost a dozen
+        round trips a meeting on PostgreSQL.
+        """
+        states = {state.name: state for state in self.tracking()}
         for name in list(self._active):
-            active = self.registry(name).active
+            active = states.get(name)
             if active is not None:
                 self._active[name] = active
+        return states
 
     @abstractmethod
     def begin_build(self, projection: Projection, *, restart: bool = False) -> TrackingState:
