@@ -38,6 +38,14 @@ class SameCommit(Protocol):
     models then catch up from the log as they would without the step.
     """
 
+    def catch_up(self) -> None:
+        """Bring the step's read models to the end of the log first. A storage calls it while
+        the command holds its aggregates, that is while writers take turns on them: then the
+        log's end is where the command's events land (unless writers of other aggregates
+        come between), and the step can write them instead of leaving them to a catch-up
+        that every waiting writer races for."""
+        ...
+
     def next_position(self) -> int | None:
         """The position the step's read models expect next (a storage that learns positions
         only at the commit may assume its events take it and the ones after), or None when

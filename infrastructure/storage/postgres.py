@@ -196,6 +196,16 @@ class _ArrayRowsDatastore(PostgresDatastore):
                 self._held.connection = None
 
     @contextmanager
+    def not_holding(self) -> Iterator[None]:
+        """This thread's statements take pooled connections again until the block ends (the
+        held transaction stays open, for the holder to go on with after)."""
+        held, self._held.connection = self.held_connection, None
+        try:
+            yield
+        finally:
+            self._held.connection = held
+
+    @contextmanager
     def _pooled(self) -> Iterator[Connection[DictRow]]:
         try:
             with super().get_connection() as connection:
@@ -471,6 +481,11 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
         written = False
         try:
             step: SameCommit | None = None
+            if begun and same_commit is not None:
+                # In transactions of its own: the views' commits do not wait for the disk,
+                # which this transaction's events must.
+                with self.datastore.not_holding():
+                    same_commit.catch_up()
             first = None if same_commit is None else same_commit.next_position()
             expected = [] if first is None else list(range(first, first + len(stored_events)))
             # Prepared before the pipeline starts: working the rows out may read, which

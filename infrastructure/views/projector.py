@@ -14,6 +14,7 @@ rebuild that meets it raises it. Nothing steps over it.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import OrderedDict
@@ -48,6 +49,8 @@ DEFAULT_PAGE_SECONDS: Final = 0.05
 DEFAULT_CACHE_ROWS: Final = 100_000
 
 Progress = Callable[[int], None]
+
+logger = logging.getLogger(__name__)
 
 
 class _PageWriter:
@@ -113,6 +116,13 @@ class SameCommitViews:
         self.projector = projector
         self.written = False
         self._pages: list[PageCommit] | None = None
+
+    def catch_up(self) -> None:
+        try:
+            self.projector.catch_up()
+        except Exception:
+            # Only a chance to write the views with the events is lost: they catch up after.
+            logger.exception("read models not caught up before a command's commit")
 
     def next_position(self) -> int | None:
         return self.projector.next_position()
@@ -355,6 +365,10 @@ def project_page(
     return applied
 
 
+CONTENDED_SECONDS = 5.0
+"""How long after a tracking conflict a catch-up first checks what others projected."""
+
+
 class Projector:
     """Keeps a set of projections caught up with one event log."""
 
@@ -376,6 +390,8 @@ class Projector:
         self.runners = {p.name: ProjectionRunner(p, views, cache_rows) for p in projections}
         self.projected_with_events = 0
         """Saves whose read models committed in their own transaction (``pages_for``)."""
+        self._contended_until = 0.0
+        """Until when (monotonic) another process is taken to project this log too."""
         self._lock = threading.RLock()
         for runner in self.runners.values():
             runner.start()
@@ -406,6 +422,7 @@ class Projector:
                 [self.runner(name) for name in names] if names else list(self.runners.values())
             )
             self._recheck_failures(selected)
+            contended = time.monotonic() < self._contended_until
             return run_pages(
                 self.storage,
                 self.views,
@@ -416,6 +433,7 @@ class Projector:
                 should_stop=should_stop,
                 until=until,
                 on_conflict=self._refresh,
+                before_page=self._skip_projected if contended else None,
             )
 
     def next_position(self) -> int | None:
@@ -517,8 +535,29 @@ class Projector:
                 runner.failure = None
                 runner.follow(state)
 
+    def _skip_projected(self, runners: Iterable[ProjectionRunner]) -> None:
+        """Move past what another process projected since, before projecting it again.
+
+        Processes that each project their own commands also catch up on each other's: the
+        one that commits a page first wins, and every other one used to project the page
+        in vain (reading rows one by one), wait on the winner's row locks and fail its
+        compare-and-set. One read of the tracking tells them to skip instead.
+        """
+        states = {state.name: state for state in self.views.tracking()}
+        for runner in runners:
+            state = states.get(runner.name)
+            if (
+                state is not None
+                and runner.slot is not None
+                and state.slot == runner.slot.slot
+                and state.position > runner.position
+            ):
+                runner.abandon(state.position)
+
     def _refresh(self, runners: Iterable[ProjectionRunner]) -> None:
-        """After a conflict: go on from where the store's active slots are now."""
+        """After a conflict: go on from where the store's active slots are now, and check
+        before each page for a while (``_skip_projected``): other processes project too."""
+        self._contended_until = time.monotonic() + CONTENDED_SECONDS
         states = self.views.refresh()
         for runner in runners:
             state = states.get(runner.name)
@@ -541,13 +580,17 @@ def run_pages(
     should_stop: Callable[[], bool] | None,
     until: int | None,
     on_conflict: Callable[[Sequence[ProjectionRunner]], None],
+    before_page: Callable[[Sequence[ProjectionRunner]], None] | None = None,
 ) -> int:
-    """Page through the log for the runners until they reach its end (or ``until``)."""
+    """Page through the log for the runners until they reach its end (or ``until``);
+    ``before_page`` may move them on before each page is read."""
     read = 0
     while should_stop is None or not should_stop():
         active = [runner for runner in selected if runner.projecting]
         if not active:
             return read
+        if before_page is not None:
+            before_page(active)
         start = min(runner.position for runner in active)
         entries = read_page(storage, start, page_size, until)
         if not entries:

@@ -18,6 +18,7 @@ import pytest
 from runledger.domain.ids import follow_up_id_for, follow_up_message_id
 from runledger.domain.values import Actor
 from runledger.infrastructure.runtime import StoreRuntime, default_projections, open_runtime
+from runledger.infrastructure.storage.postgres import UNPREPARED_AFTER_FAILURE
 from runledger.infrastructure.store import WorkflowStore
 from runledger.infrastructure.views.digest import view_digest
 from tests.support.clock import FakeClock
@@ -186,20 +187,23 @@ def test_the_events_commit_when_another_writer_took_the_positions_the_views_expe
         assert digests(writer) == shown
 
 
+@pytest.mark.parametrize("written_first", [0, 4])
 def test_commands_after_views_skipped_on_their_way_still_write_them_with_the_events(
-    durable_url: str,
+    durable_url: str, written_first: int
 ) -> None:
     # On PostgreSQL the view statements queued behind a failed position check are skipped by
-    # the server; whichever of their uses psycopg would have prepared them at (the 5th by
-    # default), the writer's later commands must find them and write their views again.
-    actor = Actor("session", "session-1")
-
-    def queue(store: WorkflowStore, request_id: str) -> None:
+    # the server, at a use that psycopg may have meant to prepare them at (the 5th, counted
+    # from the writer's first command, with ``written_first`` 4). The writer's next commands
+    # write their views with their events again: in the while it prepares nothing after a
+    # failure, and after, when it prepares again. The other host queues on a run of its
+    # own: the writer waits for no lock of it, so nothing catches its views up before its
+    # insert, and its check fails.
+    def queue(store: WorkflowStore, run_id: str, request_id: str) -> None:
         store.queue_follow_up(
-            "run-1",
+            run_id,
             request_id=request_id,
             target_session_id="session-1",
-            actor=actor,
+            actor=Actor("session", "session-1"),
             source=SOURCE,
             prompt=request_id,
         )
@@ -209,25 +213,75 @@ def test_commands_after_views_skipped_on_their_way_still_write_them_with_the_eve
         open_runtime(durable_url, embedded_projections=False) as other,
     ):
         store, others = WorkflowStore(writer), WorkflowStore(other)
-        store.create_run("run-1", workflow_name="echo", input={})
-        store.bind_origin_session("run-1", "session-1")
-        for attempt in range(8):
-            queue(others, f"other-{attempt}")
-            before = writer.projector.projected_with_events
-            queue(store, f"skipped-{attempt}")
-            assert writer.projector.projected_with_events == before
+        for run_id in ("run-1", "run-2"):
+            store.create_run(run_id, workflow_name="echo", input={})
+            store.bind_origin_session(run_id, "session-1")
+        for number in range(written_first):
+            queue(store, "run-1", f"first-{number}")
+        queue(others, "run-2", "other")
         before = writer.projector.projected_with_events
+        queue(store, "run-1", "skipped")
+        assert writer.projector.projected_with_events == before
+        writes = UNPREPARED_AFTER_FAILURE + 8
 
-        for number in range(8):
-            queue(store, f"written-{number}")
+        for number in range(writes):
+            queue(store, "run-1", f"written-{number}")
 
-        assert writer.projector.projected_with_events == before + 8
+        assert writer.projector.projected_with_events == before + writes
         queued = store.follow_up_queue("run-1")
         assert queued is not None
-        assert len(queued.follow_ups) == 24
+        assert len(queued.follow_ups) == written_first + 1 + writes
         shown = digests(writer)
         writer.rebuild_projections()
         assert digests(writer) == shown
+
+
+def test_writers_taking_turns_on_one_run_write_their_views_with_their_events(
+    durable_url: str,
+) -> None:
+    # Each writer's cached run is stale at its turn: its save conflicts, and it runs again
+    # holding the run. On PostgreSQL it then catches its views up to the log's end before
+    # its insert, so its events land where its views expect and commit with them (SQLite
+    # writers take turns on the file's write lock instead, and catch up after the commit).
+    def queue(store: WorkflowStore, request_id: str) -> None:
+        store.queue_follow_up(
+            "run-1",
+            request_id=request_id,
+            target_session_id="session-1",
+            actor=Actor("session", "session-1"),
+            source=SOURCE,
+            prompt=request_id,
+        )
+
+    with (
+        open_runtime(durable_url, clock=FakeClock()) as first,
+        open_runtime(durable_url, clock=FakeClock()) as second,
+    ):
+        stores = [WorkflowStore(first), WorkflowStore(second)]
+        stores[0].create_run("run-1", workflow_name="echo", input={})
+        stores[0].bind_origin_session("run-1", "session-1")
+        queue(stores[1], "warm-up")
+        before = [first.projector.projected_with_events, second.projector.projected_with_events]
+
+        for turn in range(10):
+            queue(stores[turn % 2], f"turn-{turn}")
+
+        written = [
+            first.projector.projected_with_events - before[0],
+            second.projector.projected_with_events - before[1],
+        ]
+        if durable_url.startswith("postgresql"):
+            # All but each writer's first turn: the insert of its optimistic attempt, which
+            # conflicted, drew a position that stays a hole, and the views expect the next
+            # events right after the last projected one.
+            assert written == [4, 4]
+        queued = stores[0].follow_up_queue("run-1")
+        assert queued is not None
+        assert len(queued.follow_ups) == 11
+        shown = digests(first)
+        assert digests(second) == shown
+        first.rebuild_projections()
+        assert digests(first) == shown
 
 
 def _queue(run_id: str, session: str, request_id: str) -> Op:
