@@ -298,6 +298,14 @@ def aggregate_lock_keys(log_name: str, aggregate_ids: Sequence[UUID | str]) -> l
 
 
 LOCK_AGGREGATES: Final = "SELECT pg_advisory_xact_lock(k) FROM unnest(%s::bigint[]) AS k"
+BEGIN_WRITE: Final = (
+    "SELECT pg_advisory_xact_lock_shared(%s), pg_notify(%s, '') FROM "
+    "(SELECT count(pg_advisory_xact_lock(k)) FROM unnest(%s::bigint[]) AS k) AS aggregates"
+)
+"""A writer's aggregate locks (in the given order), then the log's writer lock shared, and the
+NOTIFY that wakes followers at its commit."""
+BEGIN_WIDE_WRITE: Final = "SELECT pg_advisory_xact_lock(%s), pg_notify(%s, '')"
+"""A batch too wide to lock its aggregates: the writer lock alone, and the NOTIFY."""
 """Takes the transaction's aggregate locks one by one in the array's (sorted) order."""
 
 MAX_AGGREGATE_LOCKS: Final = 64
@@ -612,18 +620,17 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
         # Aggregates first, in the fixed order: two writers of overlapping aggregates queue
         # on the first one they share instead of deadlocking on each other's rows. Taken
         # before the writer lock, so a writer waiting here holds no follower back.
+        # Registered as a writer of this log (the writer lock) before drawing positions, until
+        # commit: a follower that meets a gap waits exactly for the writers registered at that
+        # moment. The locks and the NOTIFY go as one statement; the subquery's aggregate is
+        # done, every aggregate held, before the outer row takes the writer lock.
         keys = aggregate_lock_keys(self.channel_name, [s.originator_id for s in stored_events])
         if len(keys) <= MAX_AGGREGATE_LOCKS:
-            curs.execute(LOCK_AGGREGATES, (keys,))
-            writer_lock = "SELECT pg_advisory_xact_lock_shared(%s)"
+            curs.execute(BEGIN_WRITE, (self.writer_lock_key, self.channel_name, keys))
         else:
             # A batch this wide (a bulk load, a cascade over many follow-ups) writes alone
             # instead: every other writer holds the lock shared while it inserts.
-            writer_lock = "SELECT pg_advisory_xact_lock(%s)"
-        # Registered as a writer of this log before drawing positions, until commit: a
-        # follower that meets a gap waits exactly for the writers registered at that moment.
-        curs.execute(writer_lock, (self.writer_lock_key,))
-        self._notify_channel(curs)
+            curs.execute(BEGIN_WIDE_WRITE, (self.writer_lock_key, self.channel_name))
         indexes = [index_columns(s) for s in stored_events]
         curs.execute(
             self.insert_events_statement,
