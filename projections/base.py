@@ -55,6 +55,7 @@ class Table:
     key: tuple[str, ...]
     indexes: tuple[tuple[str, ...], ...] = ()
     column_names: tuple[str, ...] = field(init=False)
+    column_set: frozenset[str] = field(init=False, repr=False)
     json_columns: frozenset[str] = field(init=False)
     bool_columns: frozenset[str] = field(init=False)
     _key_getter: Callable[[Mapping[str, Any]], Any] = field(init=False, repr=False)
@@ -62,6 +63,7 @@ class Table:
     def __post_init__(self) -> None:
         names = tuple(name for name, _ in self.columns)
         object.__setattr__(self, "column_names", names)
+        object.__setattr__(self, "column_set", frozenset(names))
         object.__setattr__(
             self, "json_columns", frozenset(name for name, kind in self.columns if kind == "json")
         )

@@ -90,16 +90,14 @@ class TrackingConflictError(IntegrityError):
 
 def encode_row(table: Table, row: Row) -> EncodedRow:
     """A row as stored (JSON columns as text), refusing missing or unknown columns."""
-    if set(row) != set(table.column_names):
-        missing = set(table.column_names) - set(row)
-        extra = set(row) - set(table.column_names)
+    if row.keys() != table.column_set:
+        missing = table.column_set - row.keys()
+        extra = row.keys() - table.column_set
         raise ValueError(f"{table.name} row: missing {sorted(missing)}, unknown {sorted(extra)}")
-    if not table.json_columns:
-        return dict(row)
-    return {
-        name: orjson.dumps(value).decode() if name in table.json_columns else value
-        for name, value in row.items()
-    }
+    encoded = dict(row)
+    for name in table.json_columns:
+        encoded[name] = orjson.dumps(encoded[name]).decode()
+    return encoded
 
 
 def decode_row(table: Table, row: dict[str, Any]) -> Row:
