@@ -366,9 +366,11 @@ class StoreRuntime(ClosedOnExit):
         processes: int = 1,
     ) -> int:
         """Rebuild several projections (default: all) and switch to them, dropping the old
-        tables; returns the events replayed (see ``rebuild_blue_green``)."""
+        tables; returns the events replayed (see ``rebuild_blue_green``). The old models are
+        replaced whatever they hold: not caught up to compare first (a second replay when
+        they lag far behind, as after a host that does not project)."""
         outcomes = self.rebuild_blue_green(
-            names, accept=True, drop_old=True, progress=progress, processes=processes
+            names, drop_old=True, progress=progress, processes=processes, compare=False
         )
         return max((outcome.read for outcome in outcomes), default=0)
 
@@ -381,9 +383,11 @@ class StoreRuntime(ClosedOnExit):
         restart: bool = False,
         progress: Progress | None = None,
         processes: int = 1,
+        compare: bool = True,
     ) -> list[BuildOutcome]:
         """Build each projection (default: all) beside its active slot, compare, and switch
-        when equal (or on ``accept``); see ``views.builds``.
+        when equal (or on ``accept``); see ``views.builds``. Without ``compare`` the live
+        models are replaced without being caught up or read (``rebuild_projections``).
 
         With ``processes`` > 1 (SQLite and PostgreSQL) the projections are split over that
         many processes, each replaying the log into its group's tables. The processes are
@@ -392,12 +396,17 @@ class StoreRuntime(ClosedOnExit):
         chosen = list(names) if names else self.projection_names()
         for name in chosen:
             self.projector.runner(name)
-        options = {"accept": accept, "drop_old": drop_old, "restart": restart}
+        options = {"accept": accept, "drop_old": drop_old, "restart": restart, "compare": compare}
         workers = min(len(chosen), processes)
         if workers <= 1 or self.backend == "memory":
             with self.projector.paused():
                 return self.builds.rebuild(
-                    chosen, accept=accept, drop_old=drop_old, restart=restart, progress=progress
+                    chosen,
+                    accept=accept,
+                    drop_old=drop_old,
+                    restart=restart,
+                    progress=progress,
+                    compare=compare,
                 )
         with self.projector.paused():
             try:

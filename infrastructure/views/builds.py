@@ -186,11 +186,14 @@ class Builds:
         progress: Progress | None = None,
         on_page: Callable[[], None] | None = None,
         only_outdated: bool = False,
+        compare: bool = True,
     ) -> list[BuildOutcome]:
         """Build, compare and (when allowed) switch each named projection, together.
 
         ``on_page`` runs after every committed page of the build (the tests stop a build
-        half-way through with it).
+        half-way through with it). Without ``compare`` (a caller that accepts and replaces
+        the live models outright) the live slots are neither caught up nor read: their
+        outcomes say ``compared="skipped"``.
         """
         lock = _Lock(self.views, names, self.lease_seconds)
         lock.take(wait=wait)
@@ -211,8 +214,17 @@ class Builds:
             read = self._run(runners, until=None, progress=paged)
             for runner in runners:
                 self.views.create_indexes(runner.projection, _slot(runner))
+            # Live slots of the same version come to the head too, so that each pair can be
+            # compared at one position: in one catch-up, which reads and decodes the log
+            # once for all of them (one each read it once per projection).
+            live = [p.name for p in projections if self.projector.runner(p.name).projecting]
+            if live and compare:
+                self.projector.catch_up(live)
             return [
-                self._finish(runner, read, accept=accept, drop_old=drop_old) for runner in runners
+                self._finish(
+                    runner, read, accept=accept or not compare, drop_old=drop_old, compare=compare
+                )
+                for runner in runners
             ]
         finally:
             lock.release()
@@ -278,26 +290,21 @@ class Builds:
         return read
 
     def _finish(
-        self, runner: ProjectionRunner, read: int, *, accept: bool, drop_old: bool
+        self, runner: ProjectionRunner, read: int, *, accept: bool, drop_old: bool, compare: bool
     ) -> BuildOutcome:
         projection = runner.projection
-        live = self.projector.runner(projection.name)
-        if live.projecting:
-            # The same version: bring the live slot to the head here too, so both copies can
-            # be compared at one position.
-            self.projector.catch_up([projection.name])
         with self.views.consistent():
             active = self.views.registry(projection.name).active
             live_hashes = (
                 self._hashes(projection, active)
-                if active is not None and active.version == projection.version
+                if compare and active is not None and active.version == projection.version
                 else None
             )
         building = _slot(runner)
         if active is not None and active.position > building.position:
             self._run([runner], until=active.position, progress=None)
             building = _slot(runner)
-        outcome = self._compare(projection, active, building, live_hashes, read)
+        outcome = self._compare(projection, active, building, live_hashes, read, compare=compare)
         if not (outcome.equal or outcome.compared == "skipped" or accept):
             return outcome
         self.views.switch(projection, building)
@@ -322,6 +329,8 @@ class Builds:
         building: TrackingState,
         live_hashes: dict[str, RowHashes] | None,
         read: int,
+        *,
+        compare: bool = True,
     ) -> BuildOutcome:
         common: dict[str, Any] = {
             "name": projection.name,
@@ -333,7 +342,11 @@ class Builds:
             "live_position": None if active is None else active.position,
             "switched": False,
         }
-        if active is None or (live_hashes is not None and active.last_error is not None):
+        if (
+            not compare
+            or active is None
+            or (live_hashes is not None and active.last_error is not None)
+        ):
             return BuildOutcome(compared="skipped", equal=False, **common)
         if live_hashes is None:
             return BuildOutcome(

@@ -689,3 +689,66 @@ def test_two_embedded_stores_on_one_database_apply_every_event_once(durable_url:
         rebuilt = dump_all(second_runtime)
     for name in PROJECTIONS:
         assert_same_rows(rebuilt[name], incremental[name], f"{name} of two stores")
+
+
+def _counting_reads(runtime: StoreRuntime) -> list[int]:
+    """The number of events each read of the log returns from now on (the storage's own
+    reader, wrapped on this instance)."""
+    counts: list[int] = []
+    read_log = runtime.storage.read_log
+
+    def counted(*, after: int, limit: int) -> Any:
+        entries = read_log(after=after, limit=limit)
+        counts.append(len(entries))
+        return entries
+
+    runtime.storage.read_log = counted  # type: ignore[method-assign]
+    return counts
+
+
+def _host_history(host: StoreRuntime) -> int:
+    """Commands by a host that does not project, so its live read models lag at 0; returns
+    the log's length."""
+    store = WorkflowStore(host)
+    store.create_run("run-lagging", workflow_name="echo", input={})
+    store.bind_origin_session("run-lagging", "session-1")
+    for number in range(20):
+        store.queue_follow_up(
+            "run-lagging",
+            request_id=f"request-{number}",
+            target_session_id="session-1",
+            actor=Actor("session", "session-1"),
+            source="workflow-tool",
+            prompt=f"Task {number}",
+        )
+    return len(host.storage.read_log(after=0, limit=10_000))
+
+
+def test_replacing_every_read_model_reads_the_log_once_and_leaves_the_lagging_ones_unread(
+    store_url: str, clock: FakeClock
+) -> None:
+    with open_runtime(store_url, clock=clock, embedded_projections=False) as runtime:
+        length = _host_history(runtime)
+        reads = _counting_reads(runtime)
+
+        assert runtime.rebuild_projections() == length
+
+        assert sum(reads) == length
+        queue = WorkflowStore(runtime).follow_up_queue("run-lagging")
+        assert queue is not None
+        assert len(queue.follow_ups) == 20
+
+
+def test_a_compared_rebuild_catches_the_lagging_read_models_up_in_one_pass(
+    store_url: str, clock: FakeClock
+) -> None:
+    with open_runtime(store_url, clock=clock, embedded_projections=False) as runtime:
+        length = _host_history(runtime)
+        reads = _counting_reads(runtime)
+
+        outcomes = runtime.rebuild_blue_green()
+
+        # The build reads the log once and the live models' catch-up once, for all of them.
+        assert sum(reads) == 2 * length
+        assert {outcome.compared for outcome in outcomes} == {"rows"}
+        assert all(outcome.equal for outcome in outcomes)
