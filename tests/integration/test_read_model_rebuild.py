@@ -724,31 +724,39 @@ def _host_history(host: StoreRuntime) -> int:
     return len(host.storage.read_log(after=0, limit=10_000))
 
 
-def test_replacing_every_read_model_reads_the_log_once_and_leaves_the_lagging_ones_unread(
-    store_url: str, clock: FakeClock
-) -> None:
+@dataclass
+class Lagging:
+    """A host that does not project, its log's length, and the events each read returns."""
+
+    runtime: StoreRuntime
+    length: int
+    reads: list[int]
+
+
+@pytest.fixture
+def lagging(store_url: str, clock: FakeClock) -> Iterator[Lagging]:
     with open_runtime(store_url, clock=clock, embedded_projections=False) as runtime:
         length = _host_history(runtime)
-        reads = _counting_reads(runtime)
+        yield Lagging(runtime, length, _counting_reads(runtime))
 
-        assert runtime.rebuild_projections() == length
 
-        assert sum(reads) == length
-        queue = WorkflowStore(runtime).follow_up_queue("run-lagging")
-        assert queue is not None
-        assert len(queue.follow_ups) == 20
+def test_replacing_every_read_model_reads_the_log_once_and_leaves_the_lagging_ones_unread(
+    lagging: Lagging,
+) -> None:
+    assert lagging.runtime.rebuild_projections() == lagging.length
+
+    assert sum(lagging.reads) == lagging.length
+    queue = WorkflowStore(lagging.runtime).follow_up_queue("run-lagging")
+    assert queue is not None
+    assert len(queue.follow_ups) == 20
 
 
 def test_a_compared_rebuild_catches_the_lagging_read_models_up_in_one_pass(
-    store_url: str, clock: FakeClock
+    lagging: Lagging,
 ) -> None:
-    with open_runtime(store_url, clock=clock, embedded_projections=False) as runtime:
-        length = _host_history(runtime)
-        reads = _counting_reads(runtime)
+    outcomes = lagging.runtime.rebuild_blue_green()
 
-        outcomes = runtime.rebuild_blue_green()
-
-        # The build reads the log once and the live models' catch-up once, for all of them.
-        assert sum(reads) == 2 * length
-        assert {outcome.compared for outcome in outcomes} == {"rows"}
-        assert all(outcome.equal for outcome in outcomes)
+    # The build reads the log once and the live models' catch-up once, for all of them.
+    assert sum(lagging.reads) == 2 * lagging.length
+    assert {outcome.compared for outcome in outcomes} == {"rows"}
+    assert all(outcome.equal for outcome in outcomes)

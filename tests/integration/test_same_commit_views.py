@@ -69,6 +69,18 @@ def play_history(store: WorkflowStore, *, runs: int = 3, follow_ups: int = 6) ->
     store.create_run("run-child", workflow_name="echo", input={}, parent_run_id="run-0")
 
 
+def queue_as_session(store: WorkflowStore, run_id: str, request_id: str) -> str:
+    """Queue a follow-up on ``run_id`` as session-1 would; its id."""
+    return store.queue_follow_up(
+        run_id,
+        request_id=request_id,
+        target_session_id="session-1",
+        actor=Actor("session", "session-1"),
+        source=SOURCE,
+        prompt=request_id,
+    ).follow_up.follow_up_id
+
+
 def digests(runtime: StoreRuntime) -> dict[str, str]:
     reader = runtime.views.reader()
     return {p.name: view_digest(p, reader) for p in default_projections()}
@@ -153,18 +165,6 @@ def test_the_events_commit_when_another_process_moved_a_view_meanwhile(
 def test_the_events_commit_when_another_writer_took_the_positions_the_views_expected(
     durable_url: str,
 ) -> None:
-    actor = Actor("session", "session-1")
-
-    def queue(store: WorkflowStore, request_id: str) -> str:
-        return store.queue_follow_up(
-            "run-1",
-            request_id=request_id,
-            target_session_id="session-1",
-            actor=actor,
-            source=SOURCE,
-            prompt=request_id,
-        ).follow_up.follow_up_id
-
     with (
         open_runtime(durable_url, clock=FakeClock()) as writer,
         open_runtime(durable_url, embedded_projections=False) as other,
@@ -174,9 +174,9 @@ def test_the_events_commit_when_another_writer_took_the_positions_the_views_expe
         store.bind_origin_session("run-1", "session-1")
         written_before = writer.projector.projected_with_events
         # The other host's events take the positions the writer's views expect next.
-        first = queue(WorkflowStore(other), "request-1")
+        first = queue_as_session(WorkflowStore(other), "run-1", "request-1")
 
-        second = queue(store, "request-2")
+        second = queue_as_session(store, "run-1", "request-2")
 
         assert writer.projector.projected_with_events == written_before
         queued = store.follow_up_queue("run-1")
@@ -198,16 +198,6 @@ def test_commands_after_views_skipped_on_their_way_still_write_them_with_the_eve
     # failure, and after, when it prepares again. The other host queues on a run of its
     # own: the writer waits for no lock of it, so nothing catches its views up before its
     # insert, and its check fails.
-    def queue(store: WorkflowStore, run_id: str, request_id: str) -> None:
-        store.queue_follow_up(
-            run_id,
-            request_id=request_id,
-            target_session_id="session-1",
-            actor=Actor("session", "session-1"),
-            source=SOURCE,
-            prompt=request_id,
-        )
-
     with (
         open_runtime(durable_url, clock=FakeClock()) as writer,
         open_runtime(durable_url, embedded_projections=False) as other,
@@ -217,15 +207,15 @@ def test_commands_after_views_skipped_on_their_way_still_write_them_with_the_eve
             store.create_run(run_id, workflow_name="echo", input={})
             store.bind_origin_session(run_id, "session-1")
         for number in range(written_first):
-            queue(store, "run-1", f"first-{number}")
-        queue(others, "run-2", "other")
+            queue_as_session(store, "run-1", f"first-{number}")
+        queue_as_session(others, "run-2", "other")
         before = writer.projector.projected_with_events
-        queue(store, "run-1", "skipped")
+        queue_as_session(store, "run-1", "skipped")
         assert writer.projector.projected_with_events == before
         writes = UNPREPARED_AFTER_FAILURE + 8
 
         for number in range(writes):
-            queue(store, "run-1", f"written-{number}")
+            queue_as_session(store, "run-1", f"written-{number}")
 
         assert writer.projector.projected_with_events == before + writes
         queued = store.follow_up_queue("run-1")
@@ -243,16 +233,6 @@ def test_writers_taking_turns_on_one_run_write_their_views_with_their_events(
     # holding the run. On PostgreSQL it then catches its views up to the log's end before
     # its insert, so its events land where its views expect and commit with them (SQLite
     # writers take turns on the file's write lock instead, and catch up after the commit).
-    def queue(store: WorkflowStore, request_id: str) -> None:
-        store.queue_follow_up(
-            "run-1",
-            request_id=request_id,
-            target_session_id="session-1",
-            actor=Actor("session", "session-1"),
-            source=SOURCE,
-            prompt=request_id,
-        )
-
     with (
         open_runtime(durable_url, clock=FakeClock()) as first,
         open_runtime(durable_url, clock=FakeClock()) as second,
@@ -260,11 +240,11 @@ def test_writers_taking_turns_on_one_run_write_their_views_with_their_events(
         stores = [WorkflowStore(first), WorkflowStore(second)]
         stores[0].create_run("run-1", workflow_name="echo", input={})
         stores[0].bind_origin_session("run-1", "session-1")
-        queue(stores[1], "warm-up")
+        queue_as_session(stores[1], "run-1", "warm-up")
         before = [first.projector.projected_with_events, second.projector.projected_with_events]
 
         for turn in range(10):
-            queue(stores[turn % 2], f"turn-{turn}")
+            queue_as_session(stores[turn % 2], "run-1", f"turn-{turn}")
 
         written = [
             first.projector.projected_with_events - before[0],
