@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import itertools
 import random
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -151,6 +152,7 @@ from runledger.domain.workflow_messages import (
     branch_entries,
     check_host_message,
     message_aggregate_id,
+    source_lookup_keys,
 )
 
 Clock = Callable[[], datetime]
@@ -230,8 +232,12 @@ class UnitOfWork(Aggregates):
         return self._indexed(FollowUp, follow_ups_of_run_key(run_id))
 
     def messages_of_source(self, source_id: str) -> Iterator[WorkflowMessage]:
-        # Looked up again on every attempt, so a retry also sees messages created since.
-        return self._indexed(WorkflowMessage, source_id)
+        # Looked up again on every attempt, so a retry also sees messages created since. A
+        # digest key may also be some other source's id: only this source's messages count.
+        for key in source_lookup_keys(source_id):
+            for message in self._indexed(WorkflowMessage, key):
+                if message.source_id == source_id:
+                    yield message
 
     def effects_of(self, run_id: str) -> Iterator[Effect]:
         return self._indexed(Effect, effects_of_run_key(run_id))
@@ -1393,7 +1399,9 @@ class WorkflowRuns(Application[UUID]):
 def _page(items: Iterable[T], start: object, limit: object) -> list[T]:
     """Items ``start`` to ``start + limit`` of an ordered stream (both non-negative)."""
     first = _page_bound("page start", start)
-    return list(itertools.islice(items, first, first + _page_bound("page limit", limit)))
+    # Both may be as large as MAX_COUNT, whose sum no islice takes; no stream is that long.
+    stop = min(first + _page_bound("page limit", limit), sys.maxsize)
+    return list(itertools.islice(items, first, stop))
 
 
 def _page_bound(name: str, value: object) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, ClassVar, Final
@@ -48,6 +49,9 @@ from runledger.domain.values import (
     StopReason,
     is_one_of,
 )
+
+LONG_SOURCE_ID_BYTES: Final = 512
+"""Source ids longer than this are indexed in the log by their digest (``source_lookup_keys``)."""
 
 CONTENT_SCHEMA: Final = "pi-workflows.workflow-message-content.v1"
 TURN_TRIGGERING_KINDS: Final = frozenset({"step", "terminal", "followUp"})
@@ -183,6 +187,22 @@ def terminal_content(
     }
 
 
+def source_lookup_key(source_id: str) -> str:
+    """The log's lookup key for a message of ``source_id``: the id itself, or for an id too
+    long for a database index its SHA-256 (PostgreSQL's btree refuses entries over ~2.7 kB,
+    and a source id may be a megabyte)."""
+    raw = source_id.encode()
+    if len(raw) <= LONG_SOURCE_ID_BYTES:
+        return source_id
+    return "source-sha256:" + hashlib.sha256(raw).hexdigest()
+
+
+def source_lookup_keys(source_id: str) -> list[str]:
+    """Every key a message of ``source_id`` may be indexed under: a long id's events from
+    before its digest was the key carry the id itself."""
+    return list(dict.fromkeys((source_id, source_lookup_key(source_id))))
+
+
 class WorkflowMessage(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
     """Pending until branch evidence proves it in the session; turns hang off sent ones."""
 
@@ -222,7 +242,7 @@ class WorkflowMessage(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
         content_digest: str
 
         def lookup_key(self) -> str | None:
-            return self.source_id
+            return source_lookup_key(self.source_id)
 
         def apply(self, message: WorkflowMessage) -> None:
             message.workflow_message_id = self.workflow_message_id

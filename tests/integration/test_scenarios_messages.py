@@ -27,6 +27,7 @@ from runledger.domain.errors import (
 )
 from runledger.domain.ids import follow_up_message_id, workflow_message_id_for
 from runledger.domain.records import TurnRecord
+from runledger.domain.workflow_messages import source_lookup_key
 from runledger.infrastructure.runtime import StoreRuntime
 from runledger.infrastructure.store import WorkflowStore
 from tests.support.assertions import assert_rejected, payload_fields, recording, writes_nothing
@@ -715,3 +716,25 @@ def test_d6_turn_of_a_missing_message_is_rejected(store: WorkflowStore) -> None:
         store,
         "workflow-message-x",
     )
+
+
+def test_d5_a_source_id_too_long_for_an_index_is_found_by_its_digest(
+    store: WorkflowStore, runtime: StoreRuntime
+) -> None:
+    # A quarter-megabyte id: PostgreSQL's btree refused it as the log's lookup key (hypothesis
+    # found the OperationalError); the log indexes its SHA-256 instead, on every backend.
+    running_run(store)
+    long_source = "interaction-" + "a" * 262_145
+    first = step(store, long_source, "initial").workflow_message_id
+    second = step(store, long_source, "reminder").workflow_message_id
+    # Another source whose id is the long one's digest key: never taken for it.
+    other = step(store, source_lookup_key(long_source), "initial").workflow_message_id
+
+    count = runtime.app.cancel_pending_for_source(long_source, kind="step")
+
+    assert count == 2
+    assert [message(store, m).status for m in (first, second, other)] == [
+        "cancelled",
+        "cancelled",
+        "pending",
+    ]

@@ -18,6 +18,7 @@ from runledger.domain.errors import (
     UnexpectedSessionEventSeqError,
 )
 from runledger.domain.session_segments import segment_id_for
+from runledger.domain.values import MAX_COUNT
 from runledger.infrastructure.store import WorkflowStore
 from tests.support.assertions import assert_rejected, recording
 from tests.support.scenario import RUN, create
@@ -71,6 +72,20 @@ def test_entries_are_numbered_per_segment_and_read_back_in_pages(store: Workflow
     assert [(e.entry_seq, e.entry_id, e.entry) for e in page] == [
         (2, "entry-2", {"role": "assistant"})
     ]
+
+
+def test_a_page_may_start_and_reach_as_far_as_any_count(store: WorkflowStore) -> None:
+    # The largest count a backend holds, past a start: their sum is beyond what a page of
+    # a stream can take, and must still mean "to the end" (hypothesis found a ValueError).
+    bound(store)
+    store.append_session_entry(RUN, {"id": "e-1", "role": "user"})
+    store.append_session_entry(RUN, {"role": "assistant"})
+
+    entries = store.session_entries(RUN, start=1, limit=MAX_COUNT)
+    events_ = store.session_events(RUN, start=MAX_COUNT, limit=MAX_COUNT)
+
+    assert [entry.entry_seq for entry in entries] == [2]
+    assert events_ == []
 
 
 def test_a_batch_of_events_is_stored_as_one_event_and_read_back_by_record(
