@@ -192,16 +192,8 @@ class StoreRuntime(ClosedOnExit):
 
     @contextmanager
     def _same_commit(self) -> Iterator[SameCommitViews | None]:
-        # Only when nobody else here is projecting: the projector stays held from the pages
-        # to the commit, and a busy one leaves the events to the catch-up after the commit.
-        if not self.projector.try_lock():
-            yield None
-            return
         step = SameCommitViews(self.projector)
-        try:
-            yield step
-        finally:
-            self.projector.unlock()
+        yield step
         self._projected.done = step.written
 
     def _committed(self) -> None:

@@ -468,7 +468,7 @@ class Bench:
         store.create_run(run_id, workflow_name="bench", input={"n": 1})
         store.bind_origin_session(run_id, session_id)
 
-    def _queueing(self, store: WorkflowStore, prefix: str) -> Callable[[int], None]:
+    def queueing(self, store: WorkflowStore, prefix: str) -> Callable[[int], None]:
         """A command queueing follow-up ``count``, on a new run every 100 follow-ups."""
         session_id = f"{prefix}-session"
 
@@ -527,7 +527,7 @@ class Bench:
         seconds = self.seconds / P1_SLICES
         rates: dict[str, list[float]] = {"p1": [], "raw": [], "ideal": [], "library": []}
         with open_store(self.scratch.new_url()) as store:
-            queue = self._queueing(store, "p1")
+            queue = self.queueing(store, "p1")
             queued = 0
             for _ in range(P1_SLICES):
                 rate, count = _counted_rate(queue, seconds, first=queued)
@@ -798,7 +798,7 @@ class Bench:
                     patch=[{"op": "replace", "path": "/counter", "value": count}],
                 )
 
-            queue_rate = self._rate(self._queueing(store, "p12-queue"))
+            queue_rate = self._rate(self.queueing(store, "p12-queue"))
             rate = self._rate(change)
         cost = queue_rate / rate
         return BenchResult(

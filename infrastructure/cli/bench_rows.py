@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Final
 from weakref import WeakKeyDictionary
 
-from runledger.infrastructure.cli import bench_audit, bench_projections, bench_serve
+from runledger.infrastructure.cli import bench_audit, bench_projections, bench_serve, bench_threads
 from runledger.infrastructure.cli.bench import Bench, BenchResult, RowMeasure
 
 
@@ -49,6 +49,7 @@ def _history(bench: Bench, full: int) -> int:
 
 
 EXTRA_ROWS: Final[list[tuple[str, RowMeasure]]] = [
+    ("P2t", bench_threads.four_writer_threads),
     (
         "V1",
         lambda bench: bench_projections.verify_all(

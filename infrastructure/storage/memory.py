@@ -21,6 +21,7 @@ from eventsourcing.persistence import (
 
 from runledger.domain.ports import LogEntry, SameCommit
 from runledger.infrastructure.storage.base import RecorderBackedStorage, as_uuid, index_columns
+from runledger.infrastructure.storage.group_commit import GroupCommit
 
 
 class MemoryAggregateRecorder(AggregateRecorder):
@@ -89,6 +90,7 @@ class MemoryEventRecorder(MemoryAggregateRecorder, ApplicationRecorder):
         # A dict keeps insertion order, which is first-position order, and makes ids distinct.
         self._originators_by_key: dict[str, dict[UUID, None]] = {}
         self._listeners: set[Event] = set()
+        self.group = GroupCommit(self._write)
 
     def insert_events(
         self,
@@ -97,10 +99,19 @@ class MemoryEventRecorder(MemoryAggregateRecorder, ApplicationRecorder):
         same_commit: SameCommit | None = None,
         **kwargs: Any,
     ) -> Sequence[int] | None:
+        if kwargs or not stored_events:
+            return self._write(stored_events, same_commit, **kwargs)
+        return self.group.insert(stored_events, same_commit)
+
+    def _write(
+        self, stored_events: Sequence[StoredEvent], same_commit: SameCommit | None, **kwargs: Any
+    ) -> list[int]:
+        """The batch and the step's read models under the log's lock (``GroupCommit``: no
+        flush to share here, but writers queue exactly as on the other backends)."""
         written = False
         try:
             with self._lock:
-                positions = super().insert_events(stored_events, **kwargs)
+                positions = list(super().insert_events(stored_events, **kwargs) or [])
                 if same_commit is not None and positions:
                     # Under the log's lock, so no other insert comes between the events and
                     # the views that follow them: memory's "same transaction".

@@ -45,6 +45,7 @@ from runledger.infrastructure.storage.base import (
     as_uuid,
     index_columns,
 )
+from runledger.infrastructure.storage.group_commit import GroupCommit
 from runledger.infrastructure.storage.urls import REDACTED, PostgresSettings, read_postgres_url
 
 logger = logging.getLogger(__name__)
@@ -446,6 +447,7 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
         self.writer_lock_key = writer_lock_key(self.channel_name)
         self._insert_table = SQL("{schema}.{table}").format(schema=schema, table=table)
         self._values_inserts: dict[int, bytes] = {}
+        self.group = GroupCommit(self._record_pooled)
         self._unprepared_commands = 0
         """Left to run unprepared since the last failed pipeline (``_prepared_as_it_pays``);
         threads race on it harmlessly: it only picks a speed."""
@@ -461,8 +463,9 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
             return []
         held = self.datastore.held_connection
         if held is not None:
+            # A command holding its aggregates commits its own transaction, locks and all.
             return self._record(held, stored_events, same_commit, begun=True)
-        return self._record_pooled(stored_events, same_commit)
+        return self.group.insert(stored_events, same_commit)
 
     @_retried
     def _record_pooled(

@@ -34,6 +34,7 @@ from runledger.infrastructure.storage.base import (
     as_uuid,
     index_columns,
 )
+from runledger.infrastructure.storage.group_commit import GroupCommit
 
 logger = logging.getLogger(__name__)
 
@@ -127,6 +128,7 @@ class SQLiteEventRecorder(SqlLogQueries, SQLiteApplicationRecorder):
         self._select_columns = (
             f"SELECT position, originator_id, originator_version, topic, state FROM {table} "
         )
+        self.group = GroupCommit(self._write)
 
     def construct_create_table_statements(self) -> list[str]:
         table = self.events_table_name
@@ -155,8 +157,18 @@ class SQLiteEventRecorder(SqlLogQueries, SQLiteApplicationRecorder):
     ) -> Sequence[int] | None:
         if not stored_events:
             return []
-        if same_commit is None:
+        if kwargs:
+            # Nothing here passes more (the library's tracking records, say): not grouped.
             return super().insert_events(stored_events, **kwargs)
+        return self.group.insert(stored_events, same_commit)
+
+    def _write(
+        self, stored_events: Sequence[StoredEvent], same_commit: SameCommit | None
+    ) -> list[int]:
+        """One transaction for the batch, with the step's read models (``GroupCommit``)."""
+        if same_commit is None:
+            with self.datastore.transaction(commit=True) as c:
+                return self._insert_events(c, stored_events)
         written = False
         try:
             with self.datastore.transaction(commit=True) as c:

@@ -110,14 +110,31 @@ def _just_inserted(stored: StoredEvent, position: int) -> ProjectedEvent:
 
 class SameCommitViews:
     """The ``SameCommit`` step of a process that projects: the pages of its events' read
-    models, written in the events' transaction. Used while its projector is held."""
+    models, written in the events' transaction.
+
+    The projector is taken when the step is first asked (``next_position`` or ``prepare``)
+    and given back at ``settle``, by the thread that writes: with group commit that is the
+    group's leader, which may not be the thread whose command made the step. Taken only if
+    nobody here is projecting: a busy projector leaves the events to the catch-up after the
+    commit.
+    """
 
     def __init__(self, projector: Projector) -> None:
         self.projector = projector
         self.written = False
         self._pages: list[PageCommit] | None = None
+        self._held = False
+
+    def _hold(self) -> bool:
+        if not self._held:
+            self._held = self.projector.try_lock()
+        return self._held
 
     def catch_up(self) -> None:
+        # Never waits for the projector: the caller holds its aggregates' locks, and whoever
+        # holds the projector may be waiting for one of them.
+        if not self._hold():
+            return
         try:
             self.projector.catch_up()
         except Exception:
@@ -125,10 +142,10 @@ class SameCommitViews:
             logger.exception("read models not caught up before a command's commit")
 
     def next_position(self) -> int | None:
-        return self.projector.next_position()
+        return self.projector.next_position() if self._hold() else None
 
     def prepare(self, stored_events: Sequence[StoredEvent], positions: Sequence[int]) -> bool:
-        self._pages = self.projector.pages_for(stored_events, positions)
+        self._pages = self.projector.pages_for(stored_events, positions) if self._hold() else None
         return self._pages is not None
 
     def write(self, cursor: Any) -> bool:
@@ -138,8 +155,13 @@ class SameCommitViews:
 
     def settle(self, written: bool) -> None:
         pages, self._pages = self._pages, None
-        if pages is not None:
-            self.projector.settle(pages, written=written)
+        try:
+            if pages is not None:
+                self.projector.settle(pages, written=written)
+        finally:
+            if self._held:
+                self._held = False
+                self.projector.unlock()
         self.written = written
 
 

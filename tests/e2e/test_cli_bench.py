@@ -27,8 +27,9 @@ ROW_KEYS = {
 }
 COMMAND_BASELINES = {"raw", "ideal", "library"}
 BUILT_IN_ROWS = ["P1", "P2b", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11", "P12"]
-# bench_rows.EXTRA_ROWS: the read models', the audit's and the server's rows, after the others.
-EXTRA_ROWS = ["V1", "V2", "V3", "A1", "A2", "S1", "S2"]
+# bench_rows.EXTRA_ROWS: writer threads, the read models', the audit's and the server's rows,
+# after the others.
+EXTRA_ROWS = ["P2t", "V1", "V2", "V3", "A1", "A2", "S1", "S2"]
 SQLITE_ROWS = [*BUILT_IN_ROWS, *EXTRA_ROWS]
 POSTGRES_ROWS = ["P1", "P2", *SQLITE_ROWS[1:]]
 
@@ -93,6 +94,11 @@ def check_command_rows(rows: dict[str, Any]) -> None:
     if "P2b" in rows:
         assert rows["P2b"]["baselines"]["p1"] == rows["P2b"]["baseline"]
         assert "0 errors" in rows["P2b"]["name"], rows["P2b"]["name"]
+    if "P2t" in rows:
+        # Group commit answers to the same threads committing one by one, in the same run.
+        assert set(rows["P2t"]["baselines"]) == {"ungrouped", "one thread"}
+        assert rows["P2t"]["baseline"] == rows["P2t"]["baselines"]["ungrouped"]
+        assert "commands per commit" in rows["P2t"]["name"]
 
 
 @pytest.mark.slow
