@@ -7,9 +7,11 @@ moment longer than it would have waited for the write lock anyway, and a lone wr
 alone at once (LevelDB's writer queue; no timer).
 
 A group is written as one batch, with one read-model step, exactly as one command's events
-would be. If the batch fails (a stale version in one of them, say), every request of the group
-is written again alone, so each gets the outcome of its own events and nothing else's: one
-writer's conflict never fails another's command.
+would be. If the batch fails on what a request holds (a stale version in one of them, say),
+every request of the group is written again alone, so each gets the outcome of its own events
+and nothing else's: one writer's conflict never fails another's command. If the storage
+itself fails (unreachable after its retries), every request gets that error at once rather
+than each retrying in turn.
 
 Writer processes need nothing of this: PostgreSQL flushes the WAL of every transaction
 waiting to commit at once (one ``fsync`` serves the concurrent commits of all sessions), and a
@@ -24,13 +26,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from eventsourcing.persistence import StoredEvent
+from eventsourcing.persistence import InterfaceError, OperationalError, StoredEvent
 
+from runledger.domain.errors import StorageUnavailableError
 from runledger.domain.ports import SameCommit
 
 MAX_GROUP_EVENTS: Final = 64
 """Events one group commits at most: on PostgreSQL the most that go as one VALUES insert, and
 far below the aggregate locks one statement takes."""
+
+UNREACHABLE: Final = (StorageUnavailableError, InterfaceError, OperationalError)
+"""Errors of the storage itself (what the backends' retries give up on), not of a request.
+
+The library's ``OperationalError`` (a dropped connection, a busy SQLite file) is distinct from
+psycopg's, which a refused value raises too."""
 
 Write = Callable[[Sequence[StoredEvent], SameCommit | None], list[int]]
 """A backend's insert of one batch in one transaction, with the step's read models."""
@@ -131,7 +140,17 @@ class GroupCommit:
         stored = [s for request in batch for s in request.stored_events]
         try:
             positions = self._write(stored, _GroupStep(steps) if steps else None)
+        except UNREACHABLE as error:
+            # The storage failed (after its own retries): alone, each would fail the same way,
+            # one after another.
+            self.commits += 1
+            for request in batch:
+                request.error = error
+                request.done = True
+            return True
         except Exception:
+            # Anything else may come from what one request holds (a stale version, a value
+            # the database refuses): each is written alone, and only its own fails.
             return False
         self.commits += 1
         start = 0
