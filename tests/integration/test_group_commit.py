@@ -20,17 +20,15 @@ import psycopg
 from eventsourcing.persistence import IntegrityError, StoredEvent
 
 from runledger.domain.ports import EventStorage
-from runledger.domain.values import Actor
 from runledger.infrastructure.runtime import StoreRuntime
 from runledger.infrastructure.storage.group_commit import GroupCommit
 from runledger.infrastructure.storage.memory import MemoryStorage
 from runledger.infrastructure.storage.postgres import PostgresStorage
 from runledger.infrastructure.storage.sqlite import SQLiteStorage
 from runledger.infrastructure.store import WorkflowStore
-from tests.integration.test_same_commit_views import digests
+from tests.integration.test_same_commit_views import digests, queue_as_session
 from tests.integration.test_storage_contract import event
-
-WAIT_SECONDS = 10
+from tests.support.writer_threads import WAIT_SECONDS, Writer, finish, start_in_line
 
 
 def group_of(storage: EventStorage) -> GroupCommit:
@@ -80,24 +78,13 @@ class Gate:
         self.settled.append(written)
 
 
-class Writer(threading.Thread):
-    """Inserts one batch on its own thread; keeps its positions or its error."""
+def writer(storage: EventStorage, batch: Sequence[StoredEvent], step: Any = None) -> Writer:
+    """A thread inserting ``batch`` into the storage's log."""
 
-    def __init__(self, storage: EventStorage, batch: Sequence[StoredEvent], step: Any = None):
-        super().__init__(daemon=True)
-        self.storage = storage
-        self.batch = batch
-        self.step = step
-        self.positions: list[int] | None = None
-        self.error: BaseException | None = None
+    def insert(events: Sequence[StoredEvent], same_commit: Any) -> Sequence[int] | None:
+        return storage.events.insert_events(events, same_commit=same_commit)
 
-    def run(self) -> None:
-        try:
-            self.positions = list(
-                self.storage.events.insert_events(self.batch, same_commit=self.step) or []
-            )
-        except Exception as error:
-            self.error = error
+    return Writer(insert, batch, step)
 
 
 def queue_behind_a_held_leader(
@@ -107,19 +94,13 @@ def queue_behind_a_held_leader(
     order; all released and finished when this returns."""
     group = group_of(storage)
     gate = Gate()
-    leader = Writer(storage, [event(uuid4(), 1)], gate)
+    leader = writer(storage, [event(uuid4(), 1)], gate)
     leader.start()
     assert gate.entered.wait(WAIT_SECONDS)
-    writers = []
-    for number, batch in enumerate(batches, start=2):
-        writer = Writer(storage, batch)
-        writer.start()
-        writers.append(writer)
-        wait_until(lambda n=number: group.queued == n)  # type: ignore[misc]
+    writers = [writer(storage, batch) for batch in batches]
+    start_in_line(writers, lambda: group.queued, ahead=1)
     gate.release.set()
-    for thread in (leader, *writers):
-        thread.join(WAIT_SECONDS)
-        assert not thread.is_alive()
+    finish(leader, *writers)
     assert leader.error is None
     assert gate.settled == [False]
     return leader, writers
@@ -229,17 +210,6 @@ def log_write_lock_held(runtime: StoreRuntime) -> Iterator[None]:
                 session.execute("SELECT pg_advisory_unlock(%s)", (key,))
 
 
-def queue(store: WorkflowStore, run_id: str, request_id: str) -> str:
-    return store.queue_follow_up(
-        run_id,
-        request_id=request_id,
-        target_session_id="session-1",
-        actor=Actor("session", "session-1"),
-        source="workflow-tool",
-        prompt=request_id,
-    ).follow_up.follow_up_id
-
-
 def follow_up_ids_of(store: WorkflowStore, run_id: str) -> list[str]:
     queue = store.follow_up_queue(run_id)
     assert queue is not None
@@ -258,7 +228,7 @@ def test_a_group_of_commands_writes_their_read_models_in_its_commit(
     queued: dict[str, str] = {}
 
     def command(number: int) -> None:
-        queued[f"run-{number}"] = queue(store, f"run-{number}", f"request-{number}")
+        queued[f"run-{number}"] = queue_as_session(store, f"run-{number}", f"request-{number}")
 
     threads = [threading.Thread(target=command, args=(n,), daemon=True) for n in range(writers)]
     with log_write_lock_held(runtime):
@@ -296,10 +266,10 @@ def test_many_writer_threads_lose_no_acknowledged_command(
         run_id = f"run-{number}"
         try:
             for index in range(each):
-                acknowledged[run_id].append(queue(store, run_id, f"request-{index}"))
+                acknowledged[run_id].append(queue_as_session(store, run_id, f"request-{index}"))
                 # Every fourth command on the first run too: writers meet on one aggregate.
                 if index % 4 == 0:
-                    queue(store, "run-0", f"shared-{number}-{index}")
+                    queue_as_session(store, "run-0", f"shared-{number}-{index}")
         except BaseException as error:
             errors.append(error)
 

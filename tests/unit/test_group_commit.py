@@ -5,7 +5,6 @@ writer gets back, and what a failed group does. The backends' use of it is teste
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Sequence
 from typing import Any
 from uuid import UUID, uuid4
@@ -15,8 +14,7 @@ from eventsourcing.persistence import IntegrityError, InterfaceError, Operationa
 
 from runledger.domain.ports import SameCommit
 from runledger.infrastructure.storage.group_commit import GroupCommit
-
-WAIT_SECONDS = 10
+from tests.support.writer_threads import WAIT_SECONDS, Writer, finish, start_in_line
 
 
 def stored(originator_id: UUID | None = None, version: int = 1) -> StoredEvent:
@@ -88,36 +86,19 @@ class Step:
         self.settled.append(written)
 
 
-class Writer(threading.Thread):
-    def __init__(self, group: GroupCommit, batch: list[StoredEvent], step: Any = None) -> None:
-        super().__init__(daemon=True)
-        self.group, self.batch, self.step = group, batch, step
-        self.positions: list[int] | None = None
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            self.positions = self.group.insert(self.batch, self.step)
-        except Exception as error:
-            self.error = error
+def writer(group: GroupCommit, batch: list[StoredEvent], step: Any = None) -> Writer:
+    return Writer(group.insert, batch, step)
 
 
 def behind_a_held_leader(log: Log, group: GroupCommit, writers: list[Writer]) -> Writer:
     """Start a leader that waits inside its write, queue ``writers`` behind it in order,
     release it and wait for everyone; the leader."""
-    leader = Writer(group, [stored()])
+    leader = writer(group, [stored()])
     leader.start()
     assert log.entered.wait(WAIT_SECONDS)
-    for number, writer in enumerate(writers, start=2):
-        writer.start()
-        deadline = time.monotonic() + WAIT_SECONDS
-        while group.queued < number:
-            assert time.monotonic() < deadline
-            time.sleep(0.001)
+    start_in_line(writers, lambda: group.queued, ahead=1)
     log.release.set()
-    for thread in (leader, *writers):
-        thread.join(WAIT_SECONDS)
-        assert not thread.is_alive()
+    finish(leader, *writers)
     return leader
 
 
@@ -134,7 +115,7 @@ def test_a_lone_writer_commits_alone_at_once() -> None:
 def test_writers_behind_a_commit_go_in_one_batch_and_get_their_own_positions() -> None:
     log = Log()
     group = GroupCommit(log.write)
-    writers = [Writer(group, [stored(), stored()]) for _ in range(3)]
+    writers = [writer(group, [stored(), stored()]) for _ in range(3)]
 
     behind_a_held_leader(log, group, writers)
 
@@ -149,7 +130,7 @@ def test_one_step_projects_the_group_and_every_writer_learns_the_outcome() -> No
     log = Log()
     group = GroupCommit(log.write)
     steps = [Step(), None, Step()]
-    writers = [Writer(group, [stored()], step) for step in steps]
+    writers = [writer(group, [stored()], step) for step in steps]
 
     behind_a_held_leader(log, group, writers)
 
@@ -167,9 +148,9 @@ def test_a_refused_request_fails_alone_and_the_others_commit() -> None:
     refused = uuid4()
     log.refused.add(refused)
     writers = [
-        Writer(group, [stored()]),
-        Writer(group, [stored(refused)]),
-        Writer(group, [stored()]),
+        writer(group, [stored()]),
+        writer(group, [stored(refused)]),
+        writer(group, [stored()]),
     ]
 
     behind_a_held_leader(log, group, writers)
@@ -186,7 +167,7 @@ def test_a_storage_failure_fails_the_group_once_not_each_in_turn(
     log = Log()
     log.failing = failure
     group = GroupCommit(log.write)
-    writers = [Writer(group, [stored()]) for _ in range(3)]
+    writers = [writer(group, [stored()]) for _ in range(3)]
 
     behind_a_held_leader(log, group, writers)
 
@@ -200,10 +181,10 @@ def test_writers_of_one_aggregate_and_batches_past_the_limit_wait_for_the_next_g
     group = GroupCommit(log.write, max_events=4)
     shared = uuid4()
     writers = [
-        Writer(group, [stored(shared, 1)]),
-        Writer(group, [stored(shared, 2)]),
-        Writer(group, [stored(), stored()]),
-        Writer(group, [stored(), stored()]),
+        writer(group, [stored(shared, 1)]),
+        writer(group, [stored(shared, 2)]),
+        writer(group, [stored(), stored()]),
+        writer(group, [stored(), stored()]),
     ]
 
     behind_a_held_leader(log, group, writers)
@@ -219,7 +200,7 @@ def test_turned_off_every_writer_commits_alone() -> None:
     group = GroupCommit(log.write)
     group.enabled = False
 
-    behind_a_held_leader(log, group, [Writer(group, [stored()]) for _ in range(3)])
+    behind_a_held_leader(log, group, [writer(group, [stored()]) for _ in range(3)])
 
     assert log.writes == [1, 1, 1, 1]
     assert group.commits == group.requests == 4
