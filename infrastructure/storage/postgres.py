@@ -303,11 +303,10 @@ BEGIN_WRITE: Final = (
     "SELECT pg_advisory_xact_lock_shared(%s), pg_notify(%s, '') FROM "
     "(SELECT count(pg_advisory_xact_lock(k)) FROM unnest(%s::bigint[]) AS k) AS aggregates"
 )
-"""A writer's aggregate locks (in the given order), then the log's writer lock shared, and the
-NOTIFY that wakes followers at its commit."""
+"""A writer's aggregate locks, one by one in the array's (sorted) order, then the log's writer
+lock shared, and the NOTIFY that wakes followers at its commit."""
 BEGIN_WIDE_WRITE: Final = "SELECT pg_advisory_xact_lock(%s), pg_notify(%s, '')"
 """A batch too wide to lock its aggregates: the writer lock alone, and the NOTIFY."""
-"""Takes the transaction's aggregate locks one by one in the array's (sorted) order."""
 
 MAX_AGGREGATE_LOCKS: Final = 64
 """Most aggregate locks one transaction takes (PostgreSQL's default max_locks_per_transaction):
