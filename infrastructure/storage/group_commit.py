@@ -111,11 +111,11 @@ class GroupCommit:
         the same version would fail the whole group, and at different ones the second could
         only follow the first.
         """
+        if not self.enabled:
+            return [self._queue[0]]
         batch: list[_Request] = []
         events = 0
         aggregates: set[object] = set()
-        if not self.enabled:
-            return [self._queue[0]]
         for request in self._queue:
             ids = {s.originator_id for s in request.stored_events}
             if batch and (
