@@ -20,11 +20,17 @@ from runledger.domain.errors import (
     InvalidRunIdError,
     InvalidSourceError,
     InvalidTextError,
+    KeyTooLongError,
     ValueTooDeepError,
     ValueTooLargeError,
     WorkflowError,
 )
-from runledger.domain.values import MAX_ARGUMENT_TEXT_BYTES, MAX_ARGUMENT_VALUES, MAX_JSON_DEPTH
+from runledger.domain.values import (
+    MAX_ARGUMENT_TEXT_BYTES,
+    MAX_ARGUMENT_VALUES,
+    MAX_JSON_DEPTH,
+    MAX_KEY_TEXT_BYTES,
+)
 
 Problem = Literal["text", "depth", "size"]
 
@@ -42,6 +48,11 @@ UPSTREAM_ERRORS: Final[Mapping[str, Callable[[object], WorkflowError]]] = {
 (no run id or request id can hold a lone surrogate, so it is an invalid id)."""
 
 
+KEY_ARGUMENTS: Final = frozenset({"session_id", "target_session_id", "mount_path"})
+"""Arguments whose text keys the read models' indexes, so it is bounded by
+``MAX_KEY_TEXT_BYTES`` (queries too: no longer key can be stored to be found)."""
+
+
 def check_arguments(
     names: Iterable[str], args: Iterable[object], kwargs: Mapping[str, object]
 ) -> None:
@@ -56,6 +67,8 @@ def check_argument(name: str, value: object) -> None:
     """Raise the argument's error if ``value`` holds text or a shape no backend can store."""
     problem = _problem(value)
     if problem is None:
+        if name in KEY_ARGUMENTS and _too_long_for_a_key(value):
+            raise KeyTooLongError(name, MAX_KEY_TEXT_BYTES)
         return
     upstream = UPSTREAM_ERRORS.get(name)
     if upstream is not None:
@@ -65,6 +78,16 @@ def check_argument(name: str, value: object) -> None:
     if problem == "depth":
         raise ValueTooDeepError(name, MAX_JSON_DEPTH)
     raise ValueTooLargeError(name, MAX_ARGUMENT_VALUES, MAX_ARGUMENT_TEXT_BYTES)
+
+
+def _too_long_for_a_key(value: object) -> bool:
+    # Valid text under the 1 MiB bound already, so encoding it is cheap and cannot fail;
+    # a short one is not encoded at all (a character is at most 4 bytes).
+    return (
+        isinstance(value, str)
+        and len(value) * 4 > MAX_KEY_TEXT_BYTES
+        and len(value.encode()) > MAX_KEY_TEXT_BYTES
+    )
 
 
 def _problem(value: object) -> Problem | None:

@@ -113,6 +113,11 @@ class ValueTooLargeError(WorkflowError):
     template = "Workflow argument {} holds more than {} values or {} bytes of text"
 
 
+class KeyTooLongError(WorkflowError):
+    code = "text.key-too-long"
+    template = "Workflow argument {} is longer than {} bytes of UTF-8"
+
+
 # -- runs ---------------------------------------------------------------------------------
 
 

@@ -73,6 +73,10 @@ MAX_ARGUMENT_VALUES: Final[int] = 100_000
 """Values in one argument, counting every list item, object key and object value."""
 MAX_ARGUMENT_TEXT_BYTES: Final[int] = 1_048_576
 """UTF-8 bytes of all the text in one argument, object keys included."""
+MAX_KEY_TEXT_BYTES: Final[int] = 1_024
+"""UTF-8 bytes of a session id or a mount path, text that keys the read models' indexes:
+PostgreSQL's btree holds at most 2,704 bytes an entry, and one index holds a session id
+beside a status (a longer one stalled every read model there, while the event committed)."""
 DEFAULT_PRESENTATION_INSTRUCTIONS: Final[str] = (
     "Explain the final workflow result to the user in a normal response."
 )

@@ -6,11 +6,12 @@ from typing import Any
 
 import pytest
 
-from runledger.domain.arguments import check_argument
+from runledger.domain.arguments import KEY_ARGUMENTS, check_argument
 from runledger.domain.errors import (
     InvalidMessageContentError,
     InvalidRunIdError,
     InvalidTextError,
+    KeyTooLongError,
     ValueTooDeepError,
     ValueTooLargeError,
     shown,
@@ -19,6 +20,7 @@ from runledger.domain.values import (
     MAX_ARGUMENT_TEXT_BYTES,
     MAX_ARGUMENT_VALUES,
     MAX_JSON_DEPTH,
+    MAX_KEY_TEXT_BYTES,
     Actor,
 )
 from runledger.infrastructure.store import open_store
@@ -68,6 +70,21 @@ def test_values_and_text_are_allowed_to_the_documented_size_and_no_more() -> Non
         check_argument("input", [0] * (MAX_ARGUMENT_VALUES + 1))
     with pytest.raises(ValueTooLargeError):
         check_argument("input", ["é" * (MAX_ARGUMENT_TEXT_BYTES // 4), "é" * 1000] * 2)
+
+
+@pytest.mark.parametrize("name", sorted(KEY_ARGUMENTS))
+def test_text_that_keys_the_read_models_is_bounded_in_utf8_bytes(name: str) -> None:
+    check_argument(name, "s" * MAX_KEY_TEXT_BYTES)
+    check_argument(name, "🙂" * (MAX_KEY_TEXT_BYTES // 4))
+
+    with pytest.raises(KeyTooLongError) as raised:
+        check_argument(name, "s" * (MAX_KEY_TEXT_BYTES + 1))
+    assert str(raised.value) == f"Workflow argument {name} is longer than 1024 bytes of UTF-8"
+    with pytest.raises(KeyTooLongError):
+        check_argument(name, "🙂" * (MAX_KEY_TEXT_BYTES // 4) + "s")
+    # Other text, and what is not text at all, is left to the other checks and the rules.
+    check_argument("prompt", "s" * (MAX_KEY_TEXT_BYTES + 1))
+    check_argument(name, ["s" * (MAX_KEY_TEXT_BYTES + 1)])
 
 
 def test_an_id_nested_two_thousand_deep_gets_a_short_message() -> None:
