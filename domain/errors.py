@@ -541,6 +541,20 @@ class ProjectionStalledError(WorkflowError):
     template = "Projection {} stopped {}; fix the cause and rebuild it"
 
 
+class ReadModelsBehindError(WorkflowError):
+    """A query's catch-up failed: answering from the views as they are could miss this
+    process's own commits, so the query is not answered."""
+
+    code = "projection.behind"
+    template = "Read models could not catch up with the event log: {}"
+    retryable = True
+
+    def __init__(self, error: BaseException) -> None:
+        # The first line of the cause only: a database's message, never connection settings.
+        line = (str(error).strip().splitlines() or [""])[0]
+        super().__init__(f"{type(error).__name__}: {line[:300]}")
+
+
 class UnknownStoredEventError(WorkflowError):
     code = "store.unknown-event"
     template = "Stored event topic {!r} is not in the runledger event catalogue"

@@ -22,6 +22,7 @@ from runledger.domain.errors import (
     InvalidStoreUrlError,
     ProjectionStalledError,
     ProjectionVersionError,
+    ReadModelsBehindError,
     StoreClosedError,
     WorkflowError,
 )
@@ -232,15 +233,35 @@ class StoreRuntime(ClosedOnExit):
         A command has already committed when this runs, so a storage failure here must not
         look like a failed command: it is logged, and the next catch-up tries again.
         """
+        try:
+            return self._catch_up(progress)
+        except Exception:
+            logger.exception("projection catch-up failed %d times", CATCH_UP_ATTEMPTS)
+            return 0
+
+    def _catch_up(self, progress: Progress | None = None) -> int:
+        """``catch_up``, raising the last error once every attempt failed."""
         for attempt in range(CATCH_UP_ATTEMPTS):
             try:
                 return self.projector.catch_up(progress=progress)
             except Exception:
+                if attempt + 1 == CATCH_UP_ATTEMPTS:
+                    raise
                 # A failed page is forgotten by the projector; a busy or briefly unreachable
                 # database usually lets the next attempt through.
                 logger.exception("projection catch-up failed (attempt %d)", attempt + 1)
                 time.sleep(0.01 * (attempt + 1))
         return 0
+
+    def _catch_up_to_read(self) -> None:
+        """Catch up before a query, or fail it: an answer from views that could not take
+        this process's last commits would break read-your-writes without a word."""
+        try:
+            self._catch_up()
+        except WorkflowError:
+            raise
+        except Exception as error:
+            raise ReadModelsBehindError(error) from error
 
     def add_views_listener(self, listener: Callable[[], None]) -> Callable[[], None]:
         """Call ``listener`` whenever the read models may have advanced; returns its removal.
@@ -281,7 +302,7 @@ class StoreRuntime(ClosedOnExit):
             position = check_as_of(as_of, self.storage.max_position())
             return replay(self.storage, [runner.projection], until=position)
         if self.embedded_projections:
-            self.catch_up()
+            self._catch_up_to_read()
         else:
             self.projector.recheck_failures([name])
         self._check_current(runner)
@@ -303,7 +324,7 @@ class StoreRuntime(ClosedOnExit):
         if as_of is not None:
             return view_digest(runner.projection, self.reader(name, as_of=as_of))
         if self.embedded_projections:
-            self.catch_up()
+            self._catch_up_to_read()
         self._check_current(runner)
         with self.views.consistent():
             return view_digest(runner.projection, self.views.reader())
