@@ -6,8 +6,8 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Final
 from uuid import UUID
 
@@ -34,6 +34,7 @@ from runledger.infrastructure.storage.base import (
     as_uuid,
     index_columns,
 )
+from runledger.infrastructure.storage.file_locks import AggregateLocks
 from runledger.infrastructure.storage.group_commit import GroupCommit
 
 logger = logging.getLogger(__name__)
@@ -320,6 +321,8 @@ class SQLiteStorage(RecorderBackedStorage[SQLiteEventRecorder, SQLiteSnapshotRec
         super().__init__(
             SQLiteEventRecorder(self.datastore), SQLiteSnapshotRecorder(self.datastore)
         )
+        shared = self.path not in ("", ":memory:") and not self.path.startswith("file:")
+        self._aggregate_locks = AggregateLocks(f"{self.path}-locks" if shared else None)
         _while_locked(self._events.create_table, timeout=lock_timeout)
         _while_locked(self._snapshots.create_table, timeout=lock_timeout)
         self._read_log_statement = (
@@ -327,12 +330,11 @@ class SQLiteStorage(RecorderBackedStorage[SQLiteEventRecorder, SQLiteSnapshotRec
             f"FROM {self._events.events_table_name} WHERE position > ? ORDER BY position LIMIT ?"
         )
 
-    @contextmanager
-    def lock_aggregates(self, aggregate_ids: Sequence[UUID]) -> Iterator[None]:
-        """No lock beyond SQLite's own: its single writer lock already serialises commits,
-        and a conflicting command's retries stay within the application's bound."""
-        del aggregate_ids
-        yield
+    def lock_aggregates(self, aggregate_ids: Sequence[UUID]) -> AbstractContextManager[None]:
+        """Hold these aggregates against the other commands holding them, in every process on
+        this file (``file_locks``): SQLite's writer lock serialises commits, but not a
+        command's reads with its insert."""
+        return self._aggregate_locks.holding(aggregate_ids)
 
     def read_log(self, *, after: int, limit: int) -> list[LogEntry]:
         """The next stored events after ``after``, as lean tuples (ids stay hex text)."""
@@ -344,5 +346,6 @@ class SQLiteStorage(RecorderBackedStorage[SQLiteEventRecorder, SQLiteSnapshotRec
         return f"SQLiteStorage({self.path!r})"
 
     def close(self) -> None:
-        """Close every pooled connection to the file."""
+        """Close every pooled connection to the file, and the lock file."""
         self.datastore.close()
+        self._aggregate_locks.close()

@@ -10,10 +10,12 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from uuid import uuid4
 
 import pytest
 
 from runledger.domain.errors import StoreClosedError
+from runledger.infrastructure.storage.sqlite import SQLiteStorage
 from runledger.infrastructure.store import open_store
 
 PRIVATE = 0o600
@@ -37,6 +39,18 @@ def test_a_new_sqlite_store_and_its_wal_files_are_owner_only(umask: int, tmp_pat
         files = [path, Path(f"{path}-wal"), Path(f"{path}-shm")]
 
         assert [mode_of(file) for file in files] == [PRIVATE] * 3
+
+
+def test_the_aggregate_lock_file_beside_a_sqlite_store_is_owner_only(
+    umask: int, tmp_path: Path
+) -> None:
+    path = tmp_path / "private.db"
+    storage = SQLiteStorage(path)
+    try:
+        with storage.lock_aggregates([uuid4()]):
+            assert mode_of(Path(f"{path}-locks")) == PRIVATE
+    finally:
+        storage.close()
 
 
 def test_an_existing_sqlite_file_keeps_its_owners_mode(tmp_path: Path) -> None:

@@ -1,0 +1,174 @@
+"""The SQLite backend's aggregate locks: held by one process or thread, another waits for
+them until they are given back; other aggregates are not held up; and a command that
+conflicted runs holding them (``SQLiteStorage.lock_aggregates``)."""
+
+from __future__ import annotations
+
+import fcntl
+import multiprocessing
+import os
+import threading
+import time
+import zlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from uuid import UUID, uuid4
+
+from runledger.infrastructure.storage.file_locks import STRIPES, AggregateLocks
+from runledger.infrastructure.storage.sqlite import SQLiteStorage
+
+if TYPE_CHECKING:
+    from multiprocessing.synchronize import Event as ProcessEvent
+
+WAIT_SECONDS = 10
+
+
+def hold_in_another_process(
+    path: str, aggregate: str, held: ProcessEvent, release: ProcessEvent
+) -> None:
+    locks = AggregateLocks(path)
+    with locks.holding([UUID(aggregate)]):
+        held.set()
+        release.wait(WAIT_SECONDS)
+    locks.close()
+
+
+def waited(locks: AggregateLocks, aggregate: UUID, *, timeout: float = 0.3) -> bool:
+    """Whether taking ``aggregate`` on another thread waits for longer than ``timeout``."""
+    taken = threading.Event()
+
+    def take() -> None:
+        with locks.holding([aggregate]):
+            taken.set()
+
+    thread = threading.Thread(target=take, daemon=True)
+    thread.start()
+    blocked = not taken.wait(timeout)
+    if blocked:
+        return True
+    thread.join(WAIT_SECONDS)
+    return False
+
+
+def other_stripe(aggregate: UUID) -> UUID:
+    while True:
+        other = uuid4()
+        if zlib.crc32(other.bytes) % STRIPES != zlib.crc32(aggregate.bytes) % STRIPES:
+            return other
+
+
+def test_an_aggregate_held_by_another_process_waits_until_it_is_given_back(
+    tmp_path: Path,
+) -> None:
+    path = str(tmp_path / "store.db-locks")
+    aggregate = uuid4()
+    context = multiprocessing.get_context("spawn")
+    held, release = context.Event(), context.Event()
+    holder: Any = context.Process(
+        target=hold_in_another_process, args=(path, str(aggregate), held, release)
+    )
+    holder.start()
+    locks = AggregateLocks(path)
+    try:
+        assert held.wait(WAIT_SECONDS)
+        assert not waited(locks, other_stripe(aggregate))
+        started = time.monotonic()
+        taken = threading.Event()
+
+        def take() -> None:
+            with locks.holding([aggregate]):
+                taken.set()
+
+        thread = threading.Thread(target=take, daemon=True)
+        thread.start()
+        assert not taken.wait(0.3), "taken while another process held it"
+        release.set()
+        assert taken.wait(WAIT_SECONDS)
+        assert time.monotonic() - started >= 0.3
+        thread.join(WAIT_SECONDS)
+    finally:
+        release.set()
+        holder.join(WAIT_SECONDS)
+        locks.close()
+
+
+def test_threads_of_one_process_take_turns_on_an_aggregate(tmp_path: Path) -> None:
+    locks = AggregateLocks(str(tmp_path / "store.db-locks"))
+    aggregate = uuid4()
+    try:
+        with locks.holding([aggregate]):
+            assert waited(locks, aggregate)
+        assert not waited(locks, aggregate)
+    finally:
+        locks.close()
+
+
+def test_a_store_file_without_other_processes_keeps_its_threads_apart() -> None:
+    locks = AggregateLocks(None)
+    aggregate = uuid4()
+    with locks.holding([aggregate]):
+        assert waited(locks, aggregate)
+        assert not waited(locks, other_stripe(aggregate))
+
+
+def test_sqlite_storage_holds_aggregates_in_a_file_beside_the_database(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    first, second = SQLiteStorage(path), SQLiteStorage(path)
+    aggregate = uuid4()
+    try:
+        with first.lock_aggregates([aggregate]):
+            # Another storage on the file is another holder, as another process would be.
+            taken = threading.Event()
+
+            def take() -> None:
+                with second.lock_aggregates([aggregate]):
+                    taken.set()
+
+            thread = threading.Thread(target=take, daemon=True)
+            thread.start()
+            assert not taken.wait(0.3)
+        assert taken.wait(WAIT_SECONDS)
+        thread.join(WAIT_SECONDS)
+        assert (tmp_path / "store.db-locks").exists()
+    finally:
+        first.close()
+        second.close()
+
+
+def free_in_another_process(path: str, aggregate: str, answers: Any) -> None:
+    """Put whether another process could take ``aggregate``'s stripe at once."""
+    descriptor = os.open(path, os.O_RDWR)
+    try:
+        fcntl.lockf(
+            descriptor,
+            fcntl.LOCK_EX | fcntl.LOCK_NB,
+            1,
+            zlib.crc32(UUID(aggregate).bytes) % STRIPES,
+        )
+    except OSError:
+        answers.put(False)
+    else:
+        answers.put(True)
+    finally:
+        os.close(descriptor)
+
+
+def test_closing_one_storage_keeps_the_locks_another_holds_on_the_file(tmp_path: Path) -> None:
+    # POSIX drops every lock a process holds on a file when any descriptor of it closes.
+    path = tmp_path / "store.db"
+    first, second = SQLiteStorage(path), SQLiteStorage(path)
+    aggregate = uuid4()
+    context = multiprocessing.get_context("spawn")
+    answers: Any = context.Queue()
+    try:
+        with first.lock_aggregates([uuid4()]), second.lock_aggregates([aggregate]):
+            first.close()
+            probe = context.Process(
+                target=free_in_another_process,
+                args=(f"{path}-locks", str(aggregate), answers),
+            )
+            probe.start()
+            probe.join(WAIT_SECONDS)
+            assert answers.get(timeout=WAIT_SECONDS) is False
+    finally:
+        second.close()
