@@ -369,10 +369,11 @@ class WorkflowRuns(Application[UUID]):
         """
         contended: list[UUID] = []
         trusting = assume_new = True
+        conflicted = False
         for attempt in range(self.max_attempts if attempts is None else attempts):
             changed: list[BaseAggregate[UUID]] = []
             try:
-                with self.storage.lock_aggregates(contended):
+                with self.storage.lock_aggregates(contended, conflicted=conflicted):
                     unit = UnitOfWork(self, self.now(), trusting=trusting, assume_new=assume_new)
                     try:
                         result = command(unit)
@@ -399,11 +400,12 @@ class WorkflowRuns(Application[UUID]):
                         self._save(changed)
             except IntegrityError:
                 self.conflicts += 1
+                conflicted = True
                 trusting = assume_new = False
                 contended = sorted({*contended, *(aggregate.id for aggregate in changed)})
                 self._note_conflict(contended)
-                # Jittered, so two losers on a backend without aggregate locks (SQLite) do
-                # not collide again straight away.
+                # Jittered, so two losers that do not hold their aggregates yet do not
+                # collide again straight away.
                 time.sleep(random.uniform(0, 0.001 * (attempt + 1)))  # noqa: S311
                 continue
             if changed and self._on_commit is not None:

@@ -90,10 +90,16 @@ class EventStorage(Protocol):
         """Stored events after ``after`` in log order; with ``run_id``, that run's only."""
         ...
 
-    def lock_aggregates(self, aggregate_ids: Sequence[UUID]) -> AbstractContextManager[None]:
+    def lock_aggregates(
+        self, aggregate_ids: Sequence[UUID], *, conflicted: bool = True
+    ) -> AbstractContextManager[None]:
         """Hold these aggregates against other writers from the block's start until its save
         commits, so a contended command loads, checks and saves without being overtaken.
-        Locks are taken in one fixed order; with no ids the block runs unlocked."""
+        Locks are taken in one fixed order; with no ids the block runs unlocked.
+
+        ``conflicted``: this command has lost a conflict on them already (False: they are hot
+        from other commands' conflicts only). A backend whose locks would serialise more than
+        its commits do (SQLite: the reads and logic of every process) may hold only then."""
         ...
 
     def read_log(self, *, after: int, limit: int) -> Sequence[LogEntry]:

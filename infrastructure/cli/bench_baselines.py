@@ -200,10 +200,18 @@ class IdealCommand:
             connection.execute(self.tracking, (self.tracked,))
             connection.execute("COMMIT")
             return
-        with connection.pipeline(), connection.transaction():
-            for statement, write in zip(self.statements, self.writes, strict=True):
-                connection.execute(statement, write.params(number))
-            connection.execute(self.tracking, (self.tracked,))
+        while True:
+            try:
+                with connection.pipeline(), connection.transaction():
+                    for statement, write in zip(self.statements, self.writes, strict=True):
+                        connection.execute(statement, write.params(number))
+                    connection.execute(self.tracking, (self.tracked,))
+            except psycopg.errors.DeadlockDetected:
+                # Several ideal writers update the same tracking rows, in whatever order the
+                # scan meets them: the server picks a victim, which runs again (as the store's
+                # commands do), rather than ordering every writer's locks up front.
+                continue
+            return
 
     def for_writer(self, writer: int) -> IdealCommand:
         """The same work on rows of writer ``writer``'s own: every key it writes is its own,

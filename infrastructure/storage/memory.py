@@ -233,8 +233,12 @@ class MemoryStorage(RecorderBackedStorage[MemoryEventRecorder, MemoryAggregateRe
         super().__init__(MemoryEventRecorder(), MemoryAggregateRecorder())
 
     @contextmanager
-    def lock_aggregates(self, aggregate_ids: Sequence[UUID]) -> Iterator[None]:
-        """Hold the whole log for the block (every insert waits for it), when ids are given."""
+    def lock_aggregates(
+        self, aggregate_ids: Sequence[UUID], *, conflicted: bool = True
+    ) -> Iterator[None]:
+        """Hold the whole log for the block (every insert waits for it), when ids are given,
+        conflicted or only hot (holding costs nothing here that the log's lock does not)."""
+        del conflicted
         if not aggregate_ids:
             yield
             return

@@ -10,6 +10,8 @@ import os
 import threading
 import time
 import zlib
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from uuid import UUID, uuid4
@@ -33,12 +35,12 @@ def hold_in_another_process(
     locks.close()
 
 
-def waited(locks: AggregateLocks, aggregate: UUID, *, timeout: float = 0.3) -> bool:
-    """Whether taking ``aggregate`` on another thread waits for longer than ``timeout``."""
+def waited(hold: Callable[[], AbstractContextManager[None]], *, timeout: float = 0.3) -> bool:
+    """Whether entering ``hold()`` on another thread waits for longer than ``timeout``."""
     taken = threading.Event()
 
     def take() -> None:
-        with locks.holding([aggregate]):
+        with hold():
             taken.set()
 
     thread = threading.Thread(target=take, daemon=True)
@@ -71,7 +73,7 @@ def test_an_aggregate_held_by_another_process_waits_until_it_is_given_back(
     locks = AggregateLocks(path)
     try:
         assert held.wait(WAIT_SECONDS)
-        assert not waited(locks, other_stripe(aggregate))
+        assert not waited(lambda: locks.holding([other_stripe(aggregate)]))
         started = time.monotonic()
         taken = threading.Event()
 
@@ -97,8 +99,8 @@ def test_threads_of_one_process_take_turns_on_an_aggregate(tmp_path: Path) -> No
     aggregate = uuid4()
     try:
         with locks.holding([aggregate]):
-            assert waited(locks, aggregate)
-        assert not waited(locks, aggregate)
+            assert waited(lambda: locks.holding([aggregate]))
+        assert not waited(lambda: locks.holding([aggregate]))
     finally:
         locks.close()
 
@@ -107,8 +109,8 @@ def test_a_store_file_without_other_processes_keeps_its_threads_apart() -> None:
     locks = AggregateLocks(None)
     aggregate = uuid4()
     with locks.holding([aggregate]):
-        assert waited(locks, aggregate)
-        assert not waited(locks, other_stripe(aggregate))
+        assert waited(lambda: locks.holding([aggregate]))
+        assert not waited(lambda: locks.holding([other_stripe(aggregate)]))
 
 
 def test_sqlite_storage_holds_aggregates_in_a_file_beside_the_database(tmp_path: Path) -> None:
@@ -171,4 +173,19 @@ def test_closing_one_storage_keeps_the_locks_another_holds_on_the_file(tmp_path:
             probe.join(WAIT_SECONDS)
             assert answers.get(timeout=WAIT_SECONDS) is False
     finally:
+        second.close()
+
+
+def test_sqlite_storage_holds_hot_aggregates_only_once_the_command_conflicted(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "store.db"
+    first, second = SQLiteStorage(path), SQLiteStorage(path)
+    aggregate = uuid4()
+    try:
+        # Hot from other commands only: the reads of every process are not made to wait.
+        with first.lock_aggregates([aggregate], conflicted=False):
+            assert not waited(lambda: second.lock_aggregates([aggregate]))
+    finally:
+        first.close()
         second.close()
