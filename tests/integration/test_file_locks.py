@@ -8,7 +8,6 @@ import fcntl
 import multiprocessing
 import os
 import threading
-import time
 import zlib
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -35,21 +34,21 @@ def hold_in_another_process(
     locks.close()
 
 
-def waited(hold: Callable[[], AbstractContextManager[None]], *, timeout: float = 0.3) -> bool:
-    """Whether entering ``hold()`` on another thread waits for longer than ``timeout``."""
+def start_taking(hold: Callable[[], AbstractContextManager[None]]) -> threading.Event:
+    """Enter ``hold()`` on a thread of its own; the event is set once it holds."""
     taken = threading.Event()
 
     def take() -> None:
         with hold():
             taken.set()
 
-    thread = threading.Thread(target=take, daemon=True)
-    thread.start()
-    blocked = not taken.wait(timeout)
-    if blocked:
-        return True
-    thread.join(WAIT_SECONDS)
-    return False
+    threading.Thread(target=take, daemon=True).start()
+    return taken
+
+
+def waited(hold: Callable[[], AbstractContextManager[None]], *, timeout: float = 0.3) -> bool:
+    """Whether entering ``hold()`` on another thread waits for longer than ``timeout``."""
+    return not start_taking(hold).wait(timeout)
 
 
 def other_stripe(aggregate: UUID) -> UUID:
@@ -74,20 +73,10 @@ def test_an_aggregate_held_by_another_process_waits_until_it_is_given_back(
     try:
         assert held.wait(WAIT_SECONDS)
         assert not waited(lambda: locks.holding([other_stripe(aggregate)]))
-        started = time.monotonic()
-        taken = threading.Event()
-
-        def take() -> None:
-            with locks.holding([aggregate]):
-                taken.set()
-
-        thread = threading.Thread(target=take, daemon=True)
-        thread.start()
+        taken = start_taking(lambda: locks.holding([aggregate]))
         assert not taken.wait(0.3), "taken while another process held it"
         release.set()
         assert taken.wait(WAIT_SECONDS)
-        assert time.monotonic() - started >= 0.3
-        thread.join(WAIT_SECONDS)
     finally:
         release.set()
         holder.join(WAIT_SECONDS)
@@ -120,17 +109,9 @@ def test_sqlite_storage_holds_aggregates_in_a_file_beside_the_database(tmp_path:
     try:
         with first.lock_aggregates([aggregate]):
             # Another storage on the file is another holder, as another process would be.
-            taken = threading.Event()
-
-            def take() -> None:
-                with second.lock_aggregates([aggregate]):
-                    taken.set()
-
-            thread = threading.Thread(target=take, daemon=True)
-            thread.start()
+            taken = start_taking(lambda: second.lock_aggregates([aggregate]))
             assert not taken.wait(0.3)
         assert taken.wait(WAIT_SECONDS)
-        thread.join(WAIT_SECONDS)
         assert (tmp_path / "store.db-locks").exists()
     finally:
         first.close()

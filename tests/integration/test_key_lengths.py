@@ -14,6 +14,7 @@ from collections.abc import Callable
 import pytest
 
 from runledger.domain.errors import KeyTooLongError
+from runledger.domain.records import QueuedFollowUp
 from runledger.domain.values import MAX_KEY_TEXT_BYTES
 from runledger.infrastructure.store import WorkflowStore
 from tests.integration.test_scenarios_settings import scope
@@ -42,14 +43,7 @@ def test_a_session_id_of_the_longest_length_is_stored_and_found(store: WorkflowS
     session = incompressible(MAX_KEY_TEXT_BYTES)
     running_run(store, session_id=session)
 
-    queued = store.queue_follow_up(
-        RUN,
-        request_id="request-1",
-        target_session_id=session,
-        actor=SESSION_ACTOR,
-        source="workflow-tool",
-        prompt="Check the edge cases.",
-    )
+    queued = queue_for(store, session)
 
     all_current(store)
     queue = store.follow_up_queue(RUN)
@@ -64,7 +58,7 @@ def bind(store: WorkflowStore, session: str) -> object:
     return store.bind_origin_session(RUN, session)
 
 
-def queue_for(store: WorkflowStore, session: str) -> object:
+def queue_for(store: WorkflowStore, session: str) -> QueuedFollowUp:
     return store.queue_follow_up(
         RUN,
         request_id="request-1",
