@@ -418,6 +418,26 @@ class InvalidStoreParameterError(WorkflowError):
     template = "Store URL parameter {}: {}"
 
 
+class StoreNotFoundError(WorkflowError):
+    """A command that only reads was pointed at a store that does not exist (it makes none)."""
+
+    code = "store.not-found"
+    template = "No runledger store at {url}: {reason}"
+
+
+class InvalidStorePathError(WorkflowError):
+    code = "store.invalid-path"
+    template = "SQLite store {url} cannot be opened: {reason}"
+
+
+class InvalidStoreLocationError(WorkflowError):
+    code = "store.invalid-location"
+    template = (
+        "A store location is a URL (sqlite:///path, postgresql://…, memory://) or a file path, "
+        "not {kind}"
+    )
+
+
 # -- settings scopes (upstream §9.1-9.2) ---------------------------------------------------
 
 

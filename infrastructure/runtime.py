@@ -28,7 +28,7 @@ from runledger.domain.errors import (
 )
 from runledger.domain.ports import EventStorage
 from runledger.domain.records import ProjectionStatus
-from runledger.infrastructure.storage.urls import redact_url
+from runledger.infrastructure.storage.urls import SQLITE_PREFIX, redact_url, sqlite_path, store_url
 from runledger.infrastructure.views.builds import BuildOutcome, Builds, VerifyOutcome
 from runledger.infrastructure.views.digest import view_digest
 from runledger.infrastructure.views.projector import (
@@ -461,27 +461,29 @@ class StoreRuntime(ClosedOnExit):
         self.storage.close()
 
 
-def resolve_url(url: str | None, env: Mapping[str, str] | None = None) -> str:
-    """The store URL: the given one, else ``RUNLEDGER_URL``, else the embedded default."""
-    if url:
-        return url
-    environment = os.environ if env is None else env
-    return environment.get(URL_VARIABLE) or DEFAULT_URL
+def resolve_url(url: str | os.PathLike[str] | None, env: Mapping[str, str] | None = None) -> str:
+    """The store URL: the given one (a path names a SQLite file), else ``RUNLEDGER_URL``, else
+    the embedded default."""
+    if url is None or url == "":
+        environment = os.environ if env is None else env
+        return environment.get(URL_VARIABLE) or DEFAULT_URL
+    return store_url(url)
 
 
-def open_backend(url: str) -> tuple[EventStorage, ViewStore]:
-    """The event storage and view store a URL names; tables are created on first use."""
-    if url.startswith("sqlite:///"):
+def open_backend(url: str, *, create: bool = True) -> tuple[EventStorage, ViewStore]:
+    """The event storage and view store a URL names; tables are created on first use, and
+    without ``create`` a store that does not exist is a ``StoreNotFoundError``."""
+    if url.startswith(SQLITE_PREFIX):
         from runledger.infrastructure.storage.sqlite import SQLiteStorage
         from runledger.infrastructure.views.sql import SQLiteViewStore
 
-        path = url.removeprefix("sqlite:///")
+        path = sqlite_path(url, create=create)
         return SQLiteStorage(path), SQLiteViewStore(path)
     if url.startswith(("postgresql://", "postgres://")):
         from runledger.infrastructure.storage.postgres import PostgresStorage
         from runledger.infrastructure.views.sql import PostgresViewStore
 
-        postgres = PostgresStorage(url)
+        postgres = PostgresStorage(url, create=create)
         return postgres, PostgresViewStore(postgres.datastore)
     if url == "memory://":
         from runledger.infrastructure.storage.memory import MemoryStorage
@@ -492,17 +494,18 @@ def open_backend(url: str) -> tuple[EventStorage, ViewStore]:
 
 
 def open_runtime(
-    url: str | None = None,
+    url: str | os.PathLike[str] | None = None,
     *,
     clock: Clock = utc_now,
     allow_host_session_recording: bool = False,
     env: Mapping[str, str] | None = None,
     embedded_projections: bool = True,
     projections: Sequence[str] | None = None,
+    create: bool = True,
 ) -> StoreRuntime:
     """Open the runtime at ``url``; ``open_store`` takes the same arguments (see there)."""
     resolved = resolve_url(url, env)
-    storage, views = open_backend(resolved)
+    storage, views = open_backend(resolved, create=create)
     return StoreRuntime(
         storage,
         views,

@@ -369,19 +369,23 @@ class WorkflowStore(ClosedOnExit):
 
 
 def open_store(
-    url: str | None = None,
+    url: str | os.PathLike[str] | None = None,
     *,
     clock: Clock = utc_now,
     allow_host_session_recording: bool = False,
     env: Mapping[str, str] | None = None,
     embedded_projections: bool = True,
     projections: Sequence[str] | None = None,
+    create: bool = True,
 ) -> WorkflowStore:
-    """Open the store at ``url`` (``sqlite:///file``, ``postgresql://…`` or ``memory://``).
+    """Open the store at ``url`` (``sqlite:///file``, ``postgresql://…`` or ``memory://``; a
+    plain or ``os.PathLike`` path names a SQLite file).
 
     Without ``url``: ``RUNLEDGER_URL`` from ``env`` (default: the process environment), else
-    ``sqlite:///runledger.db``. With ``embedded_projections`` (the default) read models catch up
-    in this process after every command; without, a separate ``runledger projections run``
+    ``sqlite:///runledger.db``. A store that does not exist yet is created (a SQLite file in a
+    folder that exists, runledger's tables in a PostgreSQL database); with ``create=False`` it
+    is a ``StoreNotFoundError`` instead, as read-only tools want. With ``embedded_projections``
+    (the default) read models catch up in this process after every command; without, a separate ``runledger projections run``
     worker keeps them. ``projections`` limits the store to some read models. Times come
     from ``clock``. With ``allow_host_session_recording`` session recording skips the run's
     write authority (upstream 0.16.2's host records after the worker's lease ended).
@@ -395,6 +399,7 @@ def open_store(
             env=env,
             embedded_projections=embedded_projections,
             projections=projections,
+            create=create,
         )
     )
 

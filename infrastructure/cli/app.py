@@ -1,27 +1,28 @@
 """The ``runledger`` command line: the typer ``app`` and its thin commands.
 
 Each command hands its store to the module that does the work (``demo_story``, ``operations``,
-``bench_report``), which never imports this one. A command group (``projections
-status|rebuild|verify|run``) is a ``typer.Typer`` of its own, added here with
-``app.add_typer(group, name="projections")``.
+``runs_report``, ``bench_report``), which never imports this one. A command group
+(``projections status|rebuild|verify|run``) is a ``typer.Typer`` of its own, added here with
+``app.add_typer(group, name="projections")``. How a command ends (its exit code, and one line
+on stderr for any failure) is ``failures``'s: no command handles errors itself.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
+import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, ParamSpec, TypeVar
+from typing import Annotated, Final, NoReturn
 
 import typer
 from rich.console import Console
-from rich.text import Text
 from typer.core import TyperGroup
 
-from runledger.domain.errors import CorruptEventError, ProjectionStalledError, WorkflowError
+from runledger.domain.values import RunStatus
 from runledger.infrastructure.cli.audit_report import audit, check_bundle
-from runledger.infrastructure.cli.bench_report import print_bench, run_bench
+from runledger.infrastructure.cli.bench_report import ROW_IDS, print_bench, run_bench
 from runledger.infrastructure.cli.demo_story import run_demo
+from runledger.infrastructure.cli.failures import EXIT_DIFFERENCE, run_command_line
 from runledger.infrastructure.cli.operations import (
     print_rebuild,
     print_status,
@@ -30,20 +31,36 @@ from runledger.infrastructure.cli.operations import (
     run_worker,
     verify,
 )
-from runledger.infrastructure.runtime import StoreRuntime, open_runtime, resolve_url
+from runledger.infrastructure.cli.runs_report import print_run, print_runs
+from runledger.infrastructure.runtime import (
+    StoreRuntime,
+    default_projections,
+    open_runtime,
+    resolve_url,
+)
 from runledger.infrastructure.storage.urls import redact_url
 from runledger.infrastructure.store import open_store
 
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
-
-app = typer.Typer(
-    name="runledger",
-    help="Durable, event-sourced state for AI-agent workflow runs.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
+PROJECTION_NAMES: Final = tuple(projection.name for projection in default_projections())
+EXIT_CODES: Final = (
+    "Exit codes: 0 ok, 1 a verification found a difference, 2 bad usage or input, "
+    "3 the store could not be reached, 70 an internal error."
 )
+
+
+def _typer(help_text: str, **options: object) -> typer.Typer:
+    # Plain click help: it stays readable in a narrow terminal and shows flags as flags.
+    return typer.Typer(
+        help=help_text,
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,
+        **options,  # type: ignore[arg-type]
+    )
+
+
+app = _typer(f"Durable, event-sourced state for AI-agent workflow runs. {EXIT_CODES}")
 
 UrlOption = Annotated[
     str | None,
@@ -54,12 +71,17 @@ UrlOption = Annotated[
         show_default=False,
     ),
 ]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document.")]
 
 
 @app.callback()
-def runledger() -> None:
+def runledger(
+    debug: Annotated[
+        bool, typer.Option("--debug", help="Show the traceback of an internal error.")
+    ] = False,
+) -> None:
     """Durable, event-sourced state for AI-agent workflow runs."""
-    # A callback keeps ``runledger demo`` a sub-command even while it is the only command.
+    # A callback keeps ``runledger demo`` a sub-command; --debug is read by failures.
 
 
 def console() -> Console:
@@ -67,25 +89,7 @@ def console() -> Console:
     return Console(highlight=False)
 
 
-def reports_workflow_errors(command: Callable[_P, _R]) -> Callable[_P, _R]:
-    """Have a command report a ``WorkflowError`` on stderr and exit with code 1."""
-
-    # A rejected input (a bad URL, an unknown projection) is the user's to fix: one line with
-    # its code, never a traceback.
-    @functools.wraps(command)
-    def reporting(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        try:
-            return command(*args, **kwargs)
-        except WorkflowError as error:
-            line = Text.assemble(("error ", "bold red"), (f"[{error.code}] ", "dim"), error.message)
-            Console(stderr=True, highlight=False).print(line)
-            raise typer.Exit(code=1) from error
-
-    return reporting
-
-
 @app.command()
-@reports_workflow_errors
 def demo(url: UrlOption = None) -> None:
     """Play a realistic scenario through every command and print one run's event log."""
     out = console()
@@ -94,27 +98,72 @@ def demo(url: UrlOption = None) -> None:
         run_demo(store, out, url=redact_url(resolved))
 
 
-projections_app = typer.Typer(
-    help="Inspect, rebuild and follow the read models.", no_args_is_help=True
-)
+runs_app = _typer("Find runs and look at one.")
+app.add_typer(runs_app, name="runs")
+
+
+@runs_app.command("list")
+def runs_list(
+    url: UrlOption = None,
+    status: Annotated[
+        RunStatus | None, typer.Option("--status", help="Only runs with this status.")
+    ] = None,
+    session: Annotated[
+        str | None, typer.Option("--session", help="Only runs of this origin session.")
+    ] = None,
+    root: Annotated[
+        str | None, typer.Option("--root", help="Only the runs of this root run's tree.")
+    ] = None,
+    after: Annotated[
+        str | None, typer.Option("--after", help="The page after this run (keyset paging).")
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="Runs on the page.")] = 50,
+    as_json: JsonOption = False,
+) -> None:
+    """Runs in creation order, one page at a time."""
+    with open_store(resolve_url(url), create=False) as store:
+        print_runs(
+            store,
+            console(),
+            status=status,
+            session_id=session,
+            root_run_id=root,
+            after=after,
+            limit=limit,
+            as_json=as_json,
+        )
+
+
+@runs_app.command("show")
+def runs_show(
+    run_id: Annotated[str, typer.Argument(help="The run to show.")],
+    url: UrlOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """One run: its record, lineage, follow-up queue and terminal data."""
+    with open_store(resolve_url(url), create=False) as store:
+        print_run(store, console(), run_id, as_json=as_json)
+
+
+projections_app = _typer("Inspect, rebuild and follow the read models.")
 app.add_typer(projections_app, name="projections")
 
 
 @projections_app.command("status")
-@reports_workflow_errors
-def projections_status(
-    url: UrlOption = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
-) -> None:
+def projections_status(url: UrlOption = None, as_json: JsonOption = False) -> None:
     """Each projection's name, version, position, lag behind the log and last error."""
-    with open_runtime(resolve_url(url), embedded_projections=False) as runtime:
+    with open_runtime(resolve_url(url), embedded_projections=False, create=False) as runtime:
         print_status(runtime, console(), as_json=as_json)
 
 
 def _check_choice(name: str | None, all_: bool) -> None:
     # Before the store opens: a usage error must not wait for a database.
-    if (name is None) == (not all_):
-        raise typer.BadParameter("name one projection, or pass --all")
+    if name is not None and all_:
+        raise typer.BadParameter("give one projection name or --all, not both")
+    if name is None and not all_:
+        raise typer.BadParameter(
+            "name a projection (" + ", ".join(PROJECTION_NAMES) + ") or pass --all"
+        )
 
 
 def _chosen(runtime: StoreRuntime, name: str | None, all_: bool) -> list[str]:
@@ -124,13 +173,16 @@ def _chosen(runtime: StoreRuntime, name: str | None, all_: bool) -> list[str]:
     return names
 
 
-NameArgument = Annotated[str | None, typer.Argument(help="Projection to work on.")]
+NameArgument = Annotated[
+    str | None,
+    typer.Argument(
+        help="Projection to work on: " + ", ".join(PROJECTION_NAMES) + ".", show_default=False
+    ),
+]
 AllOption = Annotated[bool, typer.Option("--all", help="Every projection.")]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object, no progress.")]
 
 
 @projections_app.command("rebuild")
-@reports_workflow_errors
 def projections_rebuild(
     name: NameArgument = None,
     all_: AllOption = False,
@@ -154,7 +206,7 @@ def projections_rebuild(
     Exit code 1 when a rebuilt projection differs and was not switched (see --accept).
     """
     _check_choice(name, all_)
-    with open_runtime(resolve_url(url), embedded_projections=False) as runtime:
+    with open_runtime(resolve_url(url), embedded_projections=False, create=False) as runtime:
         names = _chosen(runtime, name, all_)
         outcomes, seconds = rebuild(
             runtime,
@@ -167,11 +219,10 @@ def projections_rebuild(
         )
         print_rebuild(outcomes, seconds, console(), as_json=as_json)
     if not all(outcome.switched for outcome in outcomes):
-        raise typer.Exit(code=1)
+        raise typer.Exit(code=EXIT_DIFFERENCE)
 
 
 @projections_app.command("verify")
-@reports_workflow_errors
 def projections_verify(
     name: NameArgument = None,
     all_: AllOption = False,
@@ -183,21 +234,23 @@ def projections_verify(
     Exit code 0 when equal, 1 with the first differing rows when not.
     """
     _check_choice(name, all_)
-    with open_runtime(resolve_url(url), embedded_projections=False) as runtime:
+    with open_runtime(resolve_url(url), embedded_projections=False, create=False) as runtime:
         outcomes = verify(
             runtime, _chosen(runtime, name, all_), Console(stderr=True), quiet=as_json
         )
         print_verify(outcomes, console(), as_json=as_json)
     if not all(outcome.equal for outcome in outcomes):
-        raise typer.Exit(code=1)
+        raise typer.Exit(code=EXIT_DIFFERENCE)
 
 
 @projections_app.command("run")
-@reports_workflow_errors
 def projections_run(
     url: UrlOption = None,
     poll: Annotated[
-        float, typer.Option("--poll", help="Seconds between polls (a safety net on PostgreSQL).")
+        float,
+        typer.Option(
+            "--poll", min=0.01, help="Seconds between polls (a safety net on PostgreSQL)."
+        ),
     ] = 0.5,
 ) -> None:
     """Follow the log and keep every projection current until SIGINT or SIGTERM."""
@@ -218,45 +271,25 @@ class _AuditGroup(TyperGroup):
         return super().parse_args(ctx, args)
 
 
-audit_app = typer.Typer(
+audit_app = _typer(
+    "Audit a run: its timeline, --verify, --export; verify-bundle checks an export offline. "
+    + EXIT_CODES,
     cls=_AuditGroup,
-    help="Audit a run: its timeline, --verify, --export; verify-bundle checks an export offline."
-    " Exit codes: 0 ok, 1 a verification found a difference, 2 bad usage or input.",
-    no_args_is_help=True,
 )
 app.add_typer(audit_app, name="audit")
 
 
-def audit_exit_codes(command: Callable[_P, bool]) -> Callable[_P, None]:
-    """Exit 1 when the audit found a difference (a corrupt event, a stalled model), else 2."""
-
-    @functools.wraps(command)
-    def reporting(*args: _P.args, **kwargs: _P.kwargs) -> None:
-        try:
-            intact = command(*args, **kwargs)
-        except WorkflowError as error:
-            line = Text.assemble(("error ", "bold red"), (f"[{error.code}] ", "dim"), error.message)
-            Console(stderr=True, highlight=False).print(line)
-            # A corrupt stored event or a stalled read model is what an audit looks for.
-            found = isinstance(error, CorruptEventError | ProjectionStalledError)
-            raise typer.Exit(code=1 if found else 2) from error
-        if not intact:
-            raise typer.Exit(code=1)
-
-    return reporting
-
-
 @audit_app.command("run")
-@audit_exit_codes
 def audit_run(
     run_id: Annotated[str, typer.Argument(help="The run to audit.")],
     url: UrlOption = None,
     lineage: Annotated[
         bool, typer.Option("--lineage", help="Include the run's ancestors and descendants.")
     ] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    as_json: JsonOption = False,
     as_of: Annotated[
-        int | None, typer.Option("--as-of", help="The timeline up to this log position.")
+        int | None,
+        typer.Option("--as-of", min=0, help="The timeline up to this log position."),
     ] = None,
     verify: Annotated[
         bool,
@@ -264,14 +297,16 @@ def audit_run(
     ] = False,
     export: Annotated[
         Path | None,
-        typer.Option("--export", help="Write the run's audit bundle (JSON lines) to FILE."),
+        typer.Option(
+            "--export", help="Write the run's audit bundle (JSON lines) to FILE.", dir_okay=False
+        ),
     ] = None,
-) -> bool:
+) -> None:
     """The run's timeline; with --verify or --export, those instead."""
     if as_of is not None and (verify or export is not None):
         raise typer.BadParameter("--as-of applies to the timeline, not to --verify or --export")
-    with open_store(resolve_url(url)) as store:
-        return audit(
+    with open_store(resolve_url(url), create=False) as store:
+        intact = audit(
             store,
             run_id,
             console(),
@@ -282,48 +317,72 @@ def audit_run(
             export=export,
             as_json=as_json,
         )
+    if not intact:
+        raise typer.Exit(code=EXIT_DIFFERENCE)
 
 
 @audit_app.command("verify-bundle")
-@audit_exit_codes
 def audit_verify_bundle(
-    file: Annotated[Path, typer.Argument(help="The bundle written by audit --export.")],
-    as_json: Annotated[bool, typer.Option("--json", help="Print the verdict as JSON.")] = False,
-) -> bool:
+    file: Annotated[
+        Path,
+        typer.Argument(help="The bundle written by audit --export.", exists=True, dir_okay=False),
+    ],
+    as_json: JsonOption = False,
+) -> None:
     """Check an audit bundle with no database: chains, order, and re-projected digests."""
-    return check_bundle(file, console(), as_json=as_json)
+    if not check_bundle(file, console(), as_json=as_json):
+        raise typer.Exit(code=EXIT_DIFFERENCE)
+
+
+def _bench_rows(text: str) -> list[str]:
+    chosen = [item.strip() for item in text.split(",") if item.strip()]
+    known = {row.upper(): row for row in ROW_IDS}
+    unknown = [item for item in chosen if item.upper() not in known]
+    if unknown:
+        raise typer.BadParameter(
+            f"unknown row {', '.join(unknown)}; the rows are {', '.join(ROW_IDS)}",
+            param_hint="'--only'",
+        )
+    return chosen
 
 
 @app.command()
-@reports_workflow_errors
 def bench(
     url: UrlOption = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    as_json: JsonOption = False,
     events: Annotated[
-        int, typer.Option("--events", help="Size of the generated history for P3.")
+        int, typer.Option("--events", min=1, help="Size of the generated history for P3.")
     ] = 200_000,
     seconds: Annotated[
-        float, typer.Option("--seconds", help="Duration of each throughput measurement.")
+        float,
+        typer.Option("--seconds", min=0.1, help="Duration of each throughput measurement."),
     ] = 5.0,
     only: Annotated[
-        str, typer.Option("--only", help="Comma-separated measurements to run, e.g. P3,P4.")
+        str,
+        typer.Option(
+            "--only", help="Comma-separated rows to run, e.g. P3,P4 (default: every row)."
+        ),
     ] = "",
     quick: Annotated[
         bool, typer.Option("--quick", help="Small fixed workloads: a smoke run, not a measure.")
     ] = False,
 ) -> None:
-    """Measure P1-P8 next to raw baselines on the URL's backend, in scratch databases."""
-    chosen = [item.strip() for item in only.split(",") if item.strip()]
+    """Measure the rows next to their baselines on the URL's backend, in scratch databases.
+
+    The rows: see the README's Performance section.
+    """
+    chosen = _bench_rows(only)
     results = run_bench(resolve_url(url), events=events, seconds=seconds, only=chosen, quick=quick)
     print_bench(results, console(), as_json=as_json)
 
 
 @app.command()
-@reports_workflow_errors
 def serve(
     url: UrlOption = None,
     host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8765,
+    port: Annotated[
+        int, typer.Option("--port", min=0, max=65535, help="Port to listen on (0: any free).")
+    ] = 8765,
     public_reads: Annotated[
         bool, typer.Option("--public-reads", help="Let reads go without the token.")
     ] = False,
@@ -339,12 +398,12 @@ def serve(
     try:
         run_server(options, lambda line: print(line, flush=True), os.environ)
     except CannotListenError as error:
-        Console(stderr=True, highlight=False).print(
-            Text.assemble(("error ", "bold red"), str(error))
-        )
-        raise typer.Exit(code=2) from error
+        raise typer.BadParameter(str(error)) from error
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> NoReturn:
     """The console script ``runledger``."""
-    app()
+    sys.exit(run_command_line(app, sys.argv[1:] if argv is None else argv))
+
+
+__all__: Sequence[str] = ["app", "main"]

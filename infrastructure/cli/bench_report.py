@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Final
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -11,6 +12,12 @@ from rich.table import Table
 
 from runledger.infrastructure.cli.bench import Bench, BenchResult
 from runledger.infrastructure.cli.bench_rows import EXTRA_ROWS
+
+ROW_IDS: Final = (
+    *("P1", "P2", "P2b", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11", "P12"),
+    *(row for row, _ in EXTRA_ROWS),
+)
+"""Every row ``runledger bench`` may measure (P2 on PostgreSQL only), in the order it runs."""
 
 
 def run_bench(

@@ -33,7 +33,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import DictRow, tuple_row
 from psycopg.sql import SQL, Identifier, Literal
 
-from runledger.domain.errors import StorageUnavailableError
+from runledger.domain.errors import StorageUnavailableError, StoreNotFoundError
 from runledger.domain.ports import LogEntry, SameCommit
 from runledger.infrastructure.storage.base import (
     EVENTS_TABLE,
@@ -821,6 +821,7 @@ class PostgresStorage(RecorderBackedStorage[PostgresEventRecorder, PostgresSnaps
         lock_timeout: int = LOCK_TIMEOUT_SECONDS,
         connect_timeout: int | None = None,
         pool_timeout: float | None = None,
+        create: bool = True,
     ) -> None:
         # Keyword arguments win over the URL's parameters, which win over the defaults.
         settings = read_postgres_url(url).with_overrides(
@@ -843,6 +844,8 @@ class PostgresStorage(RecorderBackedStorage[PostgresEventRecorder, PostgresSnaps
             super().__init__(
                 PostgresEventRecorder(self.datastore), PostgresSnapshotRecorder(self.datastore)
             )
+            if not create:
+                self._check_exists(settings)
             self._events.create_table()
             self._snapshots.create_table()
         except BaseException:
@@ -854,6 +857,20 @@ class PostgresStorage(RecorderBackedStorage[PostgresEventRecorder, PostgresSnaps
             "SELECT position, topic, originator_id, originator_version, state "
             "FROM {schema}.{table} WHERE position > %s ORDER BY position LIMIT %s"
         ).format(schema=Identifier(self.schema), table=Identifier(EVENTS_TABLE))
+
+    def _check_exists(self, settings: PostgresSettings) -> None:
+        with self.datastore.transaction(commit=False) as curs:
+            curs.execute(
+                "SELECT EXISTS (SELECT 1 FROM pg_tables WHERE schemaname = %s AND tablename = %s)"
+                " AS found",
+                (self.schema, EVENTS_TABLE),
+            )
+            row = curs.fetchone()
+        if row is None or not row["found"]:
+            raise StoreNotFoundError(
+                url=settings.endpoint,
+                reason=f"the database has no runledger tables in schema {self.schema!r}",
+            )
 
     @_retried
     def read_log(self, *, after: int, limit: int) -> list[LogEntry]:

@@ -1,4 +1,5 @@
-"""Store URLs: how any of them is printed, and what runledger reads from a PostgreSQL one.
+"""Store URLs: how any of them is printed, which SQLite file one names, and what runledger
+reads from a PostgreSQL one.
 
 A PostgreSQL URL may carry runledger's pool parameters in its query (``pool_size``,
 ``max_overflow``, ``connect_timeout``, ``pool_timeout``); they are taken out before the URL
@@ -9,6 +10,7 @@ reaches libpq, which takes every other parameter of its own (``sslmode``, ``appl
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -18,9 +20,64 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.pq import Conninfo
 
-from runledger.domain.errors import InvalidStoreParameterError, InvalidStoreUrlError
+from runledger.domain.errors import (
+    InvalidStoreLocationError,
+    InvalidStoreParameterError,
+    InvalidStorePathError,
+    InvalidStoreUrlError,
+    StoreNotFoundError,
+)
 
 REDACTED: Final = "***"
+
+SQLITE_PREFIX: Final = "sqlite:///"
+"""What a SQLite store URL starts with; the path follows (``sqlite:////abs`` is absolute)."""
+
+
+def store_url(location: object) -> str:
+    """The URL a store location names: a URL as it is, a file path (text without a scheme,
+    or an ``os.PathLike``) as the SQLite file there."""
+    if isinstance(location, os.PathLike):
+        location = os.fspath(location)
+    if not isinstance(location, str):
+        raise InvalidStoreLocationError(kind=type(location).__name__)
+    return location if "://" in location else SQLITE_PREFIX + location
+
+
+def _relative_hint(path: str) -> str:
+    # Three slashes and then a relative path is easy to write by mistake for an absolute one.
+    if os.path.isabs(path):
+        return ""
+    return (
+        f" (sqlite:/// and a relative path is read from the current folder {os.getcwd()}; "
+        "sqlite://// and a path is absolute)"
+    )
+
+
+def sqlite_path(url: str, *, create: bool = True) -> str:
+    """The file a ``sqlite:///`` URL names, checked: a path, in a folder that exists, and
+    (unless ``create``) a file that exists already."""
+    path = url.removeprefix(SQLITE_PREFIX)
+    shown = redact_url(url)
+    if path == ":memory:" or path.startswith("file:"):
+        return path
+    if not path:
+        raise InvalidStorePathError(
+            url=shown, reason="the URL names no file (sqlite:///state.db is state.db here)"
+        )
+    if path.endswith("/") or os.path.isdir(path):
+        raise InvalidStorePathError(url=shown, reason="the path names a folder, not a file")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise InvalidStorePathError(
+            url=shown, reason=f"the folder {folder} does not exist{_relative_hint(path)}"
+        )
+    if not create and not os.path.exists(path):
+        raise StoreNotFoundError(
+            url=shown,
+            reason=f"the file {os.path.abspath(path)} does not exist{_relative_hint(path)}",
+        )
+    return path
 
 
 def redact_url(url: str) -> str:
@@ -175,8 +232,11 @@ def libpq_url(url: str) -> str:
 
 __all__: Sequence[str] = [
     "POOL_PARAMETERS",
+    "SQLITE_PREFIX",
     "PostgresSettings",
     "libpq_url",
     "read_postgres_url",
     "redact_url",
+    "sqlite_path",
+    "store_url",
 ]

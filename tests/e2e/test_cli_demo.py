@@ -308,8 +308,8 @@ def test_demo_runs_on_postgresql(postgres_store_url: str, tmp_path: Path) -> Non
     )
 
 
-def test_demo_reports_an_unsupported_url_with_status_one(tmp_path: Path) -> None:
+def test_demo_reports_an_unsupported_url_as_bad_input(tmp_path: Path) -> None:
     outcome = run_demo("nosuchdb://here", tmp_path)
 
-    assert outcome.returncode == 1
-    assert "Unsupported store URL" in outcome.stderr
+    assert outcome.returncode == 2
+    assert outcome.stderr.startswith("error [store.invalid-url]: Unsupported store URL")

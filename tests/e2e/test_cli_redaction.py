@@ -66,7 +66,7 @@ def test_an_unreachable_store_is_reported_without_the_password(tmp_path: Path) -
 
     outcome = runledger("projections", "status", "--url", url, cwd=tmp_path)
 
-    assert outcome.returncode == 1, outcome
+    assert outcome.returncode == 3, outcome
     assert "[store.unavailable]" in outcome.stderr
     assert f"postgres@127.0.0.1:{port}/runledger is unavailable: refused" in outcome.stderr
     assert_secret_kept(outcome)
