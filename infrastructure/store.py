@@ -385,10 +385,11 @@ def open_store(
     ``sqlite:///runledger.db``. A store that does not exist yet is created (a SQLite file in a
     folder that exists, runledger's tables in a PostgreSQL database); with ``create=False`` it
     is a ``StoreNotFoundError`` instead, as read-only tools want. With ``embedded_projections``
-    (the default) read models catch up in this process after every command; without, a separate ``runledger projections run``
-    worker keeps them. ``projections`` limits the store to some read models. Times come
-    from ``clock``. With ``allow_host_session_recording`` session recording skips the run's
-    write authority (upstream 0.16.2's host records after the worker's lease ended).
+    (the default) read models catch up in this process after every command; without, a
+    separate ``runledger projections run`` worker keeps them. ``projections`` limits the store
+    to some read models. Times come from ``clock``. With ``allow_host_session_recording``
+    session recording skips the run's write authority (upstream 0.16.2's host records after
+    the worker's lease ended).
     """
     # The public signature is spelled out here, once for hosts; open_runtime mirrors it.
     return WorkflowStore(
