@@ -652,7 +652,7 @@ class InvalidAsOfError(WorkflowError):
 
 class AsOfBeyondLogError(WorkflowError):
     code = "query.as-of-beyond-log"
-    template = "Read-model position as_of {} is beyond the end of the log ({})"
+    template = "Log position as_of {} is beyond the end of the log ({})"
 
 
 class UnknownRunCursorError(WorkflowError):

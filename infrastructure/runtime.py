@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sqlite3
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -19,6 +20,7 @@ from typing import Any, Final, Self
 
 from runledger.domain.application import Clock, WorkflowRuns, utc_now
 from runledger.domain.errors import (
+    InvalidStorePathError,
     InvalidStoreUrlError,
     ProjectionStalledError,
     ProjectionVersionError,
@@ -478,7 +480,17 @@ def open_backend(url: str, *, create: bool = True) -> tuple[EventStorage, ViewSt
         from runledger.infrastructure.views.sql import SQLiteViewStore
 
         path = sqlite_path(url, create=create)
-        return SQLiteStorage(path), SQLiteViewStore(path)
+        try:
+            storage = SQLiteStorage(path)
+        except sqlite3.DatabaseError as error:
+            # A busy or locked file is the storage's to report; any other refusal of the
+            # file means it is not a database runledger can use.
+            if isinstance(error, sqlite3.OperationalError):
+                raise
+            raise InvalidStorePathError(
+                url=redact_url(url), reason=f"the file is not a SQLite database ({error})"
+            ) from error
+        return storage, SQLiteViewStore(path)
     if url.startswith(("postgresql://", "postgres://")):
         from runledger.infrastructure.storage.postgres import PostgresStorage
         from runledger.infrastructure.views.sql import PostgresViewStore

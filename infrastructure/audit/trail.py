@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runledger.domain.errors import InvalidAuditArgumentError
+from runledger.domain.errors import AsOfBeyondLogError, InvalidAuditArgumentError
 from runledger.domain.records import AuditEntry, AuditTrail
 from runledger.domain.values import is_count
 from runledger.infrastructure.audit.lineage import audited_run, lineage_runs
@@ -18,10 +18,12 @@ def check_flag(name: str, value: object) -> bool:
     return value
 
 
-def check_as_of(value: object) -> int | None:
-    """A log position to stop at, or None for the whole log."""
+def check_as_of(value: object, head: int) -> int | None:
+    """A log position to stop at (at most the log's ``head``), or None for the whole log."""
     if value is not None and not is_count(value):
         raise InvalidAuditArgumentError("as_of", "a non-negative integer or None")
+    if value is not None and value > head:
+        raise AsOfBeyondLogError(value, head)
     return value
 
 
@@ -31,7 +33,7 @@ def audit_trail(
     """Every event of the run (with ``lineage``, of its ancestors and descendants too) up to
     position ``as_of``, each with what it changed."""
     with_lineage = check_flag("lineage", lineage)
-    up_to = check_as_of(as_of)
+    up_to = check_as_of(as_of, runtime.storage.max_position())
     run = audited_run(runtime, run_id)
     runs = lineage_runs(runtime, run) if with_lineage else [run.run_id]
     entries = [

@@ -3,28 +3,33 @@ progress bar, and the offline bundle check; ``--json`` documents with stable key
 
 ``audit RUN_ID`` prints one JSON object with exactly the keys of ``AUDIT_KEYS``: ``trail``
 (the timeline, or null when only ``--verify``/``--export`` was asked), ``verification``
-(``verify_run``'s verdict or null) and ``export`` (``{"path", "events"}`` or null).
+(``verify_run``'s verdict or null) and ``export`` (``{"path", "events", "lineage", "sha256"}``
+or null; the SHA-256 of the bundle file is what an auditor keeps beside it).
 ``audit verify-bundle FILE`` prints ``verify_bundle``'s verdict.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any, Final
 
 from rich import box
-from rich.console import Console
+from rich.console import Console, Group, RenderableType
+from rich.padding import Padding
 from rich.progress import MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
 from rich.table import Table
 from rich.text import Text
 
-from runledger.domain.records import AuditTrail, AuditVerdict, BundleVerdict
+from runledger.domain.records import AuditEntry, AuditTrail, AuditVerdict, BundleVerdict
 from runledger.infrastructure.audit.verify_bundle import verify_bundle
 from runledger.infrastructure.cli.render import actor_label
 from runledger.infrastructure.store import WorkflowStore
 
 AUDIT_KEYS: Final = ("trail", "verification", "export")
+WIDE_TRAIL: Final = 120
+"""From this console width on the timeline is a table; below it, a block of lines an event."""
 
 
 def audit(
@@ -51,17 +56,36 @@ def audit(
         document["verification"] = verdict.model_dump(mode="json")
     if export is not None:
         events = _export(store, run_id, export, err, lineage=lineage, quiet=as_json)
-        document["export"] = {"path": str(export), "events": events}
+        document["export"] = {
+            "path": str(export),
+            "events": events,
+            "lineage": lineage,
+            "sha256": hashlib.sha256(export.read_bytes()).hexdigest(),
+        }
     if as_json:
         print(json.dumps(document))
     else:
         if trail is not None:
-            out.print(trail_table(trail))
+            out.print(trail_view(trail, width=out.width))
         if verdict is not None:
             out.print(verdict_text(verdict))
         if export is not None:
-            out.print(f"exported {document['export']['events']} events to {export}")
+            out.print(export_text(document["export"]))
     return verdict is None or verdict.ok
+
+
+def export_text(export: dict[str, Any]) -> Text:
+    """What an export wrote, and the line an auditor keeps (``sha256sum -c`` reads it)."""
+    scope = (
+        "the run and its lineage"
+        if export["lineage"]
+        else "the run alone (--lineage adds its tree)"
+    )
+    return Text.assemble(
+        ("exported ", "bold green"),
+        f"{export['events']} events of {scope} to {export['path']}\n",
+        f"{export['sha256']}  {export['path']}",
+    )
 
 
 def _export(
@@ -82,14 +106,32 @@ def _export(
         )
 
 
-def trail_table(trail: AuditTrail) -> Table:
-    """The timeline: one row per event."""
+def _trail_title(trail: AuditTrail) -> str:
     scope = f"{len(trail.runs)} runs of its lineage" if trail.lineage else "the run alone"
     cut = "" if trail.as_of is None else f", up to position {trail.as_of}"
+    return f"Audit of {trail.run_id} ({scope}{cut})"
+
+
+def _aggregate_label(entry: AuditEntry) -> str:
+    return f"{entry.aggregate_id[:8]} v{entry.version}"
+
+
+TRAIL_CAPTION: Final = "times are UTC; aggregate = first 8 hex digits of its UUID, then its version"
+
+
+def trail_view(trail: AuditTrail, *, width: int) -> RenderableType:
+    """The timeline, laid out for a console ``width`` columns wide: a table from
+    ``WIDE_TRAIL`` columns on, else each event as a short block of lines (a table that
+    narrow would cut event names and actors inside words)."""
+    return trail_table(trail) if width >= WIDE_TRAIL else trail_blocks(trail)
+
+
+def trail_table(trail: AuditTrail) -> Table:
+    """The timeline as a table: one row per event."""
     table = Table(
-        title=f"Audit of {trail.run_id} ({scope}{cut})",
+        title=_trail_title(trail),
         title_justify="left",
-        caption="times are UTC; aggregate = first 8 hex digits of its UUID, then its version",
+        caption=TRAIL_CAPTION,
         caption_justify="left",
         header_style="bold",
         box=box.SIMPLE_HEAD,
@@ -101,7 +143,7 @@ def trail_table(trail: AuditTrail) -> Table:
     if trail.lineage:
         table.add_column("run", overflow="fold")
     table.add_column("aggregate", no_wrap=True)
-    table.add_column("actor", overflow="fold")
+    table.add_column("actor", no_wrap=True)
     table.add_column("what changed", overflow="fold", ratio=1)
     for entry in trail.entries:
         cells = [
@@ -109,7 +151,7 @@ def trail_table(trail: AuditTrail) -> Table:
             entry.recorded_at.strftime("%Y-%m-%d\n%H:%M:%S.%f")[:-3],
             entry.wire_name,
             *([entry.run_id] if trail.lineage else []),
-            f"{entry.aggregate_id[:8]} v{entry.version}",
+            _aggregate_label(entry),
             actor_label(entry.actor.type, entry.actor.id),
             entry.summary,
         ]
@@ -117,11 +159,34 @@ def trail_table(trail: AuditTrail) -> Table:
     return table
 
 
+def trail_blocks(trail: AuditTrail) -> Group:
+    """The timeline as blocks: position, time and event on the first line; who, which
+    aggregate and run on the second; what changed, wrapped at words, below."""
+    parts: list[RenderableType] = [Text(_trail_title(trail), style="bold"), Text("")]
+    for entry in trail.entries:
+        parts.append(
+            Text.assemble(
+                (f"{entry.position:>5}  ", "bold"),
+                entry.recorded_at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "  ",
+                (entry.wire_name, "bold"),
+            )
+        )
+        who = [f"by {actor_label(entry.actor.type, entry.actor.id)}", _aggregate_label(entry)]
+        if trail.lineage:
+            who.append(f"run {entry.run_id}")
+        parts.append(Padding(Text(" · ".join(who), style="dim"), (0, 0, 0, 7), expand=False))
+        if entry.summary:
+            parts.append(Padding(Text(entry.summary), (0, 0, 0, 7), expand=False))
+    parts.append(Text(TRAIL_CAPTION, style="dim"))
+    return Group(*parts)
+
+
 def verdict_text(verdict: AuditVerdict) -> Text:
     """The verification's outcome in words."""
     replayed = (
-        f"{verdict.events} events of {len(verdict.runs)} runs, {verdict.aggregates} aggregates "
-        f"replayed, {len(verdict.models)} read models re-projected"
+        f"{verdict.events} events of {len(verdict.runs)} runs (the run's whole tree), "
+        f"{verdict.aggregates} aggregates replayed, {len(verdict.models)} read models "
+        "re-projected"
     )
     difference = verdict.difference
     if difference is None:
@@ -176,7 +241,8 @@ def bundle_text(verdict: BundleVerdict) -> Text:
     ]
     located = ", ".join(part for part in where if part)
     return Text.assemble(
-        (f"{verdict.problem} ", "bold red"),
-        verdict.detail or "",
+        ("not intact ", "bold red"),
+        f"bundle: {verdict.problem}",
+        f": {verdict.detail}" if verdict.detail else "",
         f" ({located})" if located else "",
     )

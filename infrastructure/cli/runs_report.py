@@ -8,8 +8,10 @@ from datetime import datetime
 from typing import Any, Final
 
 from rich import box
-from rich.console import Console
+from rich.console import Console, Group, RenderableType
+from rich.padding import Padding
 from rich.table import Table
+from rich.text import Text
 
 from runledger.domain.errors import RunNotFoundError
 from runledger.domain.records import RunPage, RunRecord, RunSummary
@@ -17,6 +19,8 @@ from runledger.domain.values import RunStatus
 from runledger.infrastructure.cli.render import follow_up_queue_table, terminal_data_table
 from runledger.infrastructure.store import WorkflowStore
 
+WIDE_RUNS: Final = 120
+"""From this console width on the runs list is a table; below it, two lines a run."""
 LINEAGE_PAGE: Final = 1000
 """Runs of one tree read per page when ``runs show`` looks for a run's children."""
 
@@ -38,30 +42,56 @@ def _status(summary: RunSummary | RunRecord) -> str:
     return f"{summary.status} (paused)" if summary.paused else summary.status
 
 
+def _lineage(summary: RunSummary) -> str:
+    if summary.lineage_kind == "restart":
+        return f"restart {summary.restart_number}"
+    return summary.lineage_kind or "root"
+
+
+def runs_view(page: RunPage, *, width: int) -> RenderableType:
+    """A page of the runs list for a console ``width`` wide: a table from ``WIDE_RUNS`` on,
+    else two lines a run (long run ids would squeeze every other column to nothing)."""
+    return runs_table(page) if width >= WIDE_RUNS else runs_blocks(page)
+
+
 def runs_table(page: RunPage) -> Table:
     """A page of the runs list: one row a run, in creation order."""
     table = Table(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False)
     table.add_column("run", overflow="fold", ratio=2)
     table.add_column("workflow", overflow="fold", ratio=1)
-    table.add_column("status", overflow="fold")
-    table.add_column("lineage", overflow="fold")
+    table.add_column("status", no_wrap=True)
+    table.add_column("lineage", no_wrap=True)
     table.add_column("session", overflow="fold", ratio=1)
-    table.add_column("created", overflow="fold")
-    table.add_column("took", justify="right")
+    table.add_column("created", no_wrap=True)
+    table.add_column("took", justify="right", no_wrap=True)
     for summary in page.runs:
-        lineage: str = summary.lineage_kind or "root"
-        if summary.lineage_kind == "restart":
-            lineage = f"restart {summary.restart_number}"
         table.add_row(
             summary.run_id,
             summary.workflow_name,
             _status(summary),
-            lineage,
+            _lineage(summary),
             summary.origin_session_id or "-",
             _time(summary.created_at),
             _duration(summary),
         )
     return table
+
+
+def runs_blocks(page: RunPage) -> Group:
+    """A page of the runs list, a run as its id on one line and its facts on the next."""
+    parts: list[RenderableType] = []
+    for summary in page.runs:
+        facts = [
+            summary.workflow_name,
+            _status(summary),
+            _lineage(summary),
+            f"session {summary.origin_session_id or '-'}",
+            _time(summary.created_at),
+            f"took {_duration(summary)}",
+        ]
+        parts.append(Text(summary.run_id, style="bold", overflow="fold"))
+        parts.append(Padding(Text(" · ".join(facts)), (0, 0, 0, 2), expand=False))
+    return Group(*parts)
 
 
 def print_runs(
@@ -85,7 +115,7 @@ def print_runs(
     if not page.runs:
         out.print("no runs" + (" match" if status or session_id or root_run_id else ""))
         return
-    out.print(runs_table(page))
+    out.print(runs_view(page, width=out.width))
     if page.next_after is not None:
         out.print(f"more: --after {page.next_after}")
 
@@ -153,4 +183,4 @@ def print_run(store: WorkflowStore, out: Console, run_id: str, *, as_json: bool)
         out.print(terminal_data_table(terminal))
 
 
-__all__: Sequence[str] = ["print_run", "print_runs", "runs_table"]
+__all__: Sequence[str] = ["print_run", "print_runs", "runs_view"]

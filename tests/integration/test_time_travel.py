@@ -172,7 +172,7 @@ def test_as_of_beyond_the_end_of_the_log_is_refused(
         store.terminal_data(RUN, as_of=head + 1)
 
     assert str(raised.value) == (
-        f"Read-model position as_of {head + 1} is beyond the end of the log ({head})"
+        f"Log position as_of {head + 1} is beyond the end of the log ({head})"
     )
 
 
