@@ -156,7 +156,7 @@ def test_a_group_without_a_command_shows_its_help() -> None:
 
 
 def test_every_workflow_error_subclass_is_reported_by_its_own_code() -> None:
-    class Custom(WorkflowError):
+    class CustomError(WorkflowError):
         code = "custom.code"
         template = "custom {what}"
 
@@ -164,7 +164,7 @@ def test_every_workflow_error_subclass_is_reported_by_its_own_code() -> None:
 
     @app.command()
     def only() -> None:
-        raise Custom(what="thing")
+        raise CustomError(what="thing")
 
     err = io.StringIO()
     assert run_command_line(app, [], stderr=err) == EXIT_USAGE

@@ -1,0 +1,40 @@
+"""The ``runledger`` command line as a user runs it: the real module in a subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a command ended and what it printed."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def __str__(self) -> str:
+        return f"exit code {self.returncode}\n--- stdout\n{self.stdout}--- stderr\n{self.stderr}"
+
+
+def runledger(*args: str, cwd: Path, columns: int = 200, timeout: float = 120) -> Outcome:
+    """Run ``runledger ARGS`` in ``cwd`` on a console ``columns`` wide (a pipe's width)."""
+    env = {key: value for key, value in os.environ.items() if key != "RUNLEDGER_URL"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    env["COLUMNS"] = str(columns)
+    completed = subprocess.run(
+        [sys.executable, "-m", "runledger.infrastructure.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    return Outcome(completed.returncode, completed.stdout, completed.stderr)
