@@ -146,6 +146,7 @@ from runledger.domain.values import (
     StopReason,
     TerminalStatus,
     is_count,
+    looked_up_id,
 )
 from runledger.domain.workflow_messages import (
     WorkflowMessage,
@@ -1024,7 +1025,7 @@ class WorkflowRuns(Application[UUID]):
         return self.execute(command)
 
     def get_human_decision(self, decision_id: str) -> HumanDecisionRecord | None:
-        if not is_decision_id(decision_id):
+        if not is_decision_id(looked_up_id("decision_id", decision_id)):
             return None
         decision = self.load(HumanDecision, decision_aggregate_id(decision_id))
         return None if decision is None else decision.to_record()
@@ -1333,8 +1334,7 @@ class WorkflowRuns(Application[UUID]):
 
     def get_effect(self, effect_id: str) -> EffectRecord | None:
         """The effect as its events leave it, or None for an unknown id."""
-        if not isinstance(effect_id, str):
-            return None
+        looked_up_id("effect_id", effect_id)
         effect = self.load(Effect, effect_aggregate_id(effect_id))
         return None if effect is None else effect.to_record()
 
@@ -1342,29 +1342,25 @@ class WorkflowRuns(Application[UUID]):
 
     def get_run(self, run_id: str) -> RunRecord | None:
         """The run as its events leave it, or None for an unknown id."""
-        if not isinstance(run_id, str):
-            return None
+        looked_up_id("run_id", run_id)
         run = self.load(Run, run_aggregate_id(run_id))
         return None if run is None else run.to_record()
 
     def get_follow_up(self, follow_up_id: str) -> FollowUpRecord | None:
         """The follow-up as its events leave it, or None for an unknown id."""
-        if not isinstance(follow_up_id, str):
-            return None
+        looked_up_id("follow_up_id", follow_up_id)
         follow_up = self.load(FollowUp, follow_up_aggregate_id(follow_up_id))
         return None if follow_up is None else follow_up.to_record()
 
     def get_workflow_message(self, workflow_message_id: str) -> WorkflowMessageRecord | None:
         """The workflow message as its events leave it, or None for an unknown id."""
-        if not isinstance(workflow_message_id, str):
-            return None
+        looked_up_id("workflow_message_id", workflow_message_id)
         message = self.load(WorkflowMessage, message_aggregate_id(workflow_message_id))
         return None if message is None else message.to_record()
 
     def get_turn(self, workflow_turn_id: str) -> TurnRecord | None:
         """The turn as its message's events leave it, or None for an unknown id."""
-        if not isinstance(workflow_turn_id, str):
-            return None
+        looked_up_id("workflow_turn_id", workflow_turn_id)
         reservation = self.load(TurnReservation, turn_aggregate_id(workflow_turn_id))
         if reservation is None:
             return None

@@ -85,9 +85,48 @@ def _written(value: Any) -> str:
     return "".join(parts)
 
 
-def check_plain_json(value: Any) -> None:
-    """Raise the upstream error if ``value`` is not a plain, finite JSON value."""
-    canonical_json(value)
+def check_plain_json(value: Any, name: str) -> None:
+    """Raise the upstream error if ``value`` is not a plain, finite JSON value, naming the
+    argument ``name`` and the path inside it where the offending value is."""
+    try:
+        canonical_json(value)
+    except (NotPlainJsonError, NonFiniteJsonNumberError, JsonIntegerTooLargeError) as error:
+        raise type(error)(locate_unplain(value, name)) from None
+
+
+def locate_unplain(value: Any, name: str) -> str | None:
+    """Where in ``value`` (the argument ``name``) the first value that is no canonical JSON
+    is, in the order ``canonical_json`` writes, and what it is: ``input.when is a datetime``."""
+    pending: list[tuple[Any, str]] = [(value, name)]
+    while pending:
+        item, path = pending.pop()
+        if item is None or isinstance(item, bool | str):
+            continue
+        if isinstance(item, int):
+            if not -(2**63) <= item < 2**64:
+                return f"{path} is an integer of {item.bit_length()} bits"
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                return f"{path} is {item!r}"
+        elif isinstance(item, dict):
+            odd = [key for key in item if not isinstance(key, str)]
+            if odd:
+                return f"{path} has a key of type {type(odd[0]).__name__}"
+            keys = sorted(item, key=_utf16_key, reverse=True)
+            pending.extend((item[key], _member(path, key)) for key in keys)
+        elif isinstance(item, list | tuple):
+            pending.extend((item[i], f"{path}[{i}]") for i in reversed(range(len(item))))
+        else:
+            return f"{path} is {_article(type(item).__name__)}"
+    return None
+
+
+def _member(path: str, key: str) -> str:
+    return f"{path}.{key}" if key.isidentifier() else f"{path}[{json_string(key)}]"
+
+
+def _article(noun: str) -> str:
+    return f"an {noun}" if noun[:1].lower() in "aeiou" else f"a {noun}"
 
 
 def _write(value: Any, parts: list[str]) -> None:

@@ -81,7 +81,7 @@ def check_request(request: object) -> tuple[dict[str, Any], EffectRecovery]:
     """A request is a JSON object; its ``recovery`` says what a crash mid-attempt means."""
     if not isinstance(request, dict):
         raise InvalidEffectRequestError()
-    check_plain_json(request)
+    check_plain_json(request, "request")
     recovery = request.get("recovery", DEFAULT_RECOVERY)
     if not is_one_of(recovery, EFFECT_RECOVERIES):
         raise InvalidEffectRequestError()
@@ -250,7 +250,7 @@ class Effect(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
         """End the applying attempt; only the attempt that is applying may settle."""
         if self.status != "applying" or attempt != self.attempt or isinstance(attempt, bool):
             raise EffectNotApplyingError()
-        check_plain_json(result)
+        check_plain_json(result, "result")
         self._trigger(
             self.Settled, actor, now, attempt=self.attempt, outcome=outcome, result=result
         )

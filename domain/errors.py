@@ -75,7 +75,12 @@ class InvalidSourceError(WorkflowError):
 
 class UnknownActorTypeError(WorkflowError):
     code = "actor.unknown-type"
-    template = "Unknown saved actor type: {}"
+    template = "Unknown saved actor type: {actor_type}{known}"
+
+    def __init__(self, actor_type: object, known: tuple[str, ...] = ()) -> None:
+        # Upstream's message for a stored actor; a caller's Actor also hears the valid types.
+        listed = f" (actor types: {', '.join(known)})" if known else ""
+        super().__init__(actor_type=actor_type, known=listed)
 
 
 class InvalidActorError(WorkflowError):
@@ -83,19 +88,38 @@ class InvalidActorError(WorkflowError):
     template = "Workflow actor must be an Actor with a known type and an optional text id"
 
 
-class NonFiniteJsonNumberError(WorkflowError):
+class _LocatedJsonError(WorkflowError):
+    """A value that is no canonical JSON; upstream's message, then where in which argument
+    the offending value is (``input.when``, ``records[0].payload``) when the caller knows."""
+
+    def __init__(self, where: str | None = None) -> None:
+        super().__init__(where="" if where is None else f" ({where})")
+        self.where = where
+
+
+class NonFiniteJsonNumberError(_LocatedJsonError):
     code = "json.non-finite-number"
-    template = "JSON numbers must be finite"
+    template = "JSON numbers must be finite{where}"
 
 
-class JsonIntegerTooLargeError(WorkflowError):
+class JsonIntegerTooLargeError(_LocatedJsonError):
     code = "json.integer-too-large"
-    template = "JSON integers must be between -2^63 and 2^64 - 1 to be stored"
+    template = "JSON integers must be between -2^63 and 2^64 - 1 to be stored{where}"
 
 
-class NotPlainJsonError(WorkflowError):
+class NotPlainJsonError(_LocatedJsonError):
     code = "json.not-plain"
-    template = "Only plain objects can be stored as canonical JSON"
+    template = "Only plain objects can be stored as canonical JSON{where}"
+
+
+class InvalidArgumentTypeError(WorkflowError):
+    code = "argument.wrong-type"
+    template = "Workflow argument {name} must be {expected}, not {kind}"
+
+
+class InvalidCallError(WorkflowError):
+    code = "argument.invalid-call"
+    template = "{problem}; WorkflowStore.{command} takes {signature}"
 
 
 class InvalidTextError(WorkflowError):

@@ -15,7 +15,7 @@ from uuid import UUID
 
 from eventsourcing.domain import BaseAggregate
 
-from runledger.domain.canonical import canonical_json, json_digest
+from runledger.domain.canonical import canonical_json, check_plain_json, json_digest
 from runledger.domain.errors import (
     DecisionAlreadyAcceptedError,
     DecisionContinuationConflictError,
@@ -102,7 +102,8 @@ def check_json_value(name: str, value: object) -> None:
     """A plain JSON value the store can hold: UTF-8 text, bounded depth and size."""
     if not _shallow_and_encodable(value, MAX_JSON_DEPTH):
         raise InvalidDecisionJsonError(name)
-    # Raises the canonical-JSON errors (non-finite numbers, non-text keys, other types).
+    # The canonical-JSON errors (non-finite numbers, non-text keys, other types) name where.
+    check_plain_json(value, name)
     text = canonical_json(value)
     if len(text.encode("utf-8")) > MAX_JSON_BYTES:
         raise InvalidDecisionJsonError(name)

@@ -412,7 +412,7 @@ class Run(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
         if not isinstance(workflow_name, str) or not workflow_name.strip():
             raise InvalidWorkflowNameError()
         ref = _optional_text("workflow_ref", workflow_ref)
-        check_plain_json(input)
+        check_plain_json(input, "input")
         if parent is None:
             root_run_id, restart_number = run_id, 0
         else:
@@ -574,7 +574,7 @@ class Run(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
         for name, value in (("attempt ID", attempt_id), ("type", update_type), ("key", key)):
             if not isinstance(value, str) or not value:
                 raise InvalidUpdateFieldError(name, "a non-empty string")
-        check_plain_json(data)
+        check_plain_json(data, "data")
         slot = _update_slot(str(update_type), str(key))
         if slot not in self.updates and len(self.updates) >= MAX_CURRENT_UPDATES:
             raise TooManyUpdatesError(MAX_CURRENT_UPDATES)

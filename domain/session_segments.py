@@ -91,7 +91,7 @@ def check_binding(run_id: str, binding: object) -> tuple[dict[str, Any], str]:
     session_id = binding.get("piSessionId")
     if not isinstance(session_id, str) or not session_id.strip():
         raise InvalidSessionIdError()
-    check_plain_json(binding)
+    check_plain_json(binding, "binding")
     return binding, session_id
 
 
@@ -99,7 +99,7 @@ def check_entry(entry: object) -> dict[str, Any]:
     """A session entry is a JSON object (Pi's entry as it is)."""
     if not isinstance(entry, dict):
         raise InvalidSessionEntryError()
-    check_plain_json(entry)
+    check_plain_json(entry, "entry")
     return entry
 
 
@@ -165,7 +165,7 @@ def check_capture(capture: object) -> tuple[dict[str, Any], CaptureStatus]:
         or not all(_is_count(capture.get(name)) for name in CAPTURE_COUNTS)
     ):
         raise InvalidSessionCaptureError()
-    check_plain_json(capture)
+    check_plain_json(capture, "capture")
     status: CaptureStatus = capture["status"]
     has_failure = capture.get("failure") is not None
     if status == "failed" and not has_failure:

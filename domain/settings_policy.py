@@ -165,7 +165,7 @@ def _check_operation(index: int, operation: object) -> None:
     if op in _VALUE_OPS:
         if "value" not in operation:
             raise InvalidSettingsPatchError(f"operation {index} ({op}) has no value")
-        check_plain_json(operation["value"])
+        check_plain_json(operation["value"], f"patch[{index}].value")
 
 
 def _exists(document: JsonValue, path: str) -> bool:

@@ -169,7 +169,7 @@ class SettingsScope(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
         actor: Actor,
         now: datetime,
     ) -> SettingsScope:
-        check_plain_json(settings)
+        check_plain_json(settings, "settings")
         check_size(policy, settings)
         return cls._create(
             cls.Created,

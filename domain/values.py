@@ -5,7 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeAlias, TypeGuard, TypeVar, get_args
 
-from runledger.domain.errors import InvalidActorError, UnknownActorTypeError
+from runledger.domain.errors import (
+    InvalidActorError,
+    InvalidArgumentTypeError,
+    UnknownActorTypeError,
+)
 
 JsonValue: TypeAlias = Any
 """A plain JSON value: dict with str keys, list, str, int, float, bool or None."""
@@ -16,6 +20,14 @@ Word = TypeVar("Word", bound=str)
 def is_one_of(value: object, vocabulary: tuple[Word, ...]) -> TypeGuard[Word]:
     """Whether ``value`` is a word of the vocabulary (so it has the vocabulary's type)."""
     return isinstance(value, str) and value in vocabulary
+
+
+def looked_up_id(name: str, value: object) -> str:
+    """An id a lookup takes: text (any text; an id that names nothing is looked up and not
+    found), never another type, which would only ever find nothing."""
+    if not isinstance(value, str):
+        raise InvalidArgumentTypeError(name=name, expected="text", kind=type(value).__name__)
+    return value
 
 
 MAX_COUNT: Final[int] = 2**63 - 1
@@ -46,6 +58,7 @@ PROGRESS_STATUSES: Final[tuple[ProgressStatus, ...]] = get_args(ProgressStatus)
 START_STATUSES: Final[tuple[StartStatus, ...]] = get_args(StartStatus)
 BAD_END_STATUSES: Final[tuple[BadEndStatus, ...]] = get_args(BadEndStatus)
 TERMINAL_STATUSES: Final[tuple[TerminalStatus, ...]] = get_args(TerminalStatus)
+RUN_STATUSES: Final[tuple[RunStatus, ...]] = (*START_STATUSES, *TERMINAL_STATUSES)
 
 ExecutionMode = Literal["interactive", "headless"]
 EXECUTION_MODES: Final[tuple[ExecutionMode, ...]] = get_args(ExecutionMode)
@@ -99,7 +112,7 @@ class Actor:
         if not isinstance(self.type, str):
             raise InvalidActorError()
         if self.type not in ACTOR_TYPES:
-            raise UnknownActorTypeError(self.type)
+            raise UnknownActorTypeError(self.type, ACTOR_TYPES)
         if self.id is not None and not isinstance(self.id, str):
             raise InvalidActorError()
 
@@ -122,7 +135,9 @@ class Actor:
         """Accept an Actor or its JSON form; anything else is a clear error."""
         if isinstance(value, Actor):
             return value
-        if isinstance(value, dict) and "type" in value:
+        # The JSON form is converted explicitly (the HTTP API and hosts reading stored actors
+        # pass it), and only with exactly its own keys: a typo must not pass as no id.
+        if isinstance(value, dict) and "type" in value and set(value) <= {"type", "id"}:
             return cls.from_json(value)
         raise InvalidActorError()
 

@@ -10,8 +10,9 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from runledger.domain.application import Clock, WorkflowRuns, utc_now
 from runledger.domain.arguments import check_arguments
-from runledger.domain.errors import InvalidProgressError
+from runledger.domain.errors import InvalidCallError, InvalidProgressError
 from runledger.domain.records import AuditTrail, AuditVerdict, ProjectionStatus
+from runledger.domain.values import looked_up_id
 from runledger.infrastructure.audit.bundle import export_bundle
 from runledger.infrastructure.audit.run_verification import verify_run_models
 from runledger.infrastructure.audit.trail import audit_trail
@@ -29,6 +30,29 @@ R = TypeVar("R")
 S = TypeVar("S")
 
 
+def _shape(signature: inspect.Signature) -> str:
+    """How a store method is called, without its first parameter: ``run_id, *, status``."""
+    parts: list[str] = []
+    for parameter in list(signature.parameters.values())[1:]:
+        if parameter.kind is parameter.KEYWORD_ONLY and "*" not in parts:
+            parts.append("*")
+        parts.append(parameter.name)
+    return ", ".join(parts)
+
+
+def _checked_call(
+    signature: inspect.Signature, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
+    """Raise ``InvalidCallError`` when the arguments do not fit the method: Python's own
+    ``TypeError`` would name the internal class the store forwards to."""
+    try:
+        signature.bind(None, *args, **kwargs)
+    except TypeError as error:
+        raise InvalidCallError(
+            problem=str(error).capitalize(), command=name, signature=f"({_shape(signature)})"
+        ) from None
+
+
 def _forward(
     target: Callable[Concatenate[S, P], R], subject: Callable[[WorkflowStore], S], doc: str
 ) -> Callable[Concatenate[WorkflowStore, P], R]:
@@ -37,10 +61,12 @@ def _forward(
     Every argument passes ``check_arguments`` first: this is the one door of every command
     and query, so no text or shape that storage cannot hold gets past it to a rule.
     """
-    names = tuple(inspect.signature(target).parameters)[1:]
+    signature = inspect.signature(target)
+    names = tuple(signature.parameters)[1:]
 
     @functools.wraps(target)
     def forward(store: WorkflowStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        _checked_call(signature, target.__name__, args, kwargs)
         check_arguments(names, args, kwargs)
         with store._runtime.running():
             return target(subject(store), *args, **kwargs)
@@ -76,8 +102,23 @@ def _query(
     )
     store_parameter = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)
 
+    # A query's text arguments (ids, sessions) must be text: another type would find nothing
+    # and the caller's mistake would read as "not found".
+    texts = {
+        parameter.name: parameter.annotation == str | None
+        for parameter in parameters[1:]
+        if parameter.annotation in (str, str | None)
+    }
+
+    def check_texts(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        for name, value in (*zip(names, args, strict=False), *kwargs.items()):
+            if name in texts and not (value is None and texts[name]):
+                looked_up_id(name, value)
+
     @functools.wraps(query)
     def forward(store: WorkflowStore, /, *args: Any, as_of: int | None = None, **kwargs: Any) -> R:
+        _checked_call(signature, query.__name__, args, kwargs)
+        check_texts(args, kwargs)
         check_arguments(names, args, kwargs)
         with store._runtime.running():
             return query(store._runtime.reader(projection, as_of=as_of), *args, **kwargs)

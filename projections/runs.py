@@ -13,10 +13,10 @@ from datetime import datetime
 from typing import Any, ClassVar, Final
 
 from runledger.domain.catalogue import DOMAIN_EVENTS
-from runledger.domain.errors import InvalidPageError, UnknownRunCursorError
+from runledger.domain.errors import InvalidPageError, InvalidRunStatusError, UnknownRunCursorError
 from runledger.domain.records import RunPage, RunSummary
 from runledger.domain.runs import Run
-from runledger.domain.values import RunStatus
+from runledger.domain.values import RUN_STATUSES, RunStatus, is_one_of
 from runledger.projections.base import (
     HandledProjection,
     Handler,
@@ -141,6 +141,9 @@ def list_runs(
     """Runs in creation order, filtered, from just after the run ``after``."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= MAX_PAGE:
         raise InvalidPageError(f"runs page limit (at most {MAX_PAGE})")
+    if status is not None and not is_one_of(status, RUN_STATUSES):
+        # An unknown status would match no run: the caller's typo must not read as "none".
+        raise InvalidRunStatusError(status, ", ".join(RUN_STATUSES))
     equals = {
         column: value
         for column, value in (

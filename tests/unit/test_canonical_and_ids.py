@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 from uuid import NAMESPACE_URL, uuid5
 
@@ -142,7 +143,36 @@ def test_non_finite_numbers_are_rejected(number: float) -> None:
 )
 def test_values_that_are_not_plain_json_are_rejected(value: Any) -> None:
     with pytest.raises(NotPlainJsonError) as raised:
-        check_plain_json(value)
+        check_plain_json(value, "input")
+    assert str(raised.value).startswith("Only plain objects can be stored as canonical JSON (input")
+
+
+@pytest.mark.parametrize(
+    ("value", "where"),
+    [
+        pytest.param({1, 2}, "input is a set", id="set"),
+        pytest.param({"when": datetime(2026, 1, 1)}, "input.when is a datetime", id="datetime"),
+        pytest.param([0, [1, object()]], "input[1][1] is an object", id="nested-list"),
+        pytest.param({"a b": {2: 1}}, 'input["a b"] has a key of type int', id="odd-key"),
+        pytest.param({"b": b"x", "a": {1}}, "input.a is a set", id="first-in-written-order"),
+    ],
+)
+def test_a_value_that_is_no_json_names_the_argument_and_path(value: Any, where: str) -> None:
+    with pytest.raises(NotPlainJsonError) as raised:
+        check_plain_json(value, "input")
+    assert str(raised.value) == f"Only plain objects can be stored as canonical JSON ({where})"
+    assert raised.value.where == where
+
+
+def test_a_non_finite_number_names_where_it_is() -> None:
+    with pytest.raises(NonFiniteJsonNumberError) as raised:
+        check_plain_json({"scores": [1.0, float("inf")]}, "data")
+    assert str(raised.value) == "JSON numbers must be finite (data.scores[1] is inf)"
+
+
+def test_canonical_json_itself_keeps_upstreams_message() -> None:
+    with pytest.raises(NotPlainJsonError) as raised:
+        canonical_json({1, 2})
     assert str(raised.value) == "Only plain objects can be stored as canonical JSON"
 
 

@@ -183,10 +183,13 @@ def test_a_blank_prompt_over_the_byte_limit_is_reported_as_empty() -> None:
 # -- actors (§1.3) ---------------------------------------------------------------------------
 
 
-def test_an_actor_of_an_unknown_type_is_rejected() -> None:
+def test_an_actor_of_an_unknown_type_is_rejected_listing_the_valid_types() -> None:
     with pytest.raises(UnknownActorTypeError) as raised:
         Actor("robot", "r2")  # type: ignore[arg-type]
-    assert str(raised.value) == "Unknown saved actor type: robot"
+    assert str(raised.value) == (
+        "Unknown saved actor type: robot (actor types: session, host, controller, channel, "
+        "human, policy, control, system)"
+    )
 
 
 @pytest.mark.parametrize(("actor_type", "actor_id"), [(5, None), ("session", 5)])

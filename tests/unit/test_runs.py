@@ -296,13 +296,14 @@ def test_a_title_that_is_not_text_is_rejected() -> None:
 
 def test_an_input_that_is_not_plain_json_is_rejected() -> None:
     given(Run, []).when_creating(lambda: new_run(input={"tags": {"a", "b"}})).then_raises(
-        NotPlainJsonError, "Only plain objects can be stored as canonical JSON"
+        NotPlainJsonError,
+        "Only plain objects can be stored as canonical JSON (input.tags is a set)",
     )
 
 
 def test_an_input_with_a_non_finite_number_is_rejected() -> None:
     given(Run, []).when_creating(lambda: new_run(input={"score": float("nan")})).then_raises(
-        NonFiniteJsonNumberError, "JSON numbers must be finite"
+        NonFiniteJsonNumberError, "JSON numbers must be finite (input.score is nan)"
     )
 
 

@@ -10,7 +10,7 @@ import pytest
 from eventsourcing.application import Application
 
 from runledger.domain.application import WorkflowRuns
-from runledger.domain.errors import RunAlreadyExistsError
+from runledger.domain.errors import InvalidCallError, RunAlreadyExistsError
 from runledger.infrastructure.storage.memory import MemoryStorage
 from runledger.infrastructure.store import WorkflowStore, open_store
 
@@ -168,8 +168,13 @@ def test_every_public_method_has_a_one_line_docstring(name: str) -> None:
 
 
 def test_a_forwarded_command_keeps_its_keyword_only_signature(store: WorkflowStore) -> None:
-    with pytest.raises(TypeError):
+    with pytest.raises(InvalidCallError) as raised:
         store.create_run("run-1", "echo", {})  # type: ignore[call-arg]
+    assert str(raised.value) == (
+        "Too many positional arguments; WorkflowStore.create_run takes (run_id, *, "
+        "workflow_name, input, workflow_ref, title, parent_run_id, status)"
+    )
+    assert store.list_runs().runs == []
 
     created = store.create_run("run-1", workflow_name="echo", input={"task": "reply"})
 
