@@ -81,7 +81,7 @@ def test_a_status_filter_outside_the_vocabulary_lists_the_statuses(
     prepared: WorkflowStore,
 ) -> None:
     with pytest.raises(InvalidRunStatusError) as raised:
-        prepared.list_runs(status="sleeping")  # type: ignore[arg-type]
+        prepared.list_runs(status="sleeping")
     assert str(raised.value) == (
         "Workflow run status sleeping is not one of: queued, running, waiting, completed, "
         "failed, timed_out, cancelled"
