@@ -19,3 +19,15 @@ def test_ci_runs_exactly_the_readme_test_command() -> None:
     assert "pytest" in tests
     ci_lines = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
     assert tests in ci_lines
+
+
+def test_ci_runs_readme_command_one_verbatim_in_a_fresh_copy_before_the_tests() -> None:
+    demo, tests = _opening_commands()
+    script = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert "[test]" not in demo, "command 1 is what a new user runs: no extras"
+    # Verbatim, as one bash -c argument, in the scratch copy; and before the test command.
+    quoted = f"bash -euo pipefail -c '{demo}'"
+    assert quoted in script
+    assert script.index(quoted) < script.index(tests)
+    run_line = next(line for line in script.splitlines() if quoted in line)
+    assert run_line.lstrip().startswith('(cd "$first_contact" && ')
