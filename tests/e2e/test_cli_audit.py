@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import json
-import os
 import sqlite3
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +11,7 @@ import pytest
 from runledger.infrastructure import open_store
 from runledger.infrastructure.runtime import open_runtime
 from tests.support.audit import play_demo, read_lines, write_lines
+from tests.support.cli import runledger
 from tests.support.clock import FakeClock
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -43,32 +40,6 @@ BUNDLE_VERDICT_KEYS = {
     "position",
     "model",
 }
-
-
-@dataclass(frozen=True)
-class Outcome:
-    returncode: int
-    stdout: str
-    stderr: str
-
-    def json(self):
-        return json.loads(self.stdout)
-
-
-def runledger(*args: str, cwd: Path) -> Outcome:
-    env = {key: value for key, value in os.environ.items() if key != "RUNLEDGER_URL"}
-    env["COLUMNS"] = "160"
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-    completed = subprocess.run(
-        [sys.executable, "-m", "runledger.infrastructure.cli", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    return Outcome(completed.returncode, completed.stdout, completed.stderr)
 
 
 @dataclass(frozen=True)
@@ -208,7 +179,12 @@ def test_export_json_names_the_file_and_its_events(demo: Demo, tmp_path: Path) -
     )
 
     assert outcome.returncode == 0, outcome.stderr
-    assert outcome.json()["export"] == {"path": str(bundle), "events": len(read_lines(bundle)) - 2}
+    assert outcome.json()["export"] == {
+        "path": str(bundle),
+        "events": len(read_lines(bundle)) - 2,
+        "lineage": False,
+        "sha256": hashlib.sha256(bundle.read_bytes()).hexdigest(),
+    }
     assert outcome.stderr == "", "no progress bar with --json"
 
 

@@ -4,13 +4,9 @@ subprocess, on a SQLite file (and ``memory://`` for status)."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import sqlite3
-import subprocess
-import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -19,6 +15,7 @@ from runledger.domain.ids import follow_up_message_id
 from runledger.domain.values import Actor
 from runledger.infrastructure.runtime import open_runtime
 from runledger.infrastructure.store import WorkflowStore, open_store
+from tests.support.cli import runledger
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NAMES = ["follow_up_queue", "runs", "session_outbox", "settings", "terminal_data", "viewer_deltas"]
@@ -34,32 +31,6 @@ STATUS_KEYS = {
     "last_error",
 }
 """The keys of each object of ``projections status --json`` (README, "Projections")."""
-
-
-@dataclass(frozen=True)
-class Outcome:
-    returncode: int
-    stdout: str
-    stderr: str
-
-    def __str__(self) -> str:
-        return f"exit code {self.returncode}\n--- stdout\n{self.stdout}--- stderr\n{self.stderr}"
-
-
-def runledger(*args: str, cwd: Path) -> Outcome:
-    env = {key: value for key, value in os.environ.items() if key != "RUNLEDGER_URL"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-    env["COLUMNS"] = "200"
-    completed = subprocess.run(
-        [sys.executable, "-m", "runledger.infrastructure.cli", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    return Outcome(completed.returncode, completed.stdout, completed.stderr)
 
 
 def play(store: WorkflowStore) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_cli_projections import Outcome, runledger
+from tests.support.cli import Outcome, runledger
 
 PASSWORD = "never-print-me-42"
 

@@ -15,7 +15,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.support.cli import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PRELUDE_MARK = "# store: an open store with a run"
@@ -99,13 +100,6 @@ def test_a_python_example_runs_as_written(
         close = getattr(store, "close", None)
         if callable(close):
             close()
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @contextmanager

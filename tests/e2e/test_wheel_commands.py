@@ -13,7 +13,6 @@ import importlib.metadata as metadata
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ import pytest
 from packaging.requirements import Requirement
 
 from tests.e2e.test_host_project import REPO_ROOT, run
+from tests.support.cli import free_port
 
 EMPTY_SQLITE_ERROR = "store.not-found"
 
@@ -104,13 +104,6 @@ def cli(runledger: Path, *args: str, cwd: Path, code: int = 0) -> subprocess.Com
     assert result.returncode == code, f"{args}\n{result.stdout}\n{result.stderr}"
     assert "Traceback" not in result.stderr, result.stderr
     return result
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def started_then_stopped(argv: list[str], cwd: Path, ready: str) -> str:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -21,6 +24,10 @@ class Outcome:
 
     def __str__(self) -> str:
         return f"exit code {self.returncode}\n--- stdout\n{self.stdout}--- stderr\n{self.stderr}"
+
+    def json(self) -> Any:
+        """What the command printed, read as one JSON document."""
+        return json.loads(self.stdout)
 
 
 def runledger(*args: str, cwd: Path, columns: int = 200, timeout: float = 120) -> Outcome:
@@ -38,3 +45,11 @@ def runledger(*args: str, cwd: Path, columns: int = 200, timeout: float = 120) -
         check=False,
     )
     return Outcome(completed.returncode, completed.stdout, completed.stderr)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
