@@ -388,18 +388,32 @@ def serve(
     public_reads: Annotated[
         bool, typer.Option("--public-reads", help="Let reads go without the token.")
     ] = False,
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowed-host",
+            help="A host name (or name:port) requests may use besides the bound address; "
+            "repeatable. Also $RUNLEDGER_SERVE_ALLOWED_HOSTS, comma separated.",
+        ),
+    ] = None,
 ) -> None:
     """Serve the store's JSON API, live viewer deltas and the viewer page over HTTP."""
     # Imported here: starting the other commands should not load the web stack.
     import os
 
-    from runledger.infrastructure.serve.server import CannotListenError, ServeOptions
+    from runledger.infrastructure.serve.server import CannotServeError, ServeOptions
     from runledger.infrastructure.serve.server import serve as run_server
 
-    options = ServeOptions(url=url, host=host, port=port, public_reads=public_reads)
+    options = ServeOptions(
+        url=url,
+        host=host,
+        port=port,
+        public_reads=public_reads,
+        allowed_hosts=tuple(allowed_host or ()),
+    )
     try:
         run_server(options, lambda line: print(line, flush=True), os.environ)
-    except CannotListenError as error:
+    except CannotServeError as error:
         raise typer.BadParameter(str(error)) from error
 
 

@@ -18,6 +18,7 @@ from pydantic_core import to_json
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route as StarletteRoute
@@ -28,6 +29,7 @@ from runledger.infrastructure.serve.auth import Access
 from runledger.infrastructure.serve.binding import Endpoint, InvalidRequestError, bind
 from runledger.infrastructure.serve.broadcast import Item, Keepalive, Snapshot, ViewerBroadcaster
 from runledger.infrastructure.serve.errors import error_response, workflow_error_response
+from runledger.infrastructure.serve.hosts import HostCheck
 from runledger.infrastructure.serve.notifications import (
     CommitNotifications,
     commit_notifications,
@@ -41,6 +43,9 @@ logger = logging.getLogger(__name__)
 
 Handler = Callable[[Request], Awaitable[Response]]
 STREAM_HEADERS: Final = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+MAX_CURSOR_DIGITS: Final = 19
+"""A viewer cursor longer than this is refused before ``int()``: more digits than any revision
+can have (a 64-bit count), and ``int()`` of a long enough text is slow, then raises."""
 MAX_BODY_BYTES: Final = 16 * 1024 * 1024
 """Far above what the store accepts in one call (1 MiB of text per argument, 100,000
 values), and low enough that no client can make the server hold gigabytes."""
@@ -97,7 +102,7 @@ def _cursor(request: Request) -> int:
     given = request.headers.get("last-event-id") or request.query_params.get("after_revision")
     if given is None:
         return 0
-    if not given.isascii() or not given.isdigit():
+    if not given.isascii() or not given.isdigit() or len(given) > MAX_CURSOR_DIGITS:
         raise InvalidViewerCursorError()
     return int(given)
 
@@ -234,8 +239,14 @@ async def _server_error(_request: Request, error: Exception) -> Response:
     return error_response(500, "server.error", "Internal server error")
 
 
-def create_app(runtime: StoreRuntime, access: Access) -> Starlette:
-    """The HTTP application over an open store (which it leaves open)."""
+def create_app(
+    runtime: StoreRuntime, access: Access, *, allowed_hosts: Sequence[str] = ()
+) -> Starlette:
+    """The HTTP application over an open store (which it leaves open).
+
+    It answers only requests naming the address they arrived at (a loopback name on a
+    loopback address) or one of ``allowed_hosts`` (see ``hosts``).
+    """
     server = Server(runtime, access)
     handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
         WorkflowError: _workflow_error,
@@ -245,7 +256,12 @@ def create_app(runtime: StoreRuntime, access: Access) -> Starlette:
         HTTPException: _http_error,
         Exception: _server_error,
     }
-    app = Starlette(routes=server.routes(), exception_handlers=handlers, lifespan=server.lifespan)
+    app = Starlette(
+        routes=server.routes(),
+        exception_handlers=handlers,
+        lifespan=server.lifespan,
+        middleware=[Middleware(HostCheck, allowed=allowed_hosts)],
+    )
     app.state.server = server
     return app
 

@@ -14,7 +14,13 @@ import uvicorn
 
 from runledger.infrastructure.runtime import open_runtime, resolve_url
 from runledger.infrastructure.serve.app import Server, create_app
-from runledger.infrastructure.serve.auth import TOKEN_VARIABLE, Access, server_token
+from runledger.infrastructure.serve.auth import (
+    TOKEN_VARIABLE,
+    Access,
+    InvalidTokenError,
+    server_token,
+)
+from runledger.infrastructure.serve.hosts import ALLOWED_HOSTS_VARIABLE, allowed_hosts
 from runledger.infrastructure.storage.urls import redact_url
 
 DEFAULT_HOST: Final = "127.0.0.1"
@@ -31,6 +37,8 @@ class ServeOptions:
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
     public_reads: bool = False
+    allowed_hosts: tuple[str, ...] = ()
+    """Host names (``name`` or ``name:port``) a request may name besides the bound address."""
 
 
 class _StoppingServer(uvicorn.Server):
@@ -73,14 +81,22 @@ def listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-class CannotListenError(Exception):
+class CannotServeError(Exception):
+    """The server cannot start as asked: one line for the operator, exit code 2."""
+
+
+class CannotListenError(CannotServeError):
     """The address to listen on is taken or not this machine's."""
 
 
 def serve(options: ServeOptions, say: Callable[[str], None], env: Mapping[str, str]) -> None:
     """Serve the store until SIGINT or SIGTERM, then close it."""
     url = resolve_url(options.url, env)
-    token, generated = server_token(env)
+    try:
+        token, generated = server_token(env)
+        hosts = allowed_hosts(options.allowed_hosts, env)
+    except (InvalidTokenError, ValueError) as error:
+        raise CannotServeError(str(error)) from None
     try:
         # Before the store opens: a taken port fails at once, with nothing to close.
         sock = listening_socket(options.host, options.port)
@@ -88,7 +104,8 @@ def serve(options: ServeOptions, say: Callable[[str], None], env: Mapping[str, s
         where = f"{options.host}:{options.port}"
         raise CannotListenError(f"cannot listen on {where}: {error.strerror}") from None
     with sock, open_runtime(url, env=env) as runtime:
-        app = create_app(runtime, Access(token, public_reads=options.public_reads))
+        access = Access(token, public_reads=options.public_reads)
+        app = create_app(runtime, access, allowed_hosts=hosts)
         server_state: Server = app.state.server
         host, port = sock.getsockname()[:2]
         config = uvicorn.Config(
@@ -105,15 +122,18 @@ def serve(options: ServeOptions, say: Callable[[str], None], env: Mapping[str, s
         else:
             say(f"token: from {TOKEN_VARIABLE}")
         reads = "public" if options.public_reads else "need the token"
-        say(f"reads {reads}; writes need the token; SIGINT or SIGTERM stops")
+        also = f"; hosts allowed besides {shown_host}: {', '.join(hosts)}" if hosts else ""
+        say(f"reads {reads}; writes need the token{also}; SIGINT or SIGTERM stops")
         server.run(sockets=[sock])
     say("runledger serve: stopped, store closed")
 
 
 __all__: Sequence[str] = [
+    "ALLOWED_HOSTS_VARIABLE",
     "DEFAULT_HOST",
     "DEFAULT_PORT",
     "CannotListenError",
+    "CannotServeError",
     "ServeOptions",
     "listening_socket",
     "serve",

@@ -129,9 +129,11 @@ class SharedHost:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout=10)
 
     @contextlib.contextmanager
-    def mounted(self, runtime: StoreRuntime, access: Access) -> Iterator[None]:
+    def mounted(
+        self, runtime: StoreRuntime, access: Access, allowed_hosts: tuple[str, ...] = ()
+    ) -> Iterator[None]:
         """Serve an app over ``runtime`` while the block runs."""
-        app = create_app(runtime, access)
+        app = create_app(runtime, access, allowed_hosts=allowed_hosts)
         lifespan = app.state.server.lifespan(app)
         self._on_loop(lifespan.__aenter__())
         self.app = app
@@ -183,11 +185,17 @@ def served_durable(shared_host: SharedHost, durable_serve_url: str) -> Iterator[
     yield from serving(shared_host, durable_serve_url)
 
 
-def serving(host: SharedHost, url: str, *, public_reads: bool = False) -> Iterator[Served]:
+def serving(
+    host: SharedHost,
+    url: str,
+    *,
+    public_reads: bool = False,
+    allowed_hosts: tuple[str, ...] = (),
+) -> Iterator[Served]:
     """The app over a new store at ``url``, served by ``host`` while the generator runs."""
     with (
         open_runtime(url) as runtime,
-        host.mounted(runtime, Access(TOKEN, public_reads=public_reads)),
+        host.mounted(runtime, Access(TOKEN, public_reads=public_reads), allowed_hosts),
     ):
         yield Served(host.base_url, runtime, Api(host.client), host.anonymous)
 

@@ -20,6 +20,7 @@ import psycopg
 import pytest
 
 from runledger.infrastructure.storage.urls import redact_url
+from tests.serve.conftest import TOKEN, Served
 
 SECRET = "serve-secret-never-shown"
 GIVEN_TOKEN = "given-token-never-shown"
@@ -42,13 +43,13 @@ class Running:
         return self.process.returncode, out, err
 
 
-def start(url: str, env: dict[str, str] | None = None) -> Running:
+def start(url: str, env: dict[str, str] | None = None, *options: str) -> Running:
     environment = {key: value for key, value in os.environ.items() if key != "RUNLEDGER_URL"}
     environment.pop("RUNLEDGER_SERVE_TOKEN", None)
     environment.update(env or {})
     command = [sys.executable, "-m", "runledger.infrastructure.cli", "serve", "--url", url]
     process = subprocess.Popen(
-        [*command, "--port", "0"],
+        [*command, "--port", "0", *options],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -155,3 +156,78 @@ def test_a_taken_port_is_a_clear_error_with_exit_2(tmp_path: Path) -> None:
     assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "runledger.db").exists(), "the store is not opened"
+
+
+def run_serve(
+    tmp_path: Path, *options: str, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """``runledger serve`` run to its end (it must refuse to start) on a store in tmp_path."""
+    environment = {**os.environ, "RUNLEDGER_URL": f"sqlite:///{tmp_path / 'runledger.db'}"}
+    environment["COLUMNS"] = "200"  # one line is one line, however long the value named
+    environment.pop("RUNLEDGER_SERVE_TOKEN", None)
+    command = [sys.executable, "-m", "runledger.infrastructure.cli", "serve", "--port", "0"]
+    return subprocess.run(
+        [*command, *options],
+        capture_output=True,
+        text=True,
+        timeout=STOP_SECONDS,
+        env={**environment, **env},
+    )
+
+
+@pytest.mark.parametrize("token", ["jeton-été-secret", "token with spaces", "tab\there"])
+def test_a_token_no_client_could_send_is_refused_at_start_with_exit_2(
+    tmp_path: Path, token: str
+) -> None:
+    done = run_serve(tmp_path, env={"RUNLEDGER_SERVE_TOKEN": token})
+
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "error RUNLEDGER_SERVE_TOKEN must be visible ASCII, without spaces or accents"
+    ]
+    assert token not in done.stdout + done.stderr
+    assert not (tmp_path / "runledger.db").exists(), "the store is not opened"
+
+
+def test_a_malformed_allowed_host_is_refused_at_start_with_exit_2(tmp_path: Path) -> None:
+    done = run_serve(
+        tmp_path,
+        "--allowed-host",
+        "ok.example",
+        env={"RUNLEDGER_SERVE_ALLOWED_HOSTS": "https://bad.example/"},
+    )
+
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "error Allowed host 'https://bad.example/' is not a host name, optionally with :port"
+    ]
+
+
+def test_allowed_hosts_from_the_option_and_the_environment_are_served_others_refused(
+    tmp_path: Path,
+) -> None:
+    env = {"RUNLEDGER_SERVE_TOKEN": GIVEN_TOKEN, "RUNLEDGER_SERVE_ALLOWED_HOSTS": "b.example"}
+    running = start(f"sqlite:///{tmp_path / 'runledger.db'}", env, "--allowed-host", "a.example")
+    headers = {"Authorization": f"Bearer {GIVEN_TOKEN}"}
+    try:
+        with httpx.Client(base_url=running.base_url, headers=headers, timeout=10) as client:
+            answers = {
+                host: client.get("/runs", headers={"Host": host}).status_code
+                for host in ("a.example", "b.example:8080", "c.example", "127.0.0.1")
+            }
+            own = client.get("/runs").status_code
+    finally:
+        code, _, err = running.stop(signal.SIGTERM)
+
+    assert answers == {"a.example": 200, "b.example:8080": 200, "c.example": 400, "127.0.0.1": 400}
+    assert own == 200
+    assert "; hosts allowed besides 127.0.0.1: a.example, b.example;" in running.banner[2]
+    assert code == 0, err
+
+
+def test_a_guess_in_latin_1_bytes_is_refused_not_a_server_error(served_memory: Served) -> None:
+    guess = f"Bearer {TOKEN}\xe9".encode("latin-1")
+
+    response = served_memory.anonymous.post("/runs", json={}, headers={b"Authorization": guess})
+
+    assert response.status_code == 401

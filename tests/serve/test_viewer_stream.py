@@ -200,3 +200,35 @@ def test_a_snapshot_of_an_unknown_run_is_404(served_memory: Served) -> None:
     response = served_memory.api.client.get("/runs/run-unknown/viewer/snapshot")
 
     assert response.status_code == 404
+
+
+@pytest.mark.parametrize("digits", [20, 4300, 5000])
+@pytest.mark.parametrize("where", ["last-event-id", "after_revision"])
+def test_a_cursor_with_too_many_digits_is_422_not_a_server_error(
+    served: Served, where: str, digits: int
+) -> None:
+    started_run(served.api)
+    cursor = "9" * digits
+    if where == "last-event-id":
+        response = served.api.client.get("/runs/run-1/viewer", headers={"Last-Event-ID": cursor})
+    else:
+        response = served.api.client.get(f"/runs/run-1/viewer?after_revision={cursor}")
+
+    assert (response.status_code, response.json()) == (
+        422,
+        {
+            "code": "viewer.invalid-cursor",
+            "message": "Viewer cursor must be a non-negative integer",
+        },
+    )
+
+
+def test_a_cursor_of_nineteen_digits_is_a_cursor_beyond_the_log(served_memory: Served) -> None:
+    started_run(served_memory.api)
+    client = served_memory.api.client
+
+    with client.stream("GET", f"/runs/run-1/viewer?after_revision={'9' * 19}") as response:
+        stream = EventStream(response)
+        first = stream.next()
+
+    assert (response.status_code, first.name) == (200, "snapshot_required")
