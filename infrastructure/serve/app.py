@@ -6,6 +6,7 @@ server does, once per process).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import json
@@ -16,7 +17,6 @@ from typing import Any, Final
 
 from pydantic_core import to_json
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -37,6 +37,7 @@ from runledger.infrastructure.serve.notifications import (
 from runledger.infrastructure.serve.openapi import openapi_document
 from runledger.infrastructure.serve.routes import ROUTES
 from runledger.infrastructure.serve.snapshot import viewer_snapshot
+from runledger.infrastructure.serve.threads import StoreThreads
 from runledger.infrastructure.store import WorkflowStore
 
 logger = logging.getLogger(__name__)
@@ -46,6 +47,7 @@ STREAM_HEADERS: Final = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 MAX_CURSOR_DIGITS: Final = 19
 """A viewer cursor longer than this is refused before ``int()``: more digits than any revision
 can have (a 64-bit count), and ``int()`` of a long enough text is slow, then raises."""
+REPLAY_PARAMETER: Final = "as_of"
 MAX_BODY_BYTES: Final = 16 * 1024 * 1024
 """Far above what the store accepts in one call (1 MiB of text per argument, 100,000
 values), and low enough that no client can make the server hold gigabytes."""
@@ -114,7 +116,9 @@ class Server:
         self.runtime = runtime
         self.store = WorkflowStore(runtime)
         self.access = access
-        self.broadcaster = ViewerBroadcaster(self.store)
+        self.threads = StoreThreads()
+        """Where every blocking call of the store runs (never Starlette's thread pool)."""
+        self.broadcaster = ViewerBroadcaster(self.store, self.threads)
         self.endpoints = _endpoints()
         self.notifications: CommitNotifications | None = None
 
@@ -129,10 +133,12 @@ class Server:
         async def handle(request: Request) -> Response:
             given = request.query_params.keys()
             endpoint = next(row for row in rows if row.route.requires <= given or row is rows[-1])
-            self.check(request, writes=endpoint.writes)
+            # A read as of a log position replays the log up to there: only for the token's
+            # holders, so that public reads cannot make the server replay at will.
+            self.check(request, writes=endpoint.writes or REPLAY_PARAMETER in given)
             body = await _body(request) if endpoint.writes else None
             arguments = endpoint.arguments(request.path_params, request.query_params, body)
-            answer = await run_in_threadpool(endpoint.call, self.store, arguments)
+            answer = await self.threads.run(endpoint.call, self.store, arguments)
             missing = endpoint.route.missing
             if answer is None and missing is not None:
                 raise missing(*(request.path_params[name] for name in endpoint.path_names))
@@ -158,7 +164,7 @@ class Server:
     async def snapshot(self, request: Request) -> Response:
         """The run's viewer documents at one revision."""
         self.check(request, writes=False)
-        documents = await run_in_threadpool(
+        documents = await self.threads.run(
             viewer_snapshot, self.store, request.path_params["run_id"]
         )
         return JSONResponse(documents)
@@ -200,9 +206,10 @@ class Server:
             yield
         finally:
             if self.notifications is not None:
-                await run_in_threadpool(self.notifications.stop)
+                await self.threads.run(self.notifications.stop)
             remove()
             await self.broadcaster.stop()
+            await asyncio.to_thread(self.threads.close)
 
 
 async def _workflow_error(_request: Request, error: Exception) -> Response:

@@ -34,6 +34,10 @@ class Access:
         """Whether ``request`` may call a route that writes (or only reads)."""
         if not writes and self.public_reads:
             return True
+        return self.authenticated(request)
+
+    def authenticated(self, request: Request) -> bool:
+        """Whether ``request`` carries the server's token."""
         header = request.headers.get("authorization", "")
         if not header.lower().startswith(_SCHEME):
             return False

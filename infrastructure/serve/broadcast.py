@@ -18,10 +18,9 @@ from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Any, Final
 
-from starlette.concurrency import run_in_threadpool
-
 from runledger.domain.errors import WorkflowError
 from runledger.domain.records import SnapshotRequired, ViewerDeltas
+from runledger.infrastructure.serve.threads import StoreThreads
 from runledger.infrastructure.store import WorkflowStore
 
 RECENT_REVISIONS: Final = 256
@@ -73,8 +72,9 @@ class _Channel:
 class ViewerBroadcaster:
     """Reads new viewer revisions once per run and change, for every client of that run."""
 
-    def __init__(self, store: WorkflowStore) -> None:
+    def __init__(self, store: WorkflowStore, threads: StoreThreads) -> None:
         self._store = store
+        self._threads = threads
         self._channels: dict[str, _Channel] = {}
         self._changed = asyncio.Event()
         self._closed = asyncio.Event()
@@ -125,7 +125,7 @@ class ViewerBroadcaster:
 
     async def _advance(self, run_id: str, channel: _Channel) -> None:
         try:
-            answer = await run_in_threadpool(
+            answer = await self._threads.run(
                 self._store.viewer_deltas, run_id, after_revision=channel.revision
             )
         except WorkflowError as error:
@@ -164,7 +164,7 @@ class ViewerBroadcaster:
 
     async def _read(self, run_id: str, after_revision: int) -> tuple[list[Item], int]:
         """The store's answer after a cursor, as stream items and the new cursor."""
-        answer = await run_in_threadpool(
+        answer = await self._threads.run(
             self._store.viewer_deltas, run_id, after_revision=after_revision
         )
         if isinstance(answer, SnapshotRequired):

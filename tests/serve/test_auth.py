@@ -63,3 +63,28 @@ def test_the_page_and_the_openapi_document_hold_no_data_and_are_public(
 ) -> None:
     assert served_memory.anonymous.get("/").status_code == 200
     assert served_memory.anonymous.get("/openapi.json").status_code == 200
+
+
+@pytest.fixture
+def public_reads_on_each_backend(shared_host: SharedHost, serve_url: str) -> Iterator[Served]:
+    yield from serving(shared_host, serve_url, public_reads=True)
+
+
+def test_under_public_reads_a_read_as_of_a_position_needs_the_token(
+    public_reads_on_each_backend: Served,
+) -> None:
+    served = public_reads_on_each_backend
+    started_run(served.api)
+    paths = (
+        "/runs?as_of=1",
+        "/runs/run-1/follow-up-queue?as_of=1",
+        "/projections/runs/digest?as_of=1",
+        "/runs/run-1/audit?as_of=1",
+    )
+
+    anonymous = [served.anonymous.get(path) for path in paths]
+    holding = [served.api.client.get(path) for path in paths]
+
+    assert [(a.status_code, a.json()["code"]) for a in anonymous] == [(401, "auth.required")] * 4
+    assert [answer.status_code for answer in holding] == [200] * 4
+    assert served.anonymous.get("/runs").status_code == 200

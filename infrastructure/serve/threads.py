@@ -1,0 +1,43 @@
+"""The server's threads for the store's blocking calls: a fixed few, alive as long as it is.
+
+A SQLite store keeps one connection per thread that used it. Starlette's thread pool grows to
+40 threads under load and lets idle ones end, and each new thread opened a new connection
+while the old thread's stayed in the store (three descriptors each): clients coming and going
+made the server's descriptors grow without bound. These threads never end before the server
+does, so the store holds at most ``SERVE_THREADS`` reading connections for the server's calls;
+a call beyond them waits its turn, which also bounds how many slow reads run at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Final, ParamSpec, TypeVar
+
+SERVE_THREADS: Final = 8
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class StoreThreads:
+    """Runs blocking calls on ``SERVE_THREADS`` threads, awaited from the event loop."""
+
+    def __init__(self, count: int = SERVE_THREADS) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=count, thread_name_prefix="runledger-serve")
+
+    async def run(self, function: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        """``function(*args, **kwargs)`` on one of the threads."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._executor, functools.partial(function, *args, **kwargs)
+        )
+
+    def close(self) -> None:
+        """End the threads once the calls under way are done."""
+        self._executor.shutdown(wait=True)
+
+
+__all__: Sequence[str] = ["SERVE_THREADS", "StoreThreads"]
