@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
-from runledger.domain.errors import InvalidViewerCursorError, RunMissingError
+from runledger.domain.errors import InvalidViewerCursorError, RunNotFoundError
 from runledger.domain.follow_ups import FollowUp
 from runledger.domain.records import SnapshotRequired, ViewerDelta, ViewerDeltas
 from runledger.domain.runs import Run
@@ -782,7 +782,7 @@ def viewer_deltas(
         raise InvalidViewerCursorError()
     run = reader.get(RUNS, (run_id,))
     if run is None:
-        raise RunMissingError(run_id)
+        raise RunNotFoundError(run_id)
     current: int = run["revision"]
     retained_from: int = run["retained_from"]
     snapshot = SnapshotRequired(current_revision=current, retained_from_revision=retained_from)

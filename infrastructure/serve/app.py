@@ -139,11 +139,10 @@ class Server:
             body = await _body(request) if endpoint.writes else None
             arguments = endpoint.arguments(request.path_params, request.query_params, body)
             answer = await self.threads.run(endpoint.call, self.store, arguments)
-            missing = endpoint.route.missing
-            if answer is None and missing is not None:
-                raise missing(*(request.path_params[name] for name in endpoint.path_names))
             # Records to JSON in one pass in pydantic's core (snake_case, as they dump).
-            return Response(to_json(answer), media_type="application/json")
+            return Response(
+                to_json(answer), status_code=endpoint.route.status, media_type="application/json"
+            )
 
         return handle
 

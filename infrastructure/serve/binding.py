@@ -21,11 +21,13 @@ from typing import Any, Final, Union, get_args, get_origin
 import pydantic
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
+from runledger.domain.errors import RunNotFoundError
 from runledger.infrastructure.serve.routes import Route
 from runledger.infrastructure.store import WorkflowStore
 
 _PATH_NAMES: Final = re.compile(r"{([a-z_]+)(?::path)?}")
 _FORBID: Final = ConfigDict(extra="forbid")
+RUN_ARGUMENT: Final = "run_id"
 
 
 class InvalidRequestError(Exception):
@@ -116,8 +118,24 @@ class Endpoint:
         return arguments
 
     def call(self, store: WorkflowStore, arguments: Mapping[str, Any]) -> Any:
-        """Run the store method; its answer as it returns it."""
-        return getattr(store, self.route.call)(**arguments)
+        """Run the store method; its answer as it returns it, or the 404 of an unknown id.
+
+        A lookup answering None raises the row's ``missing`` error. A read of a run answering
+        nothing (None, or an empty list) raises ``RunNotFoundError`` if the run does not exist:
+        over HTTP a query of a run that does not exist is a 404 (DESIGN decision 29), while the
+        Python API keeps answering None or [] (decision 25). Existence is read only then, so a
+        read that found something costs nothing more.
+        """
+        answer = getattr(store, self.route.call)(**arguments)
+        if self.route.method != "GET" or not (answer is None or answer == []):
+            return answer
+        missing = self.route.missing
+        if answer is None and missing is not None:
+            raise missing(*(arguments[name] for name in self.path_names))
+        run_id = arguments.get(RUN_ARGUMENT)
+        if isinstance(run_id, str) and store.get_run(run_id) is None:
+            raise RunNotFoundError(run_id)
+        return answer
 
 
 def bind(route: Route) -> Endpoint:

@@ -58,7 +58,10 @@ def _operation(endpoint: Endpoint, components: dict[str, Any]) -> dict[str, Any]
         "parameters": _parameters(endpoint, components),
         "security": [{"bearer": []}],
         "responses": {
-            "200": {"description": "OK", "content": {"application/json": {"schema": answer}}},
+            str(endpoint.route.status): {
+                "description": "Created" if endpoint.route.creates else "OK",
+                "content": {"application/json": {"schema": answer}},
+            },
             "401": _error("No or a wrong bearer token"),
             "404": _error("A missing run, follow-up, message, ... (or route)"),
             "409": _error("Refused by the store's present state"),

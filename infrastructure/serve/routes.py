@@ -33,19 +33,31 @@ class Route:
     requires: frozenset[str] = field(default_factory=frozenset)
     """Query parameters that must be present for this row to answer; rows sharing a method and
     path are tried in table order (``?start&limit`` picks the ranged queue)."""
+    creates: bool = False
+    """A POST naming a new resource (a run, a follow-up, a message, ...): it answers 201, also
+    when an idempotent repeat answers the one created before (DESIGN decision 29)."""
+
+    @property
+    def status(self) -> int:
+        """The HTTP status of a successful answer."""
+        return CREATED if self.creates else OK
+
+
+OK: Final = 200
+CREATED: Final = 201
 
 
 def _get(path: str, call: str, *, missing: Callable[..., WorkflowError] | None = None) -> Route:
     return Route("GET", path, call, missing=missing)
 
 
-def _post(path: str, call: str) -> Route:
-    return Route("POST", path, call)
+def _post(path: str, call: str, *, creates: bool = False) -> Route:
+    return Route("POST", path, call, creates=creates)
 
 
 ROUTES: Final[Sequence[Route]] = (
     # -- runs -----------------------------------------------------------------------------
-    _post("/runs", "create_run"),
+    _post("/runs", "create_run", creates=True),
     _get("/runs", "list_runs"),
     _get("/runs/{run_id}", "get_run", missing=errors.RunNotFoundError),
     _post("/runs/{run_id}/session", "bind_origin_session"),
@@ -55,12 +67,12 @@ ROUTES: Final[Sequence[Route]] = (
     _post("/runs/{run_id}/presentation-instructions", "set_presentation_instructions"),
     _post("/runs/{run_id}/finish", "finish_run"),
     _post("/runs/{run_id}/interrupt", "interrupt_run"),
-    _post("/runs/{source_run_id}/restart", "restart_run"),
+    _post("/runs/{source_run_id}/restart", "restart_run", creates=True),
     _post("/runs/{run_id}/updates", "publish_update"),
     _get("/runs/{run_id}/terminal-data", "terminal_data"),
     _get("/runs/{run_id}/viewer-deltas", "viewer_deltas"),
     # -- follow-ups -----------------------------------------------------------------------
-    _post("/runs/{run_id}/follow-ups", "queue_follow_up"),
+    _post("/runs/{run_id}/follow-ups", "queue_follow_up", creates=True),
     _post("/runs/{run_id}/follow-ups/{follow_up_id}/remove", "remove_follow_up"),
     _get("/follow-ups/{follow_up_id}", "get_follow_up", missing=errors.FollowUpNotFoundError),
     Route(
@@ -71,7 +83,7 @@ ROUTES: Final[Sequence[Route]] = (
     ),
     _get("/runs/{run_id}/follow-up-queue", "follow_up_queue"),
     # -- workflow messages, turns and the session outbox --------------------------------
-    _post("/runs/{run_id}/workflow-messages", "create_workflow_message"),
+    _post("/runs/{run_id}/workflow-messages", "create_workflow_message", creates=True),
     _get(
         "/workflow-messages/{workflow_message_id}",
         "get_workflow_message",
@@ -80,11 +92,11 @@ ROUTES: Final[Sequence[Route]] = (
     _post("/sessions/{session_id:path}/branch", "report_branch"),
     _get("/sessions/{session_id:path}/outbox", "session_outbox"),
     _get("/sessions/{session_id:path}/next-deliverable", "next_deliverable"),
-    _post("/workflow-messages/{workflow_message_id}/turns", "start_turn"),
+    _post("/workflow-messages/{workflow_message_id}/turns", "start_turn", creates=True),
     _post("/turns/{workflow_turn_id}/end", "end_turn"),
     _get("/turns/{workflow_turn_id}", "get_turn", missing=errors.TurnNotFoundError),
     # -- settings -------------------------------------------------------------------------
-    _post("/runs/{run_id}/settings-scopes", "ensure_settings_scope"),
+    _post("/runs/{run_id}/settings-scopes", "ensure_settings_scope", creates=True),
     _get("/runs/{run_id}/settings-scopes", "settings_scopes"),
     _post("/runs/{run_id}/settings-scopes/{scope_id:path}/changes", "change_settings"),
     _get(
@@ -93,18 +105,18 @@ ROUTES: Final[Sequence[Route]] = (
         missing=lambda scope_id, number: errors.SettingsChangeMissingError(number, scope_id),
     ),
     # -- human decisions ------------------------------------------------------------------
-    _post("/runs/{run_id}/decisions", "request_human_decision"),
+    _post("/runs/{run_id}/decisions", "request_human_decision", creates=True),
     _get("/decisions/{decision_id}", "get_human_decision", missing=errors.DecisionNotFoundError),
     _post("/decisions/{decision_id}/answers", "answer_human_decision"),
     _post("/decisions/{decision_id}/timeout", "apply_decision_timeout"),
     _post("/decisions/{decision_id}/cancel", "cancel_human_decision"),
-    _post("/decisions/{decision_id}/continuation", "continue_after_decision"),
+    _post("/decisions/{decision_id}/continuation", "continue_after_decision", creates=True),
     # -- run leases -----------------------------------------------------------------------
     _post("/runs/{run_id}/claims", "claim_run"),
     _post("/claims/renew", "renew_claim"),
     _post("/claims/release", "release_claim"),
     # -- session recording ----------------------------------------------------------------
-    _post("/runs/{run_id}/session-segments", "record_session_binding"),
+    _post("/runs/{run_id}/session-segments", "record_session_binding", creates=True),
     _get("/runs/{run_id}/session-segments", "session_segments"),
     _post("/runs/{run_id}/session-entries", "append_session_entry"),
     _get("/runs/{run_id}/session-entries", "session_entries"),
@@ -112,7 +124,7 @@ ROUTES: Final[Sequence[Route]] = (
     _get("/runs/{run_id}/session-events", "session_events"),
     _post("/runs/{run_id}/session-capture", "update_session_capture"),
     # -- managed effects ------------------------------------------------------------------
-    _post("/runs/{run_id}/effects", "reserve_effect"),
+    _post("/runs/{run_id}/effects", "reserve_effect", creates=True),
     _post("/runs/{run_id}/effects/recover", "recover_applying_effects"),
     _get("/effects/{effect_id}", "get_effect", missing=errors.EffectNotFoundError),
     _post("/effects/{effect_id}/settle", "settle_effect"),

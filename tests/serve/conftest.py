@@ -66,7 +66,7 @@ class Api:
     def ok(self, call: str, *path: Any, **arguments: Any) -> Any:
         """The JSON answer of a call that must succeed."""
         response = self.call(call, *path, **arguments)
-        assert response.status_code == 200, response.text
+        assert response.status_code == route_of(call).status, response.text
         return response.json()
 
 

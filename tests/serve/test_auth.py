@@ -40,7 +40,7 @@ def test_the_scheme_is_case_insensitive_as_http_says(served_memory: Served) -> N
         "/runs", json=RUN, headers={"Authorization": f"bearer {TOKEN}"}
     )
 
-    assert response.status_code == 200
+    assert response.status_code == 201
 
 
 def test_reads_need_the_token_by_default(served_memory: Served) -> None:

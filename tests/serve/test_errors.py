@@ -7,12 +7,14 @@ import inspect
 from collections.abc import Iterator
 from urllib.parse import urlsplit, urlunsplit
 
+import httpx
 import pytest
 
 from runledger.domain import errors
 from runledger.infrastructure.serve.app import MAX_BODY_BYTES
 from runledger.infrastructure.serve.errors import status_of_code
-from tests.serve.conftest import Served, SharedHost, queue_follow_up, serving, started_run
+from runledger.infrastructure.serve.routes import ROUTES
+from tests.serve.conftest import Api, Served, SharedHost, queue_follow_up, serving, started_run
 
 
 def error_of(response) -> tuple[int, str, str]:
@@ -32,10 +34,73 @@ def test_an_unknown_run_is_404(served: Served) -> None:
     )
 
 
-def test_a_command_on_an_unknown_run_is_404(served: Served) -> None:
+RUN_READS = {
+    route.call: {"start": 0, "limit": 10} if route.requires else {}
+    for route in ROUTES
+    if route.method == "GET" and "{run_id}" in route.path
+}
+RUN_READS["viewer_deltas"] = {"after_revision": 1}
+UNKNOWN_RUN = (404, "run.not-found", "Workflow run not found: run-unknown")
+
+
+def read_unknown_run(api: Api, call: str) -> httpx.Response:
+    if call == "follow_up_queue_range":  # the row picked by its query on the shared path
+        return api.client.get("/runs/run-unknown/follow-up-queue", params=RUN_READS[call])
+    return api.call(call, "run-unknown", **RUN_READS[call])
+
+
+def test_every_read_of_an_unknown_run_is_404_run_not_found(served: Served) -> None:
+    client = served.api.client
+    answers = {call: error_of(read_unknown_run(served.api, call)) for call in RUN_READS}
+    answers["event_log"] = error_of(client.get("/events", params={"run_id": "run-unknown"}))
+    for path in ("/runs/run-unknown/viewer", "/runs/run-unknown/viewer/snapshot"):
+        answers[path] = error_of(client.get(path))
+
+    assert answers == dict.fromkeys(answers, UNKNOWN_RUN)
+    assert {"terminal_data", "follow_up_queue", "session_segments"} <= set(answers)
+
+
+def test_a_known_run_with_nothing_to_show_still_answers_null_or_an_empty_list(
+    served: Served,
+) -> None:
+    api = served.api
+    api.ok("create_run", run_id="run-1", workflow_name="echo", input={})
+
+    answers = {
+        "terminal_data": api.ok("terminal_data", "run-1"),  # not ended
+        "follow_up_queue": api.ok("follow_up_queue", "run-1"),  # no origin session
+        "settings_scopes": api.ok("settings_scopes", "run-1"),
+        "session_segments": api.ok("session_segments", "run-1"),
+        "event_log": api.ok("event_log", run_id="run-1", after=10_000),
+    }
+
+    assert answers == {
+        "terminal_data": None,
+        "follow_up_queue": None,
+        "settings_scopes": [],
+        "session_segments": [],
+        "event_log": [],
+    }
+    assert served.store.terminal_data("run-unknown") is None, "the Python API answers None"
+
+
+def test_a_command_on_an_unknown_run_is_404_with_upstreams_message(served: Served) -> None:
     response = served.api.call("pause_run", "run-unknown")
 
-    assert error_of(response)[:2] == (404, "run.missing")
+    assert error_of(response) == (404, "run.missing", "Workflow run is missing: run-unknown")
+
+
+def test_creations_answer_201_and_the_openapi_document_says_so(served_memory: Served) -> None:
+    client = served_memory.api.client
+    created = client.post("/runs", json={"run_id": "run-1", "workflow_name": "e", "input": {}})
+    paused = client.post("/runs/run-1/pause", json={})
+    document = client.get("/openapi.json").json()
+
+    assert (created.status_code, created.json()["run_id"]) == (201, "run-1")
+    assert paused.status_code == 200
+    assert set(document["paths"]["/runs"]["post"]["responses"]) >= {"201"}
+    assert "200" not in document["paths"]["/runs"]["post"]["responses"]
+    assert "200" in document["paths"]["/runs/{run_id}/pause"]["post"]["responses"]
 
 
 def test_creating_a_run_twice_is_409(served: Served) -> None:

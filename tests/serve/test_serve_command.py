@@ -82,7 +82,7 @@ def test_sigterm_stops_the_server_with_exit_0_and_closes_the_store(
     headers = {"Authorization": f"Bearer {GIVEN_TOKEN}"}
     with httpx.Client(base_url=running.base_url, headers=headers, timeout=10) as client:
         created = client.post("/runs", json={"run_id": "run-1", "workflow_name": "e", "input": {}})
-        assert created.status_code == 200
+        assert created.status_code == 201
         # A live stream must not keep the server from stopping.
         with client.stream("GET", "/runs/run-1/viewer?after_revision=1") as stream:
             next(stream.iter_lines())

@@ -157,7 +157,7 @@ def test_an_unknown_run_or_a_bad_cursor_is_refused_before_streaming(
     unknown = client.get("/runs/run-unknown/viewer?after_revision=1")
     bad = client.get("/runs/run-1/viewer?after_revision=-1")
 
-    assert (unknown.status_code, unknown.json()["code"]) == (404, "run.missing")
+    assert (unknown.status_code, unknown.json()["code"]) == (404, "run.not-found")
     assert (bad.status_code, bad.json()["code"]) == (422, "viewer.invalid-cursor")
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from runledger.domain.errors import InvalidViewerCursorError, RunMissingError
+from runledger.domain.errors import InvalidViewerCursorError, RunNotFoundError
 from runledger.domain.records import SnapshotRequired, ViewerDelta, ViewerDeltas
 from runledger.domain.session_segments import segment_id_for
 from runledger.domain.values import Actor
@@ -243,8 +243,8 @@ def test_a_cursor_that_is_not_a_non_negative_integer_is_rejected(
         viewer_deltas(busy_view, RUN, after_revision=after)
 
 
-def test_an_unknown_run_is_missing(busy_view: FakeView) -> None:
-    with pytest.raises(RunMissingError, match=r"^Workflow run is missing: run-unknown$"):
+def test_an_unknown_run_is_not_found(busy_view: FakeView) -> None:
+    with pytest.raises(RunNotFoundError, match=r"^Workflow run not found: run-unknown$"):
         viewer_deltas(busy_view, "run-unknown", after_revision=1)
 
 
