@@ -81,9 +81,10 @@ def allowed_hosts(given: Iterable[str], env: Mapping[str, str]) -> tuple[str, ..
 
 def _local_address(server: Any) -> Host | None:
     """The address and port the connection arrived at (an IPv4-mapped address as IPv4)."""
-    if not isinstance(server, (tuple, list)) or len(server) != 2:
+    # ASGI gives (host, port); a server may add IPv6's flow info and scope id after them.
+    if not isinstance(server, (tuple, list)) or len(server) < 2:
         return None
-    address, port = server
+    address, port = server[0], server[1]
     if not isinstance(address, str) or not isinstance(port, int):
         return None
     try:

@@ -57,7 +57,7 @@ def start(url: str, env: dict[str, str] | None = None, *options: str) -> Running
     )
     assert process.stdout is not None
     banner = [process.stdout.readline() for _ in range(3)]
-    listening = re.search(r"(http://127\.0\.0\.1:\d+)/", banner[0])
+    listening = re.search(r"(http://(?:127\.0\.0\.1|\[::1\]):\d+)/", banner[0])
     if listening is None:
         process.kill()
         raise AssertionError(f"no banner: {banner} {process.communicate()}")
@@ -183,7 +183,8 @@ def test_a_token_no_client_could_send_is_refused_at_start_with_exit_2(
 
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "error RUNLEDGER_SERVE_TOKEN must be visible ASCII, without spaces or accents"
+        "error [usage]: Invalid value: RUNLEDGER_SERVE_TOKEN must be visible ASCII, without "
+        "spaces or accents (see 'runledger serve --help')"
     ]
     assert token not in done.stdout + done.stderr
     assert not (tmp_path / "runledger.db").exists(), "the store is not opened"
@@ -199,7 +200,8 @@ def test_a_malformed_allowed_host_is_refused_at_start_with_exit_2(tmp_path: Path
 
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "error Allowed host 'https://bad.example/' is not a host name, optionally with :port"
+        "error [usage]: Invalid value: Allowed host 'https://bad.example/' is not a host name, "
+        "optionally with :port (see 'runledger serve --help')"
     ]
 
 
@@ -231,3 +233,36 @@ def test_a_guess_in_latin_1_bytes_is_refused_not_a_server_error(served_memory: S
     response = served_memory.anonymous.post("/runs", json={}, headers={b"Authorization": guess})
 
     assert response.status_code == 401
+
+
+def ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not ipv6_loopback(), reason="no IPv6 loopback here")
+def test_on_the_ipv6_loopback_its_literal_and_loopback_names_are_served(tmp_path: Path) -> None:
+    env = {"RUNLEDGER_SERVE_TOKEN": GIVEN_TOKEN}
+    running = start(f"sqlite:///{tmp_path / 'runledger.db'}", env, "--host", "::1")
+    port = urlsplit(running.base_url).port
+    headers = {"Authorization": f"Bearer {GIVEN_TOKEN}"}
+    hosts = [f"[::1]:{port}", f"[0:0::1]:{port}", f"localhost:{port}", f"127.0.0.1:{port}"]
+    try:
+        with httpx.Client(base_url=running.base_url, headers=headers, timeout=10) as client:
+            own = client.get("/runs").status_code
+            answers = {
+                host: client.get("/runs", headers={"Host": host}).status_code for host in hosts
+            }
+            foreign = client.get("/runs", headers={"Host": f"attacker.example:{port}"})
+    finally:
+        code, _, err = running.stop(signal.SIGTERM)
+
+    assert running.base_url.startswith("http://[::1]:")
+    assert own == 200
+    assert answers == dict.fromkeys(hosts, 200)
+    assert (foreign.status_code, foreign.json()["code"]) == (400, "request.host-not-allowed")
+    assert code == 0, err
