@@ -32,6 +32,11 @@ INVALID_ALLOWED_HOST: Final = "Allowed host {given!r} is not a host name, option
 _NAME: Final = re.compile(r"[a-z0-9._~!$&'()*+,;=%-]+")
 _MAX_PORT: Final = 65535
 
+
+class InvalidAllowedHostError(ValueError):
+    """An operator's allowed host is not a host name (with an optional port)."""
+
+
 Host = tuple[str, int | None]
 """A host name or address (lower case, IPv6 without brackets) and its port, if given."""
 
@@ -67,14 +72,14 @@ def _is_ip(text: str, *, version: int) -> bool:
 
 def allowed_hosts(given: Iterable[str], env: Mapping[str, str]) -> tuple[str, ...]:
     """The operator's allowed hosts, from the options then the environment variable (comma
-    separated); ``ValueError`` names one that is not a host."""
+    separated); ``InvalidAllowedHostError`` names one that is not a host."""
     listed = [*given, *env.get(ALLOWED_HOSTS_VARIABLE, "").split(",")]
     names: list[str] = []
     for entry in (item.strip() for item in listed):
         if not entry:
             continue
         if parse_host(entry) is None:
-            raise ValueError(INVALID_ALLOWED_HOST.format(given=entry))
+            raise InvalidAllowedHostError(INVALID_ALLOWED_HOST.format(given=entry))
         names.append(entry.lower())
     return tuple(dict.fromkeys(names))
 
@@ -140,6 +145,7 @@ __all__: Sequence[str] = [
     "ALLOWED_HOSTS_VARIABLE",
     "HOST_REFUSED_CODE",
     "HostCheck",
+    "InvalidAllowedHostError",
     "allowed_hosts",
     "parse_host",
 ]

@@ -20,7 +20,11 @@ from runledger.infrastructure.serve.auth import (
     InvalidTokenError,
     server_token,
 )
-from runledger.infrastructure.serve.hosts import ALLOWED_HOSTS_VARIABLE, allowed_hosts
+from runledger.infrastructure.serve.hosts import (
+    ALLOWED_HOSTS_VARIABLE,
+    InvalidAllowedHostError,
+    allowed_hosts,
+)
 from runledger.infrastructure.storage.urls import redact_url
 
 DEFAULT_HOST: Final = "127.0.0.1"
@@ -95,7 +99,7 @@ def serve(options: ServeOptions, say: Callable[[str], None], env: Mapping[str, s
     try:
         token, generated = server_token(env)
         hosts = allowed_hosts(options.allowed_hosts, env)
-    except (InvalidTokenError, ValueError) as error:
+    except (InvalidTokenError, InvalidAllowedHostError) as error:
         raise CannotServeError(str(error)) from None
     try:
         # Before the store opens: a taken port fails at once, with nothing to close.

@@ -9,7 +9,11 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from runledger.infrastructure.serve.hosts import allowed_hosts, parse_host
+from runledger.infrastructure.serve.hosts import (
+    InvalidAllowedHostError,
+    allowed_hosts,
+    parse_host,
+)
 from tests.serve.conftest import Served, SharedHost, serving, started_run
 
 REFUSED = {
@@ -163,5 +167,7 @@ def test_allowed_hosts_come_from_the_options_then_the_environment() -> None:
         "c.example",
         "b.example",
     )
-    with pytest.raises(ValueError, match=r"^Allowed host 'https://a\.example' is not a host"):
+    with pytest.raises(
+        InvalidAllowedHostError, match=r"^Allowed host 'https://a\.example' is not a host"
+    ):
         allowed_hosts(["https://a.example"], {})
