@@ -26,9 +26,9 @@ writer also writes those three as ``\u`` escapes, so tools that split on Unicode
 (Python's ``str.splitlines``, some editors) still see one record a line; the hashes are over
 the canonical JSON of the parsed values, which the escapes do not change.
 
-Format 1 (bundles written before the header was bound) had the heads inside ``aggregates``, no ``"header"`` on event
-lines and chains seeded by the aggregate alone: its bundles still verify, but nothing binds
-their header.
+Format 1 (bundles written before the header was bound) had the heads inside ``aggregates``,
+no ``"header"`` on event lines and chains seeded by the aggregate alone: its bundles still
+verify, but nothing binds their header.
 """
 
 from __future__ import annotations

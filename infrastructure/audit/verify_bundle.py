@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeGuard
 
 import orjson
 
@@ -197,7 +197,7 @@ def _canonical(value: Any) -> str | None:
         return None
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -241,6 +241,7 @@ def _chains(header: dict[str, Any], version: int) -> dict[str, _Chain] | None:
     aggregates = header.get("aggregates")
     if not isinstance(aggregates, dict):
         return None
+    heads: Any
     if version == 1:
         heads = {
             aggregate_id: span.get("head") if isinstance(span, dict) else None

@@ -18,8 +18,8 @@ from runledger.domain.errors import (
     RunNotFoundError,
 )
 from runledger.infrastructure import open_store, verify_bundle
-from runledger.infrastructure.store import WorkflowStore
 from runledger.infrastructure.audit.verify_bundle import Detail
+from runledger.infrastructure.store import WorkflowStore
 from tests.integration.conftest import BACKENDS
 from tests.support.audit import event_lines, play_demo, read_lines, write_lines
 from tests.support.clock import FakeClock

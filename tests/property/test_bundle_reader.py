@@ -3,7 +3,6 @@ and a verdict of ok means the file holds exactly the genuine bundle's records.""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,13 +47,13 @@ raw_lines = st.one_of(
 
 
 @pytest.fixture(scope="module")
-def genuine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[dict[str, Any]]]:
+def genuine(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     """The demo's failed run, exported once: the records every example starts from."""
     path = tmp_path_factory.mktemp("genuine") / "bundle.jsonl"
     with open_store("memory://", clock=FakeClock()) as store:
         store.export_run(play_demo(store).logged_run, path)
     assert verify_bundle(path).ok
-    yield read_lines(path)
+    return read_lines(path)
 
 
 def write(path: Path, lines: list[bytes]) -> None:
@@ -142,7 +141,8 @@ def test_a_mutated_genuine_bundle_gets_a_verdict_and_only_the_genuine_one_is_ok(
         if verdict.ok:
             assert parsed(lines) == genuine
         else:
-            assert verdict.problem is not None and verdict.detail
+            assert verdict.problem is not None
+            assert verdict.detail
 
     check()
 

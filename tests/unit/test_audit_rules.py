@@ -52,9 +52,10 @@ def test_a_chain_starts_from_the_header_and_its_aggregate_and_links_each_event_t
     h0 = chain_start(aggregate, header)
     event = '{"position":1}'
 
-    assert h0 == hashlib.sha256(
-        f"runledger-audit-chain-v2\0{header}\0{aggregate}".encode()
-    ).hexdigest()
+    assert (
+        h0
+        == hashlib.sha256(f"runledger-audit-chain-v2\0{header}\0{aggregate}".encode()).hexdigest()
+    )
     assert chain_link(h0, event) == hashlib.sha256((h0 + event).encode()).hexdigest()
     assert chain_start("another", header) != h0
     assert chain_start(aggregate, "cd" * 32) != h0
