@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from runledger.domain.values import Actor
-from runledger.infrastructure.runtime import StoreRuntime
+from runledger.infrastructure.cli.generated_history import HistoryGenerator
+from runledger.infrastructure.runtime import StoreRuntime, open_runtime
 from runledger.infrastructure.store import WorkflowStore
+from tests.integration.test_blue_green import environment
 
 SESSION = Actor("session", "session-1")
 
@@ -69,3 +77,123 @@ def test_a_two_process_rebuild_gives_the_incremental_views(
     assert read == runtime.storage.max_position()
     assert dump(runtime) == before
     assert {status.lag for status in store.projection_status()} == {0}
+
+
+# -- a killed rebuild ---------------------------------------------------------------------------
+
+KILLED_EVENTS = 30_000
+WAIT_SECONDS = 60.0
+GONE_SECONDS = 10.0
+"""A bound on how long an orphaned group may take to die (the kernel kills it at once)."""
+
+
+def children_of(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (read from /proc: Linux)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_bytes()
+            except OSError:
+                continue
+            if int(stat.rpartition(b")")[2].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def ended(pid: int) -> bool:
+    """Whether the process is gone, or a zombie (ended; nothing here reaps orphans)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return True
+    return stat.rpartition(b")")[2].split()[0] == b"Z"
+
+
+def wait_until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT_SECONDS
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting until {what}")
+        time.sleep(0.01)
+
+
+def slots(url: str) -> dict[str, tuple[int | None, int | None]]:
+    """Each projection's active and building slot."""
+    with open_runtime(url, embedded_projections=False) as runtime:
+        registries = [runtime.views.registry(name) for name in runtime.projection_names()]
+    return {
+        registry.name: (
+            registry.active.slot if registry.active else None,
+            registry.building.slot if registry.building else None,
+        )
+        for registry in registries
+    }
+
+
+def building_pages(url: str) -> bool:
+    """Whether some build has committed a page into its building slot."""
+    with open_runtime(url, embedded_projections=False) as runtime:
+        registries = [runtime.views.registry(name) for name in runtime.projection_names()]
+    return any(r.building is not None and r.building.position > 0 for r in registries)
+
+
+@pytest.fixture
+def long_history(durable_url: str) -> str:
+    """A store whose rebuild takes long enough to be killed half-way; its URL."""
+    with open_runtime(durable_url) as runtime:
+        for batch in HistoryGenerator(seed=11, prefix="kill").batches(KILLED_EVENTS):
+            runtime.storage.events.insert_events(batch)
+        runtime.catch_up()
+    return durable_url
+
+
+def test_killing_a_rebuild_kills_its_group_processes_and_nothing_switches(
+    long_history: str,
+) -> None:
+    before = slots(long_history)
+    parent = subprocess.Popen(
+        [sys.executable, "-m", "runledger.infrastructure.cli", "projections", "rebuild", "--all"],
+        env={**environment(), "RUNLEDGER_URL": long_history},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_until(lambda: len(children_of(parent.pid)) >= 2, "the rebuild started its groups")
+        groups = children_of(parent.pid)
+        wait_until(lambda: building_pages(long_history), "a group committed a page")
+    finally:
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=30)
+
+    deadline = time.monotonic() + GONE_SECONDS
+    while not all(ended(pid) for pid in groups) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert [pid for pid in groups if not ended(pid)] == [], "a group outlived its parent"
+    after = slots(long_history)
+    assert {name: active for name, (active, _) in after.items()} == {
+        name: active for name, (active, _) in before.items()
+    }, "a group switched after its parent was killed"
+    assert any(building is not None for _, building in after.values())
+
+
+def test_the_rebuild_after_a_killed_one_resumes_it_and_switches(long_history: str) -> None:
+    parent = subprocess.Popen(
+        [sys.executable, "-m", "runledger.infrastructure.cli", "projections", "rebuild", "--all"],
+        env={**environment(), "RUNLEDGER_URL": long_history},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_until(lambda: building_pages(long_history), "a group committed a page")
+    finally:
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=30)
+    killed = {name: building for name, (_, building) in slots(long_history).items() if building}
+
+    with open_runtime(long_history, embedded_projections=False) as runtime:
+        outcomes = runtime.rebuild_blue_green(processes=2)
+
+    assert all(outcome.switched and outcome.equal for outcome in outcomes), outcomes
+    resumed = {outcome.name: outcome.slot for outcome in outcomes if outcome.name in killed}
+    assert resumed == killed, "the killed builds' slots are resumed, not begun again"
