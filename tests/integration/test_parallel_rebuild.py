@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -131,11 +132,17 @@ def slots(url: str) -> dict[str, tuple[int | None, int | None]]:
     }
 
 
-def building_pages(url: str) -> bool:
-    """Whether some build has committed a page into its building slot."""
+def building(url: str, groups: list[int]) -> bool:
+    """Whether one of ``groups`` holds a build lock and its build has committed a page."""
     with open_runtime(url, embedded_projections=False) as runtime:
         registries = [runtime.views.registry(name) for name in runtime.projection_names()]
-    return any(r.building is not None and r.building.position > 0 for r in registries)
+    return any(
+        registry.building is not None
+        and registry.building.position > 0
+        and registry.lock_owner is not None
+        and int(registry.lock_owner.split(":")[1]) in groups
+        for registry in registries
+    )
 
 
 @pytest.fixture
@@ -148,47 +155,73 @@ def long_history(durable_url: str) -> str:
     return durable_url
 
 
-def test_killing_a_rebuild_kills_its_group_processes_and_nothing_switches(
-    long_history: str,
-) -> None:
-    before = slots(long_history)
-    parent = subprocess.Popen(
-        [sys.executable, "-m", "runledger.infrastructure.cli", "projections", "rebuild", "--all"],
-        env={**environment(), "RUNLEDGER_URL": long_history},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_until(lambda: len(children_of(parent.pid)) >= 2, "the rebuild started its groups")
-        groups = children_of(parent.pid)
-        wait_until(lambda: building_pages(long_history), "a group committed a page")
-    finally:
-        parent.send_signal(signal.SIGKILL)
-        parent.wait(timeout=30)
+def kill_rebuild_half_way(url: str) -> list[int]:
+    """Start ``projections rebuild --all`` and SIGKILL it (it alone) once a group committed a
+    page; returns the pids of its group processes."""
+    with tempfile.TemporaryFile() as output:
+        parent = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "runledger.infrastructure.cli",
+                "projections",
+                "rebuild",
+                "--all",
+            ],
+            env={**environment(), "RUNLEDGER_URL": url},
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
+
+        def running(condition: Callable[[], bool]) -> Callable[[], bool]:
+            def check() -> bool:
+                if parent.poll() is not None:
+                    output.seek(0)
+                    pytest.fail(f"the rebuild ended by itself:\n{output.read().decode()}")
+                return condition()
+
+            return check
+
+        try:
+            wait_until(running(lambda: len(children_of(parent.pid)) >= 2), "groups started")
+            groups = children_of(parent.pid)
+            wait_until(running(lambda: building(url, groups)), "a group committed a page")
+        finally:
+            parent.send_signal(signal.SIGKILL)
+            parent.wait(timeout=30)
+    return groups
+
+
+def assert_killed_with_nothing_switched(url: str) -> None:
+    before = slots(url)
+
+    groups = kill_rebuild_half_way(url)
 
     deadline = time.monotonic() + GONE_SECONDS
     while not all(ended(pid) for pid in groups) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert [pid for pid in groups if not ended(pid)] == [], "a group outlived its parent"
-    after = slots(long_history)
+    after = slots(url)
     assert {name: active for name, (active, _) in after.items()} == {
         name: active for name, (active, _) in before.items()
     }, "a group switched after its parent was killed"
     assert any(building is not None for _, building in after.values())
 
 
+def test_killing_a_rebuild_kills_its_group_processes_and_nothing_switches(
+    long_history: str,
+) -> None:
+    assert_killed_with_nothing_switched(long_history)
+
+
+@pytest.mark.slow
+def test_killed_rebuilds_never_switch_however_often_they_are_killed(long_history: str) -> None:
+    for _ in range(3):
+        assert_killed_with_nothing_switched(long_history)
+
+
 def test_the_rebuild_after_a_killed_one_resumes_it_and_switches(long_history: str) -> None:
-    parent = subprocess.Popen(
-        [sys.executable, "-m", "runledger.infrastructure.cli", "projections", "rebuild", "--all"],
-        env={**environment(), "RUNLEDGER_URL": long_history},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_until(lambda: building_pages(long_history), "a group committed a page")
-    finally:
-        parent.send_signal(signal.SIGKILL)
-        parent.wait(timeout=30)
+    kill_rebuild_half_way(long_history)
     killed = {name: building for name, (_, building) in slots(long_history).items() if building}
 
     with open_runtime(long_history, embedded_projections=False) as runtime:
