@@ -69,6 +69,10 @@ class Aggregates(ABC):
     def settings_scopes_active_on(self, run_id: str) -> Iterator[SettingsScope]:
         """The settings scopes active on the run, in the order they became active on it."""
 
+    @abstractmethod
+    def restarts_in_tree(self, root_run_id: str) -> Iterator[Run]:
+        """The restart children of every run with that root, in the order they were created."""
+
     def find_run(self, run_id: str) -> Run | None:
         """The run with that id, or None."""
         return self.get(Run, run_aggregate_id(run_id))
@@ -145,6 +149,14 @@ class AggregateSet(Aggregates):
     def messages_of_source(self, source_id: str) -> Iterator[WorkflowMessage]:
         found = [a for a in self._everything(WorkflowMessage) if a.source_id == source_id]
         return self._read(WorkflowMessage, found)
+
+    def restarts_in_tree(self, root_run_id: str) -> Iterator[Run]:
+        found = [
+            run
+            for run in self._everything(Run)
+            if run.root_run_id == root_run_id and run.lineage_kind == "restart"
+        ]
+        return self._read(Run, found)
 
     def settings_scopes_active_on(self, run_id: str) -> Iterator[SettingsScope]:
         found = [a for a in self._everything(SettingsScope) if a.active_run_id == run_id]

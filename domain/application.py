@@ -109,7 +109,13 @@ from runledger.domain.records import (
     UpdateRecord,
     WorkflowMessageRecord,
 )
-from runledger.domain.runs import Run, check_interruption_reason, check_run_id, run_aggregate_id
+from runledger.domain.runs import (
+    Run,
+    check_interruption_reason,
+    check_run_id,
+    restarts_in_tree_key,
+    run_aggregate_id,
+)
 from runledger.domain.serialisation import LedgerMapper
 from runledger.domain.session_segments import (
     SessionSegment,
@@ -242,6 +248,9 @@ class UnitOfWork(Aggregates):
 
     def effects_of(self, run_id: str) -> Iterator[Effect]:
         return self._indexed(Effect, effects_of_run_key(run_id))
+
+    def restarts_in_tree(self, root_run_id: str) -> Iterator[Run]:
+        return self._indexed(Run, restarts_in_tree_key(root_run_id))
 
     def settings_scopes_active_on(self, run_id: str) -> Iterator[SettingsScope]:
         # The index lists every scope that ever became active on the run; some moved on.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from itertools import chain
 from typing import NamedTuple
 
 from runledger.domain.aggregates import Aggregates
@@ -50,11 +51,7 @@ def restart_run(
     if source.restart_child_id is not None:
         return Restart(aggregates.run(source.restart_child_id), adopted=True)
     fingerprint = source.terminal_fingerprint
-    if any(
-        run.parent_terminal_fingerprint == fingerprint
-        for run in (source, *ancestors(source, aggregates))
-    ):
-        raise RepeatedTerminalOutcomeError()
+    check_outcome_is_new(aggregates, source)
     # Rule 11: the child's id comes from the terminal message, so a retry finds the same one.
     child_id = restart_run_id(message.workflow_message_id)
     check_run_id_unused(aggregates, child_id)
@@ -78,6 +75,21 @@ def restart_run(
         now=now,
     )
     return Restart(child, adopted=False)
+
+
+def check_outcome_is_new(aggregates: Aggregates, source: Run) -> None:
+    """Rule 9: no run with the source's root already restarted from the same terminal facts
+    (a sibling's or another branch's restart counts as much as an ancestor's).
+
+    The tree's restart children come from the store's index (``restarts_in_tree``), read
+    whole: O(restarts in the tree). Runs written before that index existed are not in it, so
+    the source's own line is walked too, as it always was.
+    """
+    fingerprint = source.terminal_fingerprint
+    line = [source, *ancestors(source, aggregates)]
+    restarts = aggregates.restarts_in_tree(source.root_run_id)
+    if any(run.parent_terminal_fingerprint == fingerprint for run in chain(line, restarts)):
+        raise RepeatedTerminalOutcomeError()
 
 
 def check_terminal_turn(

@@ -68,6 +68,11 @@ def run_aggregate_id(run_id: str) -> UUID:
     return aggregate_id("run", run_id)
 
 
+def restarts_in_tree_key(root_run_id: str) -> str:
+    """The index key under which every restart child of the tree rooted at a run is found."""
+    return f"restarts-in-tree:{root_run_id}"
+
+
 def check_run_id(run_id: object) -> str:
     """Upstream's run id shape: a letter or digit, then up to 199 of ``[A-Za-z0-9._-]``."""
     if not isinstance(run_id, str) or RUN_ID_PATTERN.fullmatch(run_id) is None:
@@ -168,6 +173,13 @@ class Run(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
         def upcast_v1_v2(state: dict[str, Any]) -> None:
             """Runs created before receipts existed came from no decision."""
             state["human_decision"] = None
+
+        def lookup_key(self) -> str | None:
+            # Upstream §3.8 rule 9 looks for a restart anywhere in the tree, and a run knows
+            # its parent, not its children: the index is the way down.
+            if self.lineage_kind == "restart":
+                return restarts_in_tree_key(self.root_run_id)
+            return None
 
         def apply(self, run: Run) -> None:
             run.run_id = self.run_id

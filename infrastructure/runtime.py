@@ -39,7 +39,7 @@ from runledger.infrastructure.views.projector import (
     Projector,
     SameCommitViews,
 )
-from runledger.infrastructure.views.rebuild import rebuild_in_processes, split
+from runledger.infrastructure.views.rebuild import die_with_parent, rebuild_in_processes, split
 from runledger.infrastructure.views.replay import check_as_of, replay
 from runledger.infrastructure.views.store import ViewReaderBase, ViewStore
 from runledger.projections import (
@@ -531,6 +531,7 @@ def open_runtime(
 
 def rebuild_group(url: str, names: list[str], messages: Any, options: dict[str, Any]) -> None:
     """Rebuild ``names`` in this (spawned) process, reporting on ``messages``."""
+    die_with_parent()
     try:
         with open_runtime(url, embedded_projections=False, projections=names) as runtime:
             outcomes = runtime.builds.rebuild(

@@ -23,8 +23,11 @@ from runledger.infrastructure.audit.bundle_format import (
     CHAIN,
     FORMAT,
     FORMAT_VERSION,
+    HEADS,
     catalogue,
     entry_of,
+    header_digest,
+    line_text,
     store_version,
 )
 from runledger.infrastructure.audit.lineage import audited_run, lineage_runs
@@ -67,39 +70,21 @@ def export_bundle(
     target = bundle_path(path)
     run = audited_run(runtime, run_id)
     runs = lineage_runs(runtime, run) if with_lineage else [run.run_id]
-    lines: list[str] = []
-    events: list[dict[str, Any]] = []
-    chains: dict[str, dict[str, Any]] = {}
-    for notification in run_notifications(runtime.storage, runs):
-        aggregate_id = aggregate_text(notification.originator_id)
-        text = canonical_json(
-            {
-                "position": notification.id,
-                "wire_name": notification.topic,
-                "aggregate_id": aggregate_id,
-                "version": notification.originator_version,
-                "state": orjson.loads(notification.state),
-            }
-        )
-        chain = chains.get(aggregate_id)
-        if chain is None:
-            chain = chains[aggregate_id] = {
-                "first": notification.originator_version,
-                "head": chain_start(aggregate_id),
-            }
-        chain["head"] = chain_link(chain["head"], text)
-        chain["last"] = notification.originator_version
-        lines.append(f'{{"event":{text},"hash":"{chain["head"]}","kind":"event"}}')
-        # Parsed back from its text, so the digests below come from what the bundle holds.
-        events.append(orjson.loads(text))
-        if progress is not None and len(events) % 1000 == 0:
-            progress(1000)
-    if progress is not None and len(events) % 1000:
-        progress(len(events) % 1000)
-    fresh = reproject(
-        (entry_of(event) for event in events), default_projections(), progress=progress
-    )
-    header = {
+    stored = [
+        {
+            "position": notification.id,
+            "wire_name": notification.topic,
+            "aggregate_id": aggregate_text(notification.originator_id),
+            "version": notification.originator_version,
+            "state": orjson.loads(notification.state),
+        }
+        for notification in run_notifications(runtime.storage, runs)
+    ]
+    aggregates: dict[str, dict[str, int]] = {}
+    for event in stored:
+        span = aggregates.setdefault(event["aggregate_id"], {"first": event["version"]})
+        span["last"] = event["version"]
+    header: dict[str, Any] = {
         "kind": "header",
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -109,11 +94,36 @@ def export_bundle(
         "store_version": store_version(),
         "catalogue": catalogue(),
         "chain": CHAIN,
-        "events": len(events),
-        "aggregates": chains,
+        "events": len(stored),
+        "aggregates": aggregates,
     }
+    # The chains start from the header, so they are written once it is complete (but heads).
+    digest = header_digest(header)
+    heads: dict[str, str] = {}
+    lines: list[str] = []
+    events: list[dict[str, Any]] = []
+    for event in stored:
+        aggregate_id = event["aggregate_id"]
+        text = canonical_json(event)
+        previous = heads.get(aggregate_id)
+        first = previous is None
+        head = heads[aggregate_id] = chain_link(
+            chain_start(aggregate_id, digest) if previous is None else previous, text
+        )
+        seed = f'"header":"{digest}",' if first else ""
+        lines.append(line_text(f'{{"event":{text},"hash":"{head}",{seed}"kind":"event"}}'))
+        # Parsed back from its text, so the digests below come from what the bundle holds.
+        events.append(orjson.loads(text))
+        if progress is not None and len(events) % 1000 == 0:
+            progress(1000)
+    if progress is not None and len(events) % 1000:
+        progress(len(events) % 1000)
+    fresh = reproject(
+        (entry_of(event) for event in events), default_projections(), progress=progress
+    )
+    header[HEADS] = heads
     digests = {"kind": "digests", "read_models": fresh.digests()}
-    _write(target, [canonical_json(header), *lines, canonical_json(digests)])
+    _write(target, [line_text(canonical_json(header)), *lines, line_text(canonical_json(digests))])
     return len(events)
 
 

@@ -1,17 +1,34 @@
-"""The export bundle's format, shared by the writer (``bundle``) and the offline checker.
+r"""The export bundle's format, shared by the writer (``bundle``) and the offline checker.
 
-JSON lines, each one canonical JSON (``domain.canonical``):
+JSON lines, each one canonical JSON (``domain.canonical``) and ended by ``\n`` alone:
 
 1. ``{"kind": "header", ...}``: the format and its version, the run, whether its lineage is
    included and which runs that is, the runledger version that wrote it, the event catalogue
    (each wire name's class version and payload fields), the hash-chain definition, the number
-   of events and, per aggregate, its first and last version in the bundle and its chain head.
+   of events, per aggregate its first and last version in the bundle (``aggregates``) and,
+   apart, its chain head (``heads``).
 2. One ``{"kind": "event", "event": {...}, "hash": h_n}`` per event in log order; ``event``
    holds position, wire name, aggregate id, version and the stored payload (``state``), and
-   ``hash`` is the aggregate's chain link (``domain.audit_chain``).
+   ``hash`` is the aggregate's chain link (``domain.audit_chain``). An aggregate's first line
+   also carries ``"header"``: the header digest its chain was seeded with, so that a changed
+   header is named as such rather than as an altered event.
 3. ``{"kind": "digests", "read_models": {name: {"version", "digest" | "stalled"}}}``: what
    re-projecting exactly these events from scratch gives, digest by digest
    (``views.digest``), or where a model stalled.
+
+The header digest is the SHA-256 of the header's canonical JSON without ``heads`` (the heads
+depend on the seed, so they cannot be under it; the chains check them instead).
+
+Canonical JSON writes U+2028, U+2029 and U+0085 unescaped, as upstream's does; a line is
+nevertheless only ever ended by ``\n`` (JSON text escapes every control character below
+U+0020, so ``\n`` never occurs inside a line), and the reader splits on ``\n`` alone. The
+writer also writes those three as ``\u`` escapes, so tools that split on Unicode line breaks
+(Python's ``str.splitlines``, some editors) still see one record a line; the hashes are over
+the canonical JSON of the parsed values, which the escapes do not change.
+
+Format 1 (bundles written before the header was bound) had the heads inside ``aggregates``,
+no ``"header"`` on event lines and chains seeded by the aggregate alone: its bundles still
+verify, but nothing binds their header.
 """
 
 from __future__ import annotations
@@ -21,19 +38,38 @@ from typing import Any, Final
 
 import orjson
 
-from runledger.domain.audit_chain import CHAIN_SEED
+from runledger.domain.audit_chain import CHAIN_SEED, CHAIN_SEED_V1
+from runledger.domain.canonical import json_digest
 from runledger.domain.catalogue import DOMAIN_EVENTS
 from runledger.domain.ports import LogEntry
 from runledger.domain.serialisation import payload_fields
 
 FORMAT: Final = "runledger-audit-bundle"
-FORMAT_VERSION: Final = 1
+FORMAT_VERSION: Final = 2
 EVENT_KEYS: Final = frozenset({"position", "wire_name", "aggregate_id", "version", "state"})
-CHAIN: Final = {
-    "algorithm": "sha256",
-    "h0": f'sha256("{CHAIN_SEED}" || 0x00 || aggregate_id)',
-    "link": "h_n = sha256(h_{n-1} || canonical_json(event_n)), hashes as lower-case hex text",
+LINE_KEYS: Final = frozenset({"kind", "event", "hash"})
+FIRST_LINE_KEYS: Final = LINE_KEYS | {"header"}
+"""An aggregate's first event line also names the header digest its chain starts from."""
+DIGEST_KEYS: Final = frozenset({"kind", "read_models"})
+HEADS: Final = "heads"
+_LINK: Final = "h_n = sha256(h_{n-1} || canonical_json(event_n)), hashes as lower-case hex text"
+CHAINS: Final = {
+    1: {
+        "algorithm": "sha256",
+        "h0": f'sha256("{CHAIN_SEED_V1}" || 0x00 || aggregate_id)',
+        "link": _LINK,
+    },
+    2: {
+        "algorithm": "sha256",
+        "h0": f'sha256("{CHAIN_SEED}" || 0x00 || header_digest || 0x00 || aggregate_id)',
+        "header_digest": f'sha256(canonical_json(header without "{HEADS}"))',
+        "link": _LINK,
+    },
 }
+"""The hash-chain definition each readable format version declares in its header."""
+CHAIN: Final = CHAINS[FORMAT_VERSION]
+# Unicode line breaks that JSON leaves unescaped: written escaped (see the module docstring).
+_LINE_BREAKS: Final = {0x2028: "\\u2028", 0x2029: "\\u2029", 0x85: "\\u0085"}
 
 
 def catalogue() -> dict[str, dict[str, Any]]:
@@ -53,6 +89,16 @@ def store_version() -> str:
         return version("runledger")
     except PackageNotFoundError:
         return "unknown"
+
+
+def header_digest(header: dict[str, Any]) -> str:
+    """The digest a format-2 header seeds its chains with: everything but the heads."""
+    return json_digest({key: value for key, value in header.items() if key != HEADS})
+
+
+def line_text(canonical: str) -> str:
+    """A canonical JSON line as written: Unicode line breaks escaped (same parsed value)."""
+    return canonical.translate(_LINE_BREAKS)
 
 
 def entry_of(event: dict[str, Any]) -> LogEntry:

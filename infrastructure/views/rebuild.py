@@ -3,12 +3,23 @@
 A rebuild is CPU-bound Python, so threads would share one core. Each group of projections is
 replayed by a process of its own, reading the log itself and committing its own pages; the
 groups touch disjoint tables and tracking rows, so they never conflict.
+
+A group's process dies with the process that started it (``die_with_parent``): an operator who
+kills a rebuild means stop, so no build goes on, and no switch happens, after the parent is
+gone. What a killed build committed stays in its ``building`` slot, and the next rebuild
+resumes it (``--restart`` starts afresh); its lock is free as soon as its holder is gone.
 """
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
+import multiprocessing.connection
+import os
 import queue
+import signal
+import sys
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
@@ -27,6 +38,38 @@ def split(names: Sequence[str], groups: int) -> list[list[str]]:
         buckets[lightest].append(name)
         loads[lightest] += WEIGHTS.get(name, 1)
     return [bucket for bucket in buckets if bucket]
+
+
+_PR_SET_PDEATHSIG: Final = 1
+ORPHANED_EXIT_CODE: Final = 70
+"""How a group's process ends when it finds its parent gone (``EX_SOFTWARE``)."""
+
+
+def die_with_parent() -> None:
+    """End this spawned process as soon as the process that started it ends.
+
+    On Linux the kernel kills it (``PR_SET_PDEATHSIG``), at once and whatever it is doing;
+    elsewhere, and as a fallback, a thread waits for end-of-file on the pipe that
+    multiprocessing keeps open from the parent, and exits the process there. Neither needs
+    the parent's cooperation, so a parent killed with SIGKILL takes its groups along. A
+    transaction cut short this way is rolled back by the database, like any crash.
+    """
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+    if sys.platform == "linux":
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    sentinel = parent.sentinel
+
+    def watch() -> None:
+        multiprocessing.connection.wait([sentinel])
+        os._exit(ORPHANED_EXIT_CODE)
+
+    threading.Thread(target=watch, name="runledger-parent-watch", daemon=True).start()
+    # The parent may have died before the kernel was told to signal its death.
+    if not parent.is_alive():
+        os._exit(ORPHANED_EXIT_CODE)
 
 
 GroupRebuild = Callable[[str, list[str], Any, dict[str, Any]], None]

@@ -207,7 +207,19 @@ def _holder_gone(owner: str) -> bool:
         return True
     except PermissionError:
         return False
-    return False
+    return _is_zombie(int(pid_text))
+
+
+def _is_zombie(pid: int) -> bool:
+    """Whether the process has ended but was not reaped: a killed rebuild's groups are
+    orphans, and where nothing reaps orphans (a container's PID 1 often does not) they stay
+    zombies, which signal 0 still finds."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            # The state follows the command name, which is in parentheses and may hold any.
+            return stat.read().rpartition(b")")[2].split()[0] == b"Z"
+    except (OSError, IndexError):
+        return False
 
 
 class SqlViewStore(ViewStore):

@@ -18,10 +18,14 @@ from runledger.domain.errors import (
     RunNotFoundError,
 )
 from runledger.infrastructure import open_store, verify_bundle
+from runledger.infrastructure.audit.verify_bundle import Detail
 from runledger.infrastructure.store import WorkflowStore
 from tests.integration.conftest import BACKENDS
 from tests.support.audit import event_lines, play_demo, read_lines, write_lines
 from tests.support.clock import FakeClock
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+LINE_BREAKS = ["\u2028", "\u2029", "\u0085"]
 
 
 @pytest.fixture
@@ -234,6 +238,9 @@ def test_reordered_events_of_one_aggregate_are_named(bundle) -> None:
             id="catalogue-fields",
         ),
         pytest.param(lambda header: header.update(events=header["events"] + 1), id="count"),
+        pytest.param(lambda header: header["aggregates"].clear(), id="aggregates"),
+        pytest.param(lambda header: header.pop("heads"), id="heads-missing"),
+        pytest.param(lambda header: header["chain"].update(algorithm="md5"), id="chain"),
     ],
 )
 def test_a_tampered_header_is_named(bundle, tamper) -> None:
@@ -244,6 +251,132 @@ def test_a_tampered_header_is_named(bundle, tamper) -> None:
     verdict = verify_bundle(bundle)
 
     assert verdict.problem == "header", verdict
+
+
+def first_run(header: dict) -> str:
+    return next(run for run in header["runs"] if run != header["run_id"])
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        pytest.param(lambda header: header.update(run_id=first_run(header)), id="run-id"),
+        pytest.param(lambda header: header.update(store_version="0.0.1"), id="store-version"),
+        pytest.param(lambda header: header["catalogue"].pop("effect.settled"), id="catalogue"),
+        pytest.param(lambda header: header.update(lineage=False), id="lineage"),
+        pytest.param(lambda header: header["runs"].reverse(), id="runs"),
+    ],
+)
+def test_a_header_changed_so_that_it_still_reads_well_is_named_changed(bundle, tamper) -> None:
+    lines = read_lines(bundle)
+    tamper(lines[0])
+    write_lines(bundle, lines)
+
+    verdict = verify_bundle(bundle)
+
+    assert (verdict.problem, verdict.detail, verdict.line) == ("header", Detail.REBOUND, 1)
+
+
+def test_a_header_changed_with_its_digest_on_the_first_line_is_named_an_altered_line(
+    bundle,
+) -> None:
+    lines = read_lines(bundle)
+    lines[0]["store_version"] = "0.0.1"
+    first = event_lines(lines)[0]
+    lines[first]["header"] = "0" * 64
+    write_lines(bundle, lines)
+
+    verdict = verify_bundle(bundle)
+
+    assert (verdict.problem, verdict.line) == ("altered", first + 1)
+
+
+def test_an_aggregate_cut_short_with_its_header_span_edited_to_match_is_named(bundle) -> None:
+    """Before the header was bound, dropping an aggregate's last event and editing its span,
+    head and the count to match verified."""
+    lines = read_lines(bundle)
+    header = lines[0]
+    aggregate = next(a for a, span in header["aggregates"].items() if span["last"] > span["first"])
+    of_aggregate = [i for i in event_lines(lines) if lines[i]["event"]["aggregate_id"] == aggregate]
+    lines.pop(of_aggregate[-1])
+    header["aggregates"][aggregate]["last"] -= 1
+    header["events"] -= 1
+    header["heads"][aggregate] = lines[of_aggregate[-2]]["hash"]
+    write_lines(bundle, lines)
+
+    assert verify_bundle(bundle).problem == "header"
+
+
+def test_an_edited_chain_head_is_named_altered(bundle) -> None:
+    lines = read_lines(bundle)
+    aggregate = next(iter(lines[0]["heads"]))
+    lines[0]["heads"][aggregate] = "0" * 64
+    write_lines(bundle, lines)
+
+    verdict = verify_bundle(bundle)
+
+    assert (verdict.problem, verdict.detail, verdict.aggregate_id) == (
+        "altered",
+        Detail.HEAD,
+        aggregate,
+    )
+
+
+@pytest.mark.parametrize(
+    "span",
+    [
+        {"first": 2, "last": 1},
+        {"first": 0, "last": 0},
+        {"first": 1},
+        {"first": True, "last": 1},
+        {"first": 1, "last": "2"},
+        "1-2",
+    ],
+)
+def test_a_forged_aggregate_in_the_header_is_a_header_verdict(bundle, span) -> None:
+    lines = read_lines(bundle)
+    lines[0]["aggregates"]["forged"] = span
+    lines[0]["heads"]["forged"] = "x"
+    write_lines(bundle, lines)
+
+    verdict = verify_bundle(bundle)
+
+    assert (verdict.problem, verdict.detail) == ("header", Detail.AGGREGATES)
+
+
+def test_a_forged_aggregate_with_no_events_is_named_a_header_change(bundle) -> None:
+    lines = read_lines(bundle)
+    lines[0]["aggregates"]["forged"] = {"first": 1, "last": 1}
+    lines[0]["heads"]["forged"] = "x"
+    write_lines(bundle, lines)
+
+    verdict = verify_bundle(bundle)
+
+    assert verdict.problem == "header"
+
+
+@pytest.mark.parametrize("extra", ["note", "header"])
+def test_an_event_line_with_a_field_of_its_own_is_named_altered(bundle, extra) -> None:
+    lines = read_lines(bundle)
+    index = finished_line(lines)
+    lines[index][extra] = "added"
+    write_lines(bundle, lines)
+
+    verdict = verify_bundle(bundle)
+
+    assert (verdict.problem, verdict.detail, verdict.line) == (
+        "altered",
+        Detail.LINE_FIELDS,
+        index + 1,
+    )
+
+
+def test_a_digests_line_with_a_field_of_its_own_is_named(bundle) -> None:
+    lines = read_lines(bundle)
+    lines[-1]["note"] = "added"
+    write_lines(bundle, lines)
+
+    assert verify_bundle(bundle).problem == "digest"
 
 
 def test_a_tampered_digest_is_named_with_its_read_model(bundle) -> None:
@@ -261,6 +394,61 @@ def test_a_removed_digest_line_is_named(bundle) -> None:
     write_lines(bundle, lines[:-1])
 
     assert verify_bundle(bundle).problem == "digest"
+
+
+# -- text holding Unicode line breaks -----------------------------------------------------
+
+
+@pytest.mark.parametrize("line_break", LINE_BREAKS, ids=["U+2028", "U+2029", "U+0085"])
+def test_a_run_whose_text_holds_a_unicode_line_break_exports_a_bundle_that_verifies(
+    store, tmp_path, line_break
+) -> None:
+    text = f"a{line_break}b"
+    store.create_run("run-lines", workflow_name="review", input={"text": text}, title=text)
+    store.finish_run("run-lines", status="completed", final_output={"said": text})
+    path = tmp_path / "lines.jsonl"
+
+    written = store.export_run("run-lines", path)
+    verdict = verify_bundle(path)
+
+    assert (verdict.ok, verdict.events) == (True, written), verdict
+    # One record a line even for tools that split on Unicode line breaks, and the text kept.
+    assert len(path.read_text(encoding="utf-8").splitlines()) == written + 2
+    created = read_lines(path)[1]["event"]["state"]
+    assert created["input"] == {"text": text}
+
+
+@pytest.mark.parametrize("name", ["bundle_v1_demo.jsonl", "bundle_v1_lines.jsonl"])
+def test_a_bundle_of_format_1_still_verifies(name) -> None:
+    """Written by the format-1 writer; the second holds U+2028, U+2029 and U+0085 unescaped,
+    which the reader of format 1 cut into lines of their own."""
+    path = FIXTURES / name
+
+    verdict = verify_bundle(path)
+
+    assert verdict.ok, verdict
+    assert verdict.events == read_lines(path)[0]["events"]
+
+
+def test_a_format_1_bundle_keeps_its_header_checks(tmp_path) -> None:
+    path = tmp_path / "v1.jsonl"
+    lines = read_lines(FIXTURES / "bundle_v1_demo.jsonl")
+    aggregate = next(iter(lines[0]["aggregates"]))
+    lines[0]["aggregates"][aggregate]["head"] = "0" * 64
+    write_lines(path, lines)
+
+    assert verify_bundle(path).problem == "altered"
+
+
+def test_a_format_1_event_is_still_checked_against_its_chain(tmp_path) -> None:
+    path = tmp_path / "v1.jsonl"
+    lines = read_lines(FIXTURES / "bundle_v1_lines.jsonl")
+    lines[1]["event"]["state"]["input"] = {"text": "changed"}
+    write_lines(path, lines)
+
+    verdict = verify_bundle(path)
+
+    assert (verdict.problem, verdict.detail, verdict.line) == ("altered", Detail.UNCHAINED, 2)
 
 
 # -- bad input ------------------------------------------------------------------------------

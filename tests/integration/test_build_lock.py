@@ -6,7 +6,9 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -81,6 +83,23 @@ def test_a_lock_held_by_a_gone_process_of_this_host_is_taken_over(
     views.try_lock(NAME, gone_process_owner(), lease_seconds=600)
 
     assert views.try_lock(NAME, "host:2:second", lease_seconds=60) is None
+
+
+def test_a_lock_held_by_an_ended_but_unreaped_process_is_taken_over(
+    views: ViewStore, store_url: str
+) -> None:
+    """A killed rebuild's groups are orphans; where nothing reaps orphans they stay zombies."""
+    if store_url == "memory://":
+        pytest.skip("one process holds a memory store: its holders cannot be gone")
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        while Path(f"/proc/{zombie.pid}/stat").read_bytes().rpartition(b")")[2].split()[0] != b"Z":
+            time.sleep(0.01)
+        views.try_lock(NAME, f"{socket.gethostname()}:{zombie.pid}:token", lease_seconds=600)
+
+        assert views.try_lock(NAME, "host:2:second", lease_seconds=60) is None
+    finally:
+        zombie.wait()
 
 
 def test_a_lock_held_by_a_live_process_of_another_host_holds(

@@ -1173,6 +1173,41 @@ def test_e4_restart_repeating_the_same_terminal_outcome_is_rejected(
     )
 
 
+def test_e4_restart_repeating_an_outcome_restarted_on_another_branch_is_rejected(
+    store: WorkflowStore,
+) -> None:
+    """Issue 27: run-2 continues run-1; both complete alike, so one fingerprint. run-1's
+    restart hangs off run-1, beside run-2's line of parents, and still counts (rule 9)."""
+    running_run(store, "run-1")
+    running_run(store, "run-2", parent_run_id="run-1")
+    store.finish_run("run-1", status="completed")
+    restart(store, "run-1")
+    store.finish_run("run-2", status="completed")
+    message_id, _ = present_terminal(store, "run-2")
+
+    assert_rejected(
+        store,
+        RepeatedTerminalOutcomeError,
+        "The same terminal outcome already occurred in this restart chain",
+        restart_from,
+        store,
+        message_id,
+        "run-2",
+    )
+
+
+def test_e4_the_same_outcome_in_another_tree_is_restarted(store: WorkflowStore) -> None:
+    running_run(store, "run-9")
+    store.finish_run("run-9", status="completed")
+    restart(store, "run-9")
+    running_run(store, "run-1")
+    store.finish_run("run-1", status="completed")
+
+    receipt = restart(store, "run-1")
+
+    assert (receipt.parent_run_id, receipt.adopted) == ("run-1", False)
+
+
 def test_e4_restart_after_a_different_outcome_is_allowed(store: WorkflowStore) -> None:
     failed_and_presented(store)
     child = restart(store, RUN).run_id

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from runledger.domain.audit_chain import chain_link, chain_start
+from runledger.domain.audit_chain import chain_link, chain_start, chain_start_v1
 from runledger.domain.catalogue import WIRE_NAMES
 from runledger.infrastructure.audit.run_verification import ROW_OWNERS, SESSION_WIDE
 from runledger.infrastructure.audit.summaries import FAMILIES, SUMMARIES, summarise, text
@@ -46,11 +46,25 @@ def test_every_read_model_table_says_which_run_owns_its_rows() -> None:
     assert set(SESSION_WIDE) <= {name for name, column in ROW_OWNERS.items() if column}
 
 
-def test_a_chain_starts_from_its_aggregate_and_links_each_event_to_the_last() -> None:
+def test_a_chain_starts_from_the_header_and_its_aggregate_and_links_each_event_to_the_last():
     aggregate = "6f1c1a4e-0000-5000-8000-000000000001"
-    h0 = chain_start(aggregate)
+    header = "ab" * 32
+    h0 = chain_start(aggregate, header)
     event = '{"position":1}'
 
-    assert h0 == hashlib.sha256(f"runledger-audit-chain-v1\0{aggregate}".encode()).hexdigest()
+    assert (
+        h0
+        == hashlib.sha256(f"runledger-audit-chain-v2\0{header}\0{aggregate}".encode()).hexdigest()
+    )
     assert chain_link(h0, event) == hashlib.sha256((h0 + event).encode()).hexdigest()
-    assert chain_start("another") != h0
+    assert chain_start("another", header) != h0
+    assert chain_start(aggregate, "cd" * 32) != h0
+
+
+def test_a_format_1_chain_started_from_its_aggregate_alone() -> None:
+    aggregate = "6f1c1a4e-0000-5000-8000-000000000001"
+
+    assert (
+        chain_start_v1(aggregate)
+        == hashlib.sha256(f"runledger-audit-chain-v1\0{aggregate}".encode()).hexdigest()
+    )

@@ -234,3 +234,77 @@ def test_an_existing_restart_child_is_adopted_before_the_same_outcome_rule() -> 
     outcome.then([])
     assert isinstance(outcome.result, Restart)
     assert (outcome.result.child.run_id, outcome.result.adopted) == ("run-3", True)
+
+
+# -- the same outcome anywhere in the tree (§3.8 rule 9) ----------------------------------------
+
+
+def restarted(run_id: str) -> tuple[Step, ...]:
+    """The run ended (failed, "boom"), was presented, and was restarted."""
+    return (*presented(run_id), restarting(run_id))
+
+
+def test_a_siblings_restart_from_the_same_outcome_refuses_the_restart() -> None:
+    siblings = (
+        created("run-1", status="waiting"),
+        created("run-2", parent_run_id="run-1"),
+        created("run-3", parent_run_id="run-1"),
+        *restarted("run-2"),
+        *presented("run-3"),
+    )
+    when_restarting(*siblings, run_id="run-3").then_raises(
+        RepeatedTerminalOutcomeError,
+        "The same terminal outcome already occurred in this restart chain",
+    )
+
+
+def test_an_ancestors_restart_on_another_branch_refuses_the_restart() -> None:
+    """The issue's case: run-1's restart hangs off run-1, not off run-2's line of parents."""
+    tree = (
+        created("run-1", status="waiting"),
+        created("run-2", parent_run_id="run-1"),
+        *restarted("run-1"),
+        *presented("run-2"),
+    )
+    when_restarting(*tree, run_id="run-2").then_raises(
+        RepeatedTerminalOutcomeError,
+        "The same terminal outcome already occurred in this restart chain",
+    )
+
+
+def test_a_different_outcome_in_the_same_tree_is_restarted() -> None:
+    tree = (
+        created("run-1", status="waiting"),
+        created("run-2", parent_run_id="run-1"),
+        created("run-3", parent_run_id="run-1"),
+        *restarted("run-2"),
+        ended("run-3", error="another failure"),
+        terminal_sent("run-3"),
+        terminal_turn("run-3"),
+    )
+    outcome = when_restarting(*tree, run_id="run-3")
+    outcome.then(
+        [
+            ("run.restart-child-created", {"run_id": "run-3"}),
+            ("run.created", {"lineage_kind": "restart", "root_run_id": "run-1"}),
+            ("run.session-bound", {}),
+        ]
+    )
+
+
+def test_the_same_outcome_in_another_tree_is_restarted() -> None:
+    trees = (
+        created("run-9"),
+        *restarted("run-9"),
+        created("run-1", status="waiting"),
+        created("run-2", parent_run_id="run-1"),
+        *presented("run-2"),
+    )
+    outcome = when_restarting(*trees, run_id="run-2")
+    outcome.then(
+        [
+            ("run.restart-child-created", {"run_id": "run-2"}),
+            ("run.created", {"lineage_kind": "restart", "root_run_id": "run-1"}),
+            ("run.session-bound", {}),
+        ]
+    )
