@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, get_args
 
 from runledger.domain.catalogue import DOMAIN_EVENTS
 from runledger.domain.errors import InvalidPageError, InvalidRunStatusError, UnknownRunCursorError
@@ -191,3 +191,57 @@ def _summary(row: Row) -> RunSummary:
         updated_at=datetime.fromisoformat(row["updated_at"]),
         finished_at=None if finished is None else datetime.fromisoformat(finished),
     )
+
+
+# -- the console's runs list -----------------------------------------------------------------
+
+FILTERS: Final = ("status", "workflow_name", "origin_session_id", "root_run_id", "run_id")
+"""The columns the console's runs list filters on, each by equality."""
+RUN_STATUSES: Final[tuple[str, ...]] = get_args(RunStatus)
+
+
+def newest_runs(
+    reader: ViewReader,
+    *,
+    filters: dict[str, str],
+    before: str | None = None,
+    limit: int = 50,
+) -> RunPage:
+    """Runs newest first, filtered by equality on ``FILTERS`` columns, from just before the
+    run ``before``: the same keyset as ``list_runs``, read the other way."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= MAX_PAGE:
+        raise InvalidPageError(f"runs page limit (at most {MAX_PAGE})")
+    start = None
+    if before is not None:
+        cursor = reader.get(RUNS, (before,))
+        if cursor is None:
+            raise UnknownRunCursorError(before)
+        start = cursor["position"]
+    rows = reader.scan(
+        RUNS,
+        equals=filters,
+        order_by="position",
+        descending=True,
+        after=start,
+        limit=limit + 1,
+    )
+    page = rows[:limit]
+    more = len(rows) > limit and bool(page)
+    return RunPage.model_construct(
+        runs=[_summary(row) for row in page],
+        next_after=page[-1]["run_id"] if more else None,
+    )
+
+
+def runs_by_id(reader: ViewReader, run_ids: Sequence[str]) -> list[RunSummary]:
+    """The list entries of these runs (unknown ones left out), in creation order."""
+    rows = reader.scan(RUNS, within={"run_id": list(run_ids)}, order_by="position")
+    return [_summary(row) for row in rows]
+
+
+def count_runs(reader: ViewReader, *, filters: dict[str, str]) -> dict[str, int]:
+    """How many runs match ``filters``, by status (every status, zeros included)."""
+    equals = dict(filters)
+    given = equals.pop("status", None)
+    statuses = RUN_STATUSES if given is None else (given,)
+    return {status: reader.count(RUNS, equals={**equals, "status": status}) for status in statuses}
