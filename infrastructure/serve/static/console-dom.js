@@ -182,7 +182,8 @@ export function table(columns, items, { caption = null, rowProps = null, testid 
                                                                              text: name }))));
   const body = h("tbody", { "data-testid": testid });
   for (const item of items) body.append(row(columns, item, rowProps));
-  return h("div", { class: "table-wrap" },
+  // Focusable, so a keyboard can scroll a table wider than its panel.
+  return h("div", { class: "table-wrap", tabindex: "0", role: "region", "aria-label": caption },
     h("table", { class: "cards" }, caption ? h("caption", { class: "sr-only", text: caption }) : null,
       head, body));
 }
