@@ -31,6 +31,7 @@ from runledger.infrastructure.serve.binding import InvalidRequestError
 from runledger.infrastructure.serve.console_reads import (
     LOG_PAGE,
     MAX_EVENTS_PAGE,
+    RunLogs,
     log_after,
     newest_runs,
     run_events,
@@ -189,6 +190,7 @@ class Console:
         self.check = check
         self.allows = allows
         self.feed = RunsFeed()
+        self.logs = RunLogs()
 
     async def page(self, _request: Request) -> Response:
         """The console page, for any of its URLs (public: it holds no data)."""
@@ -221,7 +223,7 @@ class Console:
         self.check(request, False)
         run_id = request.path_params["run_id"]
         check_arguments(("run_id",), (run_id,), {})
-        answer = await run_in_threadpool(run_overview, self.store, self.runtime, run_id)
+        answer = await run_in_threadpool(run_overview, self.store, self.runtime, self.logs, run_id)
         return _json(answer)
 
     async def events(self, request: Request) -> Response:

@@ -7,6 +7,8 @@ console shows nothing the store would not answer to any other client.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -23,9 +25,13 @@ from runledger.infrastructure.store import WorkflowStore
 from runledger.projections import runs
 
 LOG_PAGE: Final = 1000
+CACHED_RUNS: Final = 64
 LINEAGE_LIMIT: Final = 1000
 """Runs of one lineage tree shown at most (a tree that large is a loop gone wrong)."""
 SESSION_EVENTS_TAIL: Final = 50
+SHOWN_AT_MOST: Final = 100
+"""The latest messages, decisions and effects an overview holds (with how many there are):
+a run with 10,000 follow-ups has as many messages, which no page shows at once."""
 MAX_EVENTS_PAGE: Final = 1000
 
 
@@ -118,19 +124,50 @@ class _RunLog:
         elif name == Run.ClaimReleased.TOPIC and self.lease is not None:
             self.lease["released_at"] = event.recorded_at
 
+    def copy(self) -> _RunLog:
+        """A copy another thread may read while this one is read on."""
+        return _RunLog(
+            decisions=list(self.decisions),
+            effects=list(self.effects),
+            messages=list(self.messages),
+            turns={message: list(turns) for message, turns in self.turns.items()},
+            changes={scope: list(changes) for scope, changes in self.changes.items()},
+            lease=None if self.lease is None else dict(self.lease),
+            wire_names=dict(self.wire_names),
+            position=self.position,
+        )
 
-def _run_log(store: WorkflowStore, run_id: str) -> _RunLog:
-    gathered = _RunLog()
-    after = 0
-    while True:
-        page = store.event_log(after=after, limit=LOG_PAGE, run_id=run_id)
-        for event in page:
-            if event.payload.get("run_id") == run_id:
-                gathered.take(event)
-        if page:
-            after = gathered.position = page[-1].position
-        if len(page) < LOG_PAGE:
-            return gathered
+    def read_on(self, store: WorkflowStore, run_id: str) -> None:
+        """Take the run's events logged after the last one taken."""
+        while True:
+            page = store.event_log(after=self.position, limit=LOG_PAGE, run_id=run_id)
+            for event in page:
+                if event.payload.get("run_id") == run_id:
+                    self.take(event)
+            if page:
+                self.position = page[-1].position
+            if len(page) < LOG_PAGE:
+                return
+
+
+class RunLogs:
+    """Each recently viewed run's gathered log, read on from where it stopped: a live page
+    over a run with 10,000 follow-ups reads its 30,000 events once, then only what is new."""
+
+    def __init__(self, size: int = CACHED_RUNS) -> None:
+        self._size = size
+        self._logs: OrderedDict[str, _RunLog] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def of(self, store: WorkflowStore, run_id: str) -> _RunLog:
+        """What the run's own events name, up to now (a copy: the caller's to keep)."""
+        with self._lock:
+            log = self._logs.pop(run_id, None) or _RunLog()
+            log.read_on(store, run_id)
+            self._logs[run_id] = log
+            while len(self._logs) > self._size:
+                self._logs.popitem(last=False)
+            return log.copy()
 
 
 def _change_number(change: dict[str, Any]) -> int:
@@ -142,12 +179,14 @@ def _present(records: Sequence[Any]) -> list[Any]:
     return [record for record in records if record is not None]
 
 
-def run_overview(store: WorkflowStore, runtime: StoreRuntime, run_id: str) -> dict[str, Any]:
+def run_overview(
+    store: WorkflowStore, runtime: StoreRuntime, logs: RunLogs, run_id: str
+) -> dict[str, Any]:
     """Everything the run page shows beside the follow-up queue and the event history."""
     run = store.get_run(run_id)
     if run is None:
         raise RunNotFoundError(run_id)
-    log = _run_log(store, run_id)
+    log = logs.of(store, run_id)
     with runtime.running():
         lineage = runs.newest_runs(
             runtime.reader("runs"),
@@ -161,12 +200,14 @@ def run_overview(store: WorkflowStore, runtime: StoreRuntime, run_id: str) -> di
                 [store.get_turn(turn) for turn in log.turns.get(message.workflow_message_id, [])]
             ),
         }
-        for message in _present([store.get_workflow_message(m) for m in log.messages])
+        for message in _present(
+            [store.get_workflow_message(m) for m in log.messages[-SHOWN_AT_MOST:]]
+        )
     ]
     active = store.settings_scopes(run_id)
     # A scope that moved here with a continuation was changed under its earlier runs.
     for origin in dict.fromkeys(s.origin_run_id for s in active if s.origin_run_id != run_id):
-        for scope_id, changes in _run_log(store, origin).changes.items():
+        for scope_id, changes in logs.of(store, origin).changes.items():
             log.changes.setdefault(scope_id, []).extend(changes)
     scopes = [
         {
@@ -181,9 +222,14 @@ def run_overview(store: WorkflowStore, runtime: StoreRuntime, run_id: str) -> di
     return {
         "run": run,
         "lineage": sorted(lineage, key=lambda summary: summary.created_at),
-        "decisions": _present([store.get_human_decision(d) for d in log.decisions]),
-        "effects": _present([store.get_effect(e) for e in log.effects]),
+        "decisions": _present(
+            [store.get_human_decision(d) for d in log.decisions[-SHOWN_AT_MOST:]]
+        ),
+        "decisions_total": len(log.decisions),
+        "effects": _present([store.get_effect(e) for e in log.effects[-SHOWN_AT_MOST:]]),
+        "effects_total": len(log.effects),
         "messages": messages,
+        "messages_total": len(log.messages),
         "settings": scopes,
         "lease": log.lease,
         "segments": segments,
@@ -202,21 +248,24 @@ def run_events(
         raise RunNotFoundError(run_id)
     found: list[LoggedEvent] = []
     cursor = after
+    # Most of a run's log is its own: read a little more than asked, not a whole log page.
+    chunk = LOG_PAGE if wire_name is not None else min(LOG_PAGE, limit + 16)
     while len(found) < limit:
-        page = store.event_log(after=cursor, limit=LOG_PAGE, run_id=run_id)
+        page = store.event_log(after=cursor, limit=chunk, run_id=run_id)
         for event in page:
             cursor = event.position
             if event.payload.get("run_id") == run_id and wire_name in (None, event.wire_name):
                 found.append(event)
                 if len(found) == limit:
                     break
-        if len(page) < LOG_PAGE:
+        if len(page) < chunk:
             break
     more = len(found) == limit
     return {"events": found, "next_after": cursor if more else None}
 
 
 __all__: Sequence[str] = [
+    "RunLogs",
     "log_after",
     "newest_runs",
     "run_events",

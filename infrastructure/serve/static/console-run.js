@@ -270,11 +270,11 @@ export function runView(root, runId, nav, access) {
     const o = state.overview;
     renderFollowUps();
     renderLineage(o.lineage);
-    renderMessages(o.messages);
-    renderDecisions(o.decisions);
+    renderMessages(o.messages, o.messages_total);
+    renderDecisions(o.decisions, o.decisions_total);
     renderSettings(o.settings);
     renderSession(o);
-    renderEffects(o.effects);
+    renderEffects(o.effects, o.effects_total);
     renderLease(o.lease);
     renderEventFilter(o.wire_names);
     renderAudit();
@@ -307,9 +307,14 @@ export function runView(root, runId, nav, access) {
     set("lineage", roots.length ? tree(roots) : empty("No lineage."));
   }
 
-  function renderMessages(messages) {
-    count("messages", messages.length);
-    set("messages", messages.length ? table([
+  function latest(shown, total, what) {
+    return total > shown ? h("p", { class: "muted small", text: "The latest " + shown + " of "
+      + total + " " + what + "; the event history holds them all." }) : null;
+  }
+
+  function renderMessages(messages, total) {
+    count("messages", total);
+    set("messages", latest(messages.length, total, "messages"), messages.length ? table([
       ["order", (m) => m.message.order],
       ["kind", (m) => m.message.kind],
       ["delivery", (m) => badge(m.message.status)],
@@ -323,10 +328,10 @@ export function runView(root, runId, nav, access) {
     ], messages, { caption: "Workflow messages" }) : empty("No workflow messages."));
   }
 
-  function renderDecisions(decisions) {
-    count("decisions", decisions.length);
+  function renderDecisions(decisions, total) {
+    count("decisions", total);
     if (!decisions.length) { set("decisions", empty("No human decisions.")); return; }
-    set("decisions", ...decisions.map((d) => h("article", { class: "decision",
+    set("decisions", latest(decisions.length, total, "decisions"), ...decisions.map((d) => h("article", { class: "decision",
                                                             "data-testid": "decision" },
       h("h3", {}, d.request.title || d.node_id, " ", badge(d.status)),
       definitions([
@@ -436,10 +441,10 @@ export function runView(root, runId, nav, access) {
       ], o.session_events, { caption: "Session events" })) : null);
   }
 
-  function renderEffects(effects) {
-    count("effects", effects.length);
+  function renderEffects(effects, total) {
+    count("effects", total);
     if (!effects.length) { set("effects", empty("No managed effects.")); return; }
-    set("effects", ...effects.map((e) => h("article", { class: "effect", "data-testid": "effect" },
+    set("effects", latest(effects.length, total, "effects"), ...effects.map((e) => h("article", { class: "effect", "data-testid": "effect" },
       h("h3", {}, e.effect_type, " ", h("span", { class: "muted", text: e.key }), " ",
         badge(e.status)),
       h("ol", { class: "states", "aria-label": "Effect states" }, EFFECT_STATES.map((s) =>
@@ -550,7 +555,9 @@ export function runView(root, runId, nav, access) {
 
   Promise.all([loadRun(), loadFollowUps()])
     .then(() => {
-      loadOverview().catch(failed);
+      // Marks a measurement reads (tests/serve/console_timing.py): the first render, then all.
+      performance.mark("console:run-first-render");
+      loadOverview().then(() => performance.mark("console:run-overview")).catch(failed);
       loadEvents().catch(failed);
       return getJson("/console/api/runs?limit=1");
     })

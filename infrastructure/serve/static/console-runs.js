@@ -105,6 +105,7 @@ export function runsView(root, params, nav) {
       const page = await getJson("/console/api/runs" + query(filters, extra));
       if (!state.position) state.position = page.position;
       render(page);
+      performance.mark("console:runs-render");
     } catch (error) {
       message.replaceChildren(h("p", { class: "error", role: "alert", text: error.message }));
     }
