@@ -26,8 +26,8 @@ from runledger.infrastructure.runtime import open_runtime
 from runledger.infrastructure.serve.app import create_app
 from runledger.infrastructure.serve.auth import Access
 from runledger.infrastructure.serve.server import listening_socket
-from tests.serve.test_console_page import CHROMIUM, CHROMIUM_ARGS, TOKEN_SCRIPT
 from tests.serve.conftest import TOKEN
+from tests.serve.test_console_page import CHROMIUM, CHROMIUM_ARGS, TOKEN_SCRIPT
 
 
 def generate(url: str, runs: int, follow_ups: int) -> str:

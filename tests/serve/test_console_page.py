@@ -107,10 +107,10 @@ def serious_violations(page: Any) -> list[Any]:
     return found
 
 
-def screenshot(page: Any, name: str) -> None:
+def screenshot(page: Any, name: str, *, full_page: bool) -> None:
     folder = os.environ.get(SCREENSHOTS_VARIABLE)
     if folder:
-        page.screenshot(path=str(Path(folder) / f"{name}.png"), full_page=True)
+        page.screenshot(path=str(Path(folder) / f"{name}.png"), full_page=full_page)
 
 
 @pytest.mark.parametrize("viewport", ["desktop", "phone"])
@@ -124,7 +124,7 @@ def test_every_panel_shows_the_demo_story_and_links_work(
     runs.locator("tr").nth(2).wait_for()
     page.locator("[data-testid=connection][data-state=connected]").wait_for()
     list_width, list_violations = page_width(page), serious_violations(page)
-    screenshot(page, f"console-{viewport}-runs")
+    screenshot(page, f"console-{viewport}-runs", full_page=False)
 
     runs.get_by_role("link", name=child).click()
     panel(page, "event-rows").locator("tr").first.wait_for()
@@ -136,12 +136,16 @@ def test_every_panel_shows_the_demo_story_and_links_work(
     header = panel(page, "run-header").inner_text()
     effects, lease = panel(page, "effects").inner_text(), panel(page, "lease").inner_text()
     run_width, run_violations = page_width(page), serious_violations(page)
-    screenshot(page, f"console-{viewport}")
+    page.get_by_role("button", name="Verify (audit --verify)").click()
+    panel(page, "verdict").get_by_text("verified").wait_for()
+    screenshot(page, f"console-{viewport}", full_page=viewport == "desktop")
+    page.emulate_media(color_scheme="dark")
+    dark_violations = serious_violations(page)
+    screenshot(page, f"console-{viewport}-dark", full_page=False)
+    page.emulate_media(color_scheme="light")
     panel(page, "wire-filter").select_option("run.finished")
     page.wait_for_function("document.querySelectorAll('[data-testid=event-rows] tr').length === 1")
     finished = panel(page, "event-rows").inner_text()
-    page.get_by_role("button", name="Verify (audit --verify)").click()
-    panel(page, "verdict").get_by_text("verified").wait_for()
     with page.expect_download() as download:
         page.get_by_role("button", name="Download bundle").click()
     bundle = tmp_path / "bundle.jsonl"
@@ -162,6 +166,7 @@ def test_every_panel_shows_the_demo_story_and_links_work(
     assert run_width <= VIEWPORTS[viewport]["width"], "the run page scrolls sideways"
     assert list_violations == [], list_violations
     assert run_violations == [], run_violations
+    assert dark_violations == [], dark_violations
     assert child in header
     assert "failed" in header
     assert TEST_FAILURE in texts["values"]
