@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from runledger.domain.values import Actor
-from runledger.infrastructure import verify_bundle
+from runledger.infrastructure import open_store, verify_bundle
 from runledger.infrastructure.cli.demo_story import TEST_FAILURE
 from tests.serve.conftest import TOKEN, EventStream, Served, serving, started_run
 from tests.serve.console_story import play_demo
@@ -345,3 +345,24 @@ def test_the_event_history_refuses_a_bad_limit(served_memory: Served, limit: str
     answer = served_memory.api.client.get("/console/api/runs/run-1/events", params={"limit": limit})
 
     assert (answer.status_code, answer.json()["code"]) == (422, "request.invalid")
+
+
+def test_the_runs_feed_sends_runs_another_store_created(
+    served_durable: Served, durable_serve_url: str
+) -> None:
+    position = get(served_durable, "/console/api/runs")["position"]
+    client = served_durable.api.client
+    with (
+        open_store(durable_serve_url) as other,
+        client.stream("GET", "/console/api/feed", params={"after": position}) as response,
+    ):
+        stream = EventStream(response)
+        stream.wait_open()
+        other.create_run("elsewhere", workflow_name="echo", input={})
+        other.finish_run("elsewhere", status="failed", error="boom")
+        seen: list[tuple[str, str]] = []
+        while ("elsewhere", "failed") not in seen:
+            seen.extend((r["run_id"], r["status"]) for r in stream.next().data["runs"])
+
+    assert seen[-1] == ("elsewhere", "failed")
+    assert set(seen) <= {("elsewhere", "running"), ("elsewhere", "failed")}
