@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, ClassVar, Final, get_args
+from typing import Any, ClassVar, Final
 
 from runledger.domain.catalogue import DOMAIN_EVENTS
 from runledger.domain.errors import InvalidPageError, InvalidRunStatusError, UnknownRunCursorError
@@ -139,11 +139,7 @@ def list_runs(
     limit: int = 100,
 ) -> RunPage:
     """Runs in creation order, filtered, from just after the run ``after``."""
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= MAX_PAGE:
-        raise InvalidPageError(f"runs page limit (at most {MAX_PAGE})")
-    if status is not None and not is_one_of(status, RUN_STATUSES):
-        # An unknown status would match no run: the caller's typo must not read as "none".
-        raise InvalidRunStatusError(status, ", ".join(RUN_STATUSES))
+    _check_page(status, limit)
     equals = {
         column: value
         for column, value in (
@@ -153,6 +149,23 @@ def list_runs(
         )
         if value is not None
     }
+    return _keyset_page(reader, equals, after, limit, descending=False)
+
+
+def _check_page(status: object, limit: object) -> None:
+    """A page's size first, then its status filter: both are checked before any read."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= MAX_PAGE:
+        raise InvalidPageError(f"runs page limit (at most {MAX_PAGE})")
+    if status is not None and not is_one_of(status, RUN_STATUSES):
+        # An unknown status would match no run: the caller's typo must not read as "none".
+        raise InvalidRunStatusError(status, ", ".join(RUN_STATUSES))
+
+
+def _keyset_page(
+    reader: ViewReader, equals: dict[str, Any], after: object, limit: int, *, descending: bool
+) -> RunPage:
+    """Up to ``limit`` runs matching ``equals`` beyond the run ``after`` in creation order (or
+    its reverse): one indexed range read on the position of their ``run.created``."""
     start = None
     if after is not None:
         cursor = reader.get(RUNS, (after,)) if isinstance(after, str) else None
@@ -160,7 +173,14 @@ def list_runs(
             raise UnknownRunCursorError(after)
         start = cursor["position"]
     # One row more than asked tells whether another page follows.
-    rows = reader.scan(RUNS, equals=equals, order_by="position", after=start, limit=limit + 1)
+    rows = reader.scan(
+        RUNS,
+        equals=equals,
+        order_by="position",
+        descending=descending,
+        after=start,
+        limit=limit + 1,
+    )
     page = rows[:limit]
     more = len(rows) > limit and bool(page)
     return RunPage.model_construct(
@@ -197,7 +217,6 @@ def _summary(row: Row) -> RunSummary:
 
 FILTERS: Final = ("status", "workflow_name", "origin_session_id", "root_run_id", "run_id")
 """The columns the console's runs list filters on, each by equality."""
-RUN_STATUSES: Final[tuple[str, ...]] = get_args(RunStatus)
 
 
 def newest_runs(
@@ -209,28 +228,8 @@ def newest_runs(
 ) -> RunPage:
     """Runs newest first, filtered by equality on ``FILTERS`` columns, from just before the
     run ``before``: the same keyset as ``list_runs``, read the other way."""
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= MAX_PAGE:
-        raise InvalidPageError(f"runs page limit (at most {MAX_PAGE})")
-    start = None
-    if before is not None:
-        cursor = reader.get(RUNS, (before,))
-        if cursor is None:
-            raise UnknownRunCursorError(before)
-        start = cursor["position"]
-    rows = reader.scan(
-        RUNS,
-        equals=filters,
-        order_by="position",
-        descending=True,
-        after=start,
-        limit=limit + 1,
-    )
-    page = rows[:limit]
-    more = len(rows) > limit and bool(page)
-    return RunPage.model_construct(
-        runs=[_summary(row) for row in page],
-        next_after=page[-1]["run_id"] if more else None,
-    )
+    _check_page(filters.get("status"), limit)
+    return _keyset_page(reader, filters, before, limit, descending=True)
 
 
 def runs_by_id(reader: ViewReader, run_ids: Sequence[str]) -> list[RunSummary]:
@@ -241,7 +240,8 @@ def runs_by_id(reader: ViewReader, run_ids: Sequence[str]) -> list[RunSummary]:
 
 def count_runs(reader: ViewReader, *, filters: dict[str, str]) -> dict[str, int]:
     """How many runs match ``filters``, by status (every status, zeros included)."""
+    _check_page(filters.get("status"), 0)
     equals = dict(filters)
     given = equals.pop("status", None)
-    statuses = RUN_STATUSES if given is None else (given,)
+    statuses: Sequence[str] = RUN_STATUSES if given is None else (given,)
     return {status: reader.count(RUNS, equals={**equals, "status": status}) for status in statuses}
