@@ -20,7 +20,14 @@ import pytest
 
 from runledger.infrastructure import verify_bundle
 from runledger.infrastructure.cli.demo_story import TEST_FAILURE
-from tests.serve.conftest import TOKEN, Served, SharedHost, queue_follow_up, started_run
+from tests.serve.conftest import (
+    TOKEN,
+    Served,
+    SharedHost,
+    queue_follow_up,
+    serving,
+    started_run,
+)
 from tests.serve.console_story import play_demo
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -385,3 +392,23 @@ def test_the_console_works_from_the_keyboard(open_page: Any, served_memory: Serv
     assert focused[0] == "all 1"
     assert "Apply" in focused
     assert focused[-1] == "run-1"
+
+
+def test_public_reads_need_no_token_but_answering_does(
+    open_page: Any, shared_host: SharedHost
+) -> None:
+    for served in serving(shared_host, "memory://", public_reads=True):
+        started_run(served.api, "run-1")
+        served.store.request_human_decision(
+            "run-1",
+            node_id="ship",
+            attempt_id="ship-1",
+            request={"title": "Ship?", "choices": ["ship"]},
+        )
+        page = open_page(run_url(served, "run-1"), token=False)
+        panel(page, "answer-locked").wait_for()
+
+        assert panel(page, "token-prompt").count() == 0
+        assert panel(page, "answer-form").count() == 0
+        assert "Ship?" in panel(page, "decision").inner_text()
+        assert page.locator("#token-button").inner_text() == "Sign in"
