@@ -99,10 +99,12 @@ def test_the_runs_list_refuses_a_bad_page_or_an_unknown_cursor(served_memory: Se
     too_many = client.get("/console/api/runs", params={"limit": 5000})
     unknown = client.get("/console/api/runs", params={"before": "no-such-run"})
     typo = client.get("/console/api/runs", params={"stauts": "failed"})
+    status = client.get("/console/api/runs", params={"status": "done"})
 
     assert (too_many.status_code, too_many.json()["code"]) == (422, "request.invalid")
     assert (unknown.status_code, unknown.json()["code"]) == (422, "query.unknown-run-cursor")
     assert (typo.status_code, typo.json()["code"]) == (422, "request.invalid")
+    assert (status.status_code, status.json()["code"]) == (422, "run.invalid-status")
 
 
 # -- one run ---------------------------------------------------------------------------------
