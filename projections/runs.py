@@ -139,11 +139,7 @@ def list_runs(
     limit: int = 100,
 ) -> RunPage:
     """Runs in creation order, filtered, from just after the run ``after``."""
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= MAX_PAGE:
-        raise InvalidPageError(f"runs page limit (at most {MAX_PAGE})")
-    if status is not None and not is_one_of(status, RUN_STATUSES):
-        # An unknown status would match no run: the caller's typo must not read as "none".
-        raise InvalidRunStatusError(status, ", ".join(RUN_STATUSES))
+    _check_page(status, limit)
     equals = {
         column: value
         for column, value in (
@@ -153,6 +149,23 @@ def list_runs(
         )
         if value is not None
     }
+    return _keyset_page(reader, equals, after, limit, descending=False)
+
+
+def _check_page(status: object, limit: object) -> None:
+    """A page's size first, then its status filter: both are checked before any read."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= MAX_PAGE:
+        raise InvalidPageError(f"runs page limit (at most {MAX_PAGE})")
+    if status is not None and not is_one_of(status, RUN_STATUSES):
+        # An unknown status would match no run: the caller's typo must not read as "none".
+        raise InvalidRunStatusError(status, ", ".join(RUN_STATUSES))
+
+
+def _keyset_page(
+    reader: ViewReader, equals: dict[str, Any], after: object, limit: int, *, descending: bool
+) -> RunPage:
+    """Up to ``limit`` runs matching ``equals`` beyond the run ``after`` in creation order (or
+    its reverse): one indexed range read on the position of their ``run.created``."""
     start = None
     if after is not None:
         cursor = reader.get(RUNS, (after,)) if isinstance(after, str) else None
@@ -160,7 +173,14 @@ def list_runs(
             raise UnknownRunCursorError(after)
         start = cursor["position"]
     # One row more than asked tells whether another page follows.
-    rows = reader.scan(RUNS, equals=equals, order_by="position", after=start, limit=limit + 1)
+    rows = reader.scan(
+        RUNS,
+        equals=equals,
+        order_by="position",
+        descending=descending,
+        after=start,
+        limit=limit + 1,
+    )
     page = rows[:limit]
     more = len(rows) > limit and bool(page)
     return RunPage.model_construct(
@@ -191,3 +211,37 @@ def _summary(row: Row) -> RunSummary:
         updated_at=datetime.fromisoformat(row["updated_at"]),
         finished_at=None if finished is None else datetime.fromisoformat(finished),
     )
+
+
+# -- the console's runs list -----------------------------------------------------------------
+
+FILTERS: Final = ("status", "workflow_name", "origin_session_id", "root_run_id", "run_id")
+"""The columns the console's runs list filters on, each by equality."""
+
+
+def newest_runs(
+    reader: ViewReader,
+    *,
+    filters: dict[str, str],
+    before: str | None = None,
+    limit: int = 50,
+) -> RunPage:
+    """Runs newest first, filtered by equality on ``FILTERS`` columns, from just before the
+    run ``before``: the same keyset as ``list_runs``, read the other way."""
+    _check_page(filters.get("status"), limit)
+    return _keyset_page(reader, filters, before, limit, descending=True)
+
+
+def runs_by_id(reader: ViewReader, run_ids: Sequence[str]) -> list[RunSummary]:
+    """The list entries of these runs (unknown ones left out), in creation order."""
+    rows = reader.scan(RUNS, within={"run_id": list(run_ids)}, order_by="position")
+    return [_summary(row) for row in rows]
+
+
+def count_runs(reader: ViewReader, *, filters: dict[str, str]) -> dict[str, int]:
+    """How many runs match ``filters``, by status (every status, zeros included)."""
+    _check_page(filters.get("status"), 0)
+    equals = dict(filters)
+    given = equals.pop("status", None)
+    statuses: Sequence[str] = RUN_STATUSES if given is None else (given,)
+    return {status: reader.count(RUNS, equals={**equals, "status": status}) for status in statuses}

@@ -28,6 +28,7 @@ from runledger.infrastructure.runtime import StoreRuntime
 from runledger.infrastructure.serve.auth import Access
 from runledger.infrastructure.serve.binding import Endpoint, InvalidRequestError, bind
 from runledger.infrastructure.serve.broadcast import Item, Keepalive, Snapshot, ViewerBroadcaster
+from runledger.infrastructure.serve.console import Console
 from runledger.infrastructure.serve.errors import error_response, workflow_error_response
 from runledger.infrastructure.serve.hosts import HostCheck
 from runledger.infrastructure.serve.notifications import (
@@ -121,6 +122,12 @@ class Server:
         self.broadcaster = ViewerBroadcaster(self.store, self.threads)
         self.endpoints = _endpoints()
         self.notifications: CommitNotifications | None = None
+        self.console = Console(
+            self.store,
+            runtime,
+            lambda request, writes: self.check(request, writes=writes),
+            lambda request, writes: self.access.allows(request, writes=writes),
+        )
 
     def check(self, request: Request, *, writes: bool) -> None:
         """Refuse a request without the access it needs."""
@@ -190,6 +197,7 @@ class Server:
             StarletteRoute("/openapi.json", self.openapi_json, methods=["GET"]),
             StarletteRoute("/runs/{run_id}/viewer", self.viewer, methods=["GET"]),
             StarletteRoute("/runs/{run_id}/viewer/snapshot", self.snapshot, methods=["GET"]),
+            *self.console.routes(),
             *table,
         ]
 
@@ -197,7 +205,9 @@ class Server:
     async def lifespan(self, _app: Starlette) -> AsyncIterator[None]:
         """Follow the store's changes while the server runs."""
         self.broadcaster.start()
+        self.console.feed.start()
         remove = self.runtime.add_views_listener(self.broadcaster.views_advanced)
+        remove_feed = self.runtime.add_views_listener(self.console.feed.views_advanced)
         self.notifications = commit_notifications(self.runtime, self.broadcaster.views_advanced)
         if self.notifications is not None:
             self.notifications.start()
@@ -207,6 +217,8 @@ class Server:
             if self.notifications is not None:
                 await self.threads.run(self.notifications.stop)
             remove()
+            remove_feed()
+            self.console.feed.stop()
             await self.broadcaster.stop()
             await asyncio.to_thread(self.threads.close)
 
