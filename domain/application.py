@@ -88,7 +88,7 @@ from runledger.domain.leases import (
     check_owner,
     new_token,
 )
-from runledger.domain.ports import EventStorage, SameCommit
+from runledger.domain.ports import EventStorage, Fence, SameCommit
 from runledger.domain.records import (
     DecisionSubmission,
     EffectRecord,
@@ -196,6 +196,7 @@ class UnitOfWork(Aggregates):
         self.assume_new = assume_new
         self.assumed = False
         self._aggregates: dict[UUID, BaseAggregate[UUID] | None] = {}
+        self._fences: dict[UUID, Fence] = {}
 
     def get(self, cls: type[A], aggregate_id: UUID) -> A | None:
         if aggregate_id not in self._aggregates:
@@ -228,6 +229,21 @@ class UnitOfWork(Aggregates):
 
     def changed(self) -> list[BaseAggregate[UUID]]:
         return [a for a in self._aggregates.values() if a is not None and a.pending_events]
+
+    def fenced_run(self, run_id: object, authority: RunClaim | None) -> Run:
+        """The run, once its write authority holds (``Run.fence``), also at the commit: the
+        save carries a fence, so a claim committed after the version read here refuses it and
+        the command runs again, reading (decision 27). A write that changes the run needs no
+        fence: its versions conflict with the claim's."""
+        run = self.run(run_id)
+        self._fences.setdefault(run.id, Fence(run.id, run.version, (Run.Claimed.TOPIC,)))
+        run.fence(authority, now=self.now)
+        return run
+
+    def fences(self, changed: Sequence[BaseAggregate[UUID]]) -> list[Fence]:
+        """The fences of the aggregates read but not changed, for the save to check."""
+        written = {aggregate.id for aggregate in changed}
+        return [fence for key, fence in self._fences.items() if key not in written]
 
     def follow_ups_of(self, run_id: str) -> Iterator[FollowUp]:
         return self._indexed(FollowUp, follow_ups_of_run_key(run_id))
@@ -398,7 +414,7 @@ class WorkflowRuns(Application[UUID]):
                         changed = []
                         continue
                     if changed:
-                        self._save(changed)
+                        self._save(changed, unit.fences(changed))
             except IntegrityError:
                 self.conflicts += 1
                 conflicted = True
@@ -431,9 +447,12 @@ class WorkflowRuns(Application[UUID]):
         for aggregate_id in aggregate_ids:
             self._conflicted_at[aggregate_id] = now
 
-    def _save(self, aggregates: Sequence[BaseAggregate[UUID]]) -> None:
+    def _save(
+        self, aggregates: Sequence[BaseAggregate[UUID]], fences: Sequence[Fence] = ()
+    ) -> None:
         """Insert the aggregates' new events in one transaction (with the read models where
-        ``same_commit`` gives a step), then cache the aggregates and take due snapshots.
+        ``same_commit`` gives a step, refused while a fence is broken), then cache the
+        aggregates and take due snapshots.
 
         In place of the library's ``save``: the events are mapped once, and nothing is read
         back; the cache is updated only after the commit, so it never holds what the store
@@ -444,10 +463,10 @@ class WorkflowRuns(Application[UUID]):
         events = [event for aggregate in aggregates for event in aggregate.collect_events()]
         stored = [self.mapper.to_stored_event(event) for event in events]
         if self._same_commit is None:
-            self.recorder.insert_events(stored)
+            self.recorder.insert_events(stored, fences=fences)
         else:
             with self._same_commit() as step:
-                self.recorder.insert_events(stored, same_commit=step)
+                self.recorder.insert_events(stored, same_commit=step, fences=fences)
         cache = self.repository.cache
         if cache is not None:
             for aggregate in aggregates:
@@ -534,8 +553,7 @@ class WorkflowRuns(Application[UUID]):
         claim = check_authority(authority)
 
         def command(unit: UnitOfWork) -> RunRecord:
-            run = unit.run(run_id)
-            run.fence(claim, now=unit.now)
+            run = unit.fenced_run(run_id, claim)
             run.record_progress(
                 status=status,
                 current_node=current_node,
@@ -560,8 +578,7 @@ class WorkflowRuns(Application[UUID]):
         claim = check_authority(authority)
 
         def command(unit: UnitOfWork) -> RunRecord:
-            run = unit.run(run_id)
-            run.fence(claim, now=unit.now)
+            run = unit.fenced_run(run_id, claim)
             run.pause(status_detail=status_detail, actor=HOST, now=unit.now)
             return run.to_record()
 
@@ -572,8 +589,7 @@ class WorkflowRuns(Application[UUID]):
         claim = check_authority(authority)
 
         def command(unit: UnitOfWork) -> RunRecord:
-            run = unit.run(run_id)
-            run.fence(claim, now=unit.now)
+            run = unit.fenced_run(run_id, claim)
             run.resume(actor=HOST, now=unit.now)
             return run.to_record()
 
@@ -586,8 +602,7 @@ class WorkflowRuns(Application[UUID]):
         claim = check_authority(authority)
 
         def command(unit: UnitOfWork) -> RunRecord:
-            run = unit.run(run_id)
-            run.fence(claim, now=unit.now)
+            run = unit.fenced_run(run_id, claim)
             run.set_presentation_instructions(instructions, actor=HOST, now=unit.now)
             return run.to_record()
 
@@ -607,8 +622,7 @@ class WorkflowRuns(Application[UUID]):
         claim = check_authority(authority)
 
         def command(unit: UnitOfWork) -> UpdateRecord:
-            run = unit.run(run_id)
-            run.fence(claim, now=unit.now)
+            run = unit.fenced_run(run_id, claim)
             return run.publish_update(
                 attempt_id=attempt_id,
                 update_type=update_type,
@@ -634,8 +648,7 @@ class WorkflowRuns(Application[UUID]):
         claim = check_authority(authority)
 
         def command(unit: UnitOfWork) -> RunRecord:
-            run = unit.run(run_id)
-            run.fence(claim, now=unit.now)
+            run = unit.fenced_run(run_id, claim)
             run_endings.finish_run(
                 unit,
                 run,
@@ -662,8 +675,7 @@ class WorkflowRuns(Application[UUID]):
         claim = check_authority(authority)
 
         def command(unit: UnitOfWork) -> RunRecord:
-            run = unit.run(run_id)
-            run.fence(claim, now=unit.now)
+            run = unit.fenced_run(run_id, claim)
             run_endings.interrupt_run(unit, run, reason, actor=HOST, now=unit.now)
             return run.to_record()
 
@@ -1083,10 +1095,9 @@ class WorkflowRuns(Application[UUID]):
     def fence_session_write(self, unit: UnitOfWork, run_id: str, claim: RunClaim | None) -> Run:
         """Upstream assertSessionWriteAuthority: the run exists; its write authority holds,
         unless the store lets the host record sessions (0.16.2)."""
-        run = unit.run(run_id)
-        if not self.allow_host_session_recording:
-            run.fence(claim, now=unit.now)
-        return run
+        if self.allow_host_session_recording:
+            return unit.run(run_id)
+        return unit.fenced_run(run_id, claim)
 
     def record_session_binding(
         self,
@@ -1267,8 +1278,7 @@ class WorkflowRuns(Application[UUID]):
         claim = check_authority(authority)
 
         def command(unit: UnitOfWork) -> EffectReservation:
-            run = unit.run(run_id)
-            run.fence(claim, now=unit.now)
+            run = unit.fenced_run(run_id, claim)
             effect_id = effect_id_for(run.run_id, kind, label)
             effect = unit.get(Effect, effect_aggregate_id(effect_id))
             if effect is None:
@@ -1305,7 +1315,7 @@ class WorkflowRuns(Application[UUID]):
 
         def command(unit: UnitOfWork) -> EffectRecord:
             effect = unit.effect(effect_id)
-            unit.run(effect.run_id).fence(claim, now=unit.now)
+            unit.fenced_run(effect.run_id, claim)
             effect.settle(attempt=attempt, outcome=settled, result=result, actor=HOST, now=unit.now)
             return effect.to_record()
 

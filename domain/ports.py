@@ -25,6 +25,22 @@ class LogEntry(NamedTuple):
     state: bytes
 
 
+class Fence(NamedTuple):
+    """What a command's commit rests on without writing it: no event of ``topics`` stored for
+    ``aggregate_id`` after ``version`` (the version the command read).
+
+    A storage checks it in the insert's own transaction, after taking the aggregate's lock
+    shared (where it has per-aggregate locks), and refuses the insert with ``IntegrityError``
+    when it no longer holds: the command then runs again, reading. So a fenced write that
+    does not change its Run (session recording, effects) still conflicts with a concurrent
+    ``run.claimed``, as the Run's own writes do on its unique versions (decision 27).
+    """
+
+    aggregate_id: UUID
+    version: int
+    topics: tuple[str, ...]
+
+
 class SameCommit(Protocol):
     """Work that commits in a command's insert transaction, after its events: the read models
     of the committing process (DESIGN "Write path").
@@ -71,7 +87,8 @@ class EventStorage(Protocol):
 
     ``events`` stores ``domain.serialisation.LedgerStoredEvent`` rows (their ``run_id`` and
     ``lookup_key`` are indexed); its positions are the notification ids. Its
-    ``insert_events`` takes an optional ``same_commit`` step (``SameCommit``).
+    ``insert_events`` takes an optional ``same_commit`` step (``SameCommit``) and ``fences``
+    (``Fence``), checked in the insert's transaction.
     """
 
     @property

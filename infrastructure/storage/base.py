@@ -13,10 +13,12 @@ from eventsourcing.persistence import (
     AggregateRecorder,
     ApplicationRecorder,
     DataError,
+    IntegrityError,
     Notification,
     StoredEvent,
 )
 
+from runledger.domain.ports import Fence
 from runledger.domain.serialisation import LedgerStoredEvent
 
 EVENTS_TABLE = "runledger_events"
@@ -39,6 +41,31 @@ def index_columns(stored_event: StoredEvent) -> tuple[str | None, str | None]:
     if isinstance(stored_event, LedgerStoredEvent):
         return stored_event.run_id, stored_event.lookup_key
     return None, None
+
+
+FenceCondition = tuple[UUID, int, str]
+"""``(aggregate id, version, topic)``: no event of that topic stored after that version."""
+
+
+def fence_conditions(fences: Sequence[Fence]) -> list[FenceCondition]:
+    """Each fence as one condition per topic, the form the backends check."""
+    return [
+        (as_uuid(fence.aggregate_id), fence.version, topic)
+        for fence in fences
+        for topic in fence.topics
+    ]
+
+
+class FenceBrokenError(IntegrityError):
+    """A fence of the insert no longer held: the command read something another commit has
+    changed since (a run claimed meanwhile), so the insert is refused like a version conflict
+    and the command runs again, reading."""
+
+    @classmethod
+    def of(cls, condition: FenceCondition) -> FenceBrokenError:
+        """The error for a condition found broken."""
+        aggregate_id, version, topic = condition
+        return cls(f"{topic} stored for {aggregate_id} after version {version}")
 
 
 class UuidOriginatorIds(AggregateRecorder):
