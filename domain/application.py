@@ -88,7 +88,7 @@ from runledger.domain.leases import (
     check_owner,
     new_token,
 )
-from runledger.domain.ports import EventStorage, Fence, SameCommit
+from runledger.domain.ports import EventStorage, Fence, IndexFence, SameCommit, VersionFence
 from runledger.domain.records import (
     DecisionSubmission,
     EffectRecord,
@@ -196,7 +196,8 @@ class UnitOfWork(Aggregates):
         self.assume_new = assume_new
         self.assumed = False
         self._aggregates: dict[UUID, BaseAggregate[UUID] | None] = {}
-        self._fences: dict[UUID, Fence] = {}
+        self._version_fences: dict[UUID, VersionFence] = {}
+        self._index_fences: dict[str, IndexFence] = {}
 
     def get(self, cls: type[A], aggregate_id: UUID) -> A | None:
         if aggregate_id not in self._aggregates:
@@ -236,14 +237,29 @@ class UnitOfWork(Aggregates):
         the command runs again, reading (decision 27). A write that changes the run needs no
         fence: its versions conflict with the claim's."""
         run = self.run(run_id)
-        self._fences.setdefault(run.id, Fence(run.id, run.version, (Run.Claimed.TOPIC,)))
+        self._hold(run, Run.Claimed.TOPIC)
         run.fence(authority, now=self.now)
         return run
 
+    def guard_settings_of(self, run: Run) -> None:
+        # Held shared to the commit: a continuation child's creation holds the run
+        # exclusively while it checks that it saw every scope (``settings_scopes_active_on``).
+        self._hold(run)
+
+    def _hold(self, aggregate: BaseAggregate[UUID], *topics: str) -> None:
+        """Fence the aggregate at the version first read (``VersionFence``)."""
+        held = self._version_fences.get(aggregate.id)
+        version = aggregate.version if held is None else held.version
+        known = () if held is None else held.topics
+        merged = tuple(dict.fromkeys((*known, *topics)))
+        self._version_fences[aggregate.id] = VersionFence(aggregate.id, version, merged)
+
     def fences(self, changed: Sequence[BaseAggregate[UUID]]) -> list[Fence]:
-        """The fences of the aggregates read but not changed, for the save to check."""
+        """The fences for the save to check: of the aggregates read but not changed (a
+        change conflicts on its versions anyway) and of the indexes read to completion."""
         written = {aggregate.id for aggregate in changed}
-        return [fence for key, fence in self._fences.items() if key not in written]
+        held = [f for key, f in self._version_fences.items() if key not in written]
+        return [*held, *self._index_fences.values()]
 
     def follow_ups_of(self, run_id: str) -> Iterator[FollowUp]:
         return self._indexed(FollowUp, follow_ups_of_run_key(run_id))
@@ -261,8 +277,13 @@ class UnitOfWork(Aggregates):
 
     def settings_scopes_active_on(self, run_id: str) -> Iterator[SettingsScope]:
         # The index lists every scope that ever became active on the run; some moved on.
-        scopes = self._indexed(SettingsScope, settings_of_run_key(run_id))
-        return (scope for scope in scopes if scope.active_run_id == run_id)
+        # Read to completion: the save is refused if a scope joined it meanwhile (a scope
+        # created on the run holds it, ``guard_settings_of``), and the command runs again.
+        key = settings_of_run_key(run_id)
+        seen = self.app.storage.originator_ids_by_key(key)
+        self._index_fences[key] = IndexFence(key, frozenset(seen), run_aggregate_id(run_id))
+        scopes = (self.get(SettingsScope, aggregate_id) for aggregate_id in seen)
+        return (s for s in scopes if s is not None and s.active_run_id == run_id)
 
     def _indexed(self, cls: type[A], lookup_key: str) -> Iterator[A]:
         for aggregate_id in self.app.storage.originator_ids_by_key(lookup_key):

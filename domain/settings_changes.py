@@ -45,6 +45,7 @@ def ensure_settings_scope(
     if existing is not None:
         existing.check_ensured_by(run.run_id)
         return existing
+    aggregates.guard_settings_of(run)
     scope = SettingsScope.create(
         scope_id,
         run_id=run.run_id,

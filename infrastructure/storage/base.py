@@ -18,7 +18,7 @@ from eventsourcing.persistence import (
     StoredEvent,
 )
 
-from runledger.domain.ports import Fence
+from runledger.domain.ports import Fence, IndexFence, VersionFence
 from runledger.domain.serialisation import LedgerStoredEvent
 
 EVENTS_TABLE = "runledger_events"
@@ -48,12 +48,18 @@ FenceCondition = tuple[UUID, int, str]
 
 
 def fence_conditions(fences: Sequence[Fence]) -> list[FenceCondition]:
-    """Each fence as one condition per topic, the form the backends check."""
+    """Each version fence as one condition per topic, the form the backends check."""
     return [
         (as_uuid(fence.aggregate_id), fence.version, topic)
         for fence in fences
+        if isinstance(fence, VersionFence)
         for topic in fence.topics
     ]
+
+
+def index_fences(fences: Sequence[Fence]) -> list[IndexFence]:
+    """The index fences among these."""
+    return [fence for fence in fences if isinstance(fence, IndexFence)]
 
 
 class FenceBrokenError(IntegrityError):
@@ -63,9 +69,14 @@ class FenceBrokenError(IntegrityError):
 
     @classmethod
     def of(cls, condition: FenceCondition) -> FenceBrokenError:
-        """The error for a condition found broken."""
+        """The error for a version condition found broken."""
         aggregate_id, version, topic = condition
         return cls(f"{topic} stored for {aggregate_id} after version {version}")
+
+    @classmethod
+    def of_index(cls, fence: IndexFence) -> FenceBrokenError:
+        """The error for an index fence found broken."""
+        return cls(f"another aggregate indexed under {fence.lookup_key!r}")
 
 
 class UuidOriginatorIds(AggregateRecorder):

@@ -26,6 +26,7 @@ from runledger.infrastructure.storage.base import (
     as_uuid,
     fence_conditions,
     index_columns,
+    index_fences,
 )
 from runledger.infrastructure.storage.group_commit import GroupCommit
 
@@ -156,6 +157,17 @@ class MemoryEventRecorder(MemoryAggregateRecorder, ApplicationRecorder):
             )
             if stored or batched:
                 raise FenceBrokenError.of(condition)
+        for fence in index_fences(fences):
+            indexed = [
+                *self._originators_by_key.get(fence.lookup_key, {}),
+                *(
+                    as_uuid(s.originator_id)
+                    for s in stored_events
+                    if index_columns(s)[1] == fence.lookup_key
+                ),
+            ]
+            if not fence.seen.issuperset(indexed):
+                raise FenceBrokenError.of_index(fence)
 
     def _record(
         self, keys: list[tuple[UUID, int]], stored_events: Sequence[StoredEvent]

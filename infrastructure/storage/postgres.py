@@ -34,7 +34,7 @@ from psycopg.rows import DictRow, tuple_row
 from psycopg.sql import SQL, Identifier, Literal
 
 from runledger.domain.errors import StorageUnavailableError, StoreNotFoundError
-from runledger.domain.ports import Fence, LogEntry, SameCommit
+from runledger.domain.ports import Fence, IndexFence, LogEntry, SameCommit, VersionFence
 from runledger.infrastructure.storage.base import (
     EVENTS_TABLE,
     SNAPSHOTS_TABLE,
@@ -46,6 +46,7 @@ from runledger.infrastructure.storage.base import (
     as_uuid,
     fence_conditions,
     index_columns,
+    index_fences,
 )
 from runledger.infrastructure.storage.group_commit import GroupCommit
 from runledger.infrastructure.storage.urls import REDACTED, PostgresSettings, read_postgres_url
@@ -301,12 +302,15 @@ def aggregate_lock_keys(log_name: str, aggregate_ids: Sequence[UUID | str]) -> l
 
 
 def fenced_lock_keys(
-    log_name: str, written: Sequence[UUID | str], fenced: Sequence[UUID | str]
+    log_name: str, written: Sequence[UUID | str], fences: Sequence[Fence]
 ) -> tuple[list[int], list[bool]]:
     """The locks of an insert in the one order (``aggregate_lock_keys``): exclusive for the
-    aggregates it writes, shared for those it only fences (fenced writes of one run do not
-    wait for each other, only for the run's writers); with whether each is shared."""
-    exclusive = set(aggregate_lock_keys(log_name, written))
+    aggregates it writes and the guards of its index fences, shared for those it only
+    version-fences (fenced writes of one run do not wait for each other, only for the run's
+    writers); with whether each is shared."""
+    guards = [fence.guard_id for fence in fences if isinstance(fence, IndexFence)]
+    fenced = [fence.aggregate_id for fence in fences if isinstance(fence, VersionFence)]
+    exclusive = set(aggregate_lock_keys(log_name, [*written, *guards]))
     shared = set(aggregate_lock_keys(log_name, fenced)) - exclusive
     keys = sorted(exclusive | shared)
     return keys, [key in shared for key in keys]
@@ -437,6 +441,14 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
                 "RAISE EXCEPTION 'a fence of the insert is broken' "
                 f"USING ERRCODE = '{FENCE_BROKEN_SQLSTATE}'; END IF; END $$"
             ).format(schema=schema, table=table),
+            SQL(
+                "CREATE OR REPLACE FUNCTION {schema}.runledger_check_index_fence"
+                "(p_key text, p_seen uuid[]) RETURNS void LANGUAGE plpgsql AS $$ BEGIN "
+                "IF EXISTS (SELECT 1 FROM {schema}.{table} WHERE lookup_key = p_key "
+                "AND NOT (originator_id = ANY(p_seen))) THEN "
+                "RAISE EXCEPTION 'an index fence of the insert is broken' "
+                f"USING ERRCODE = '{FENCE_BROKEN_SQLSTATE}'; END IF; END $$"
+            ).format(schema=schema, table=table),
         ]
         # ORDER BY the array ordinal makes identity values follow the order of the batch;
         # the alias lets the library's _fetch_ids_after_insert_events read them.
@@ -485,6 +497,9 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
         )
         self._check_fences = SQL(
             "SELECT {schema}.runledger_check_fences(%s::uuid[], %s::bigint[], %s::text[])"
+        ).format(schema=schema)
+        self._check_index_fence = SQL(
+            "SELECT {schema}.runledger_check_index_fence(%s, %s::uuid[])"
         ).format(schema=schema)
         self.channel_name = f"{datastore.schema}.{events_table_name}"
         self.writer_lock_key = writer_lock_key(self.channel_name)
@@ -629,10 +644,12 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
             if not begun:
                 curs.execute(b"BEGIN")
             self._insert_stored_events(insert, stored_events, fences)
-            if fences:
-                # After the insert, under the fenced aggregates' locks: a claim that committed
-                # first is seen, one in this very batch too (a group's).
+            # After the insert, under the fenced aggregates' locks: a claim that committed
+            # first is seen, one in this very batch too (a group's).
+            if fence_conditions(fences):
                 curs.execute(self._check_fences, _fence_arrays(fences))
+            for fence in index_fences(fences):
+                curs.execute(self._check_index_fence, (fence.lookup_key, list(fence.seen)))
             if step is not None:
                 curs.execute(SAME_COMMIT_SAVEPOINT)
                 curs.execute(self._check_positions, (expected[-1],))
@@ -694,9 +711,7 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
         # moment. The locks and the NOTIFY go as one statement; the subquery's aggregate is
         # done, every aggregate held, before the outer row takes the writer lock.
         keys, shared = fenced_lock_keys(
-            self.channel_name,
-            [s.originator_id for s in stored_events],
-            [fence.aggregate_id for fence in fences],
+            self.channel_name, [s.originator_id for s in stored_events], fences
         )
         if len(keys) > MAX_AGGREGATE_LOCKS:
             # A batch this wide (a bulk load, a cascade over many follow-ups) writes alone

@@ -35,6 +35,7 @@ from runledger.infrastructure.storage.base import (
     as_uuid,
     fence_conditions,
     index_columns,
+    index_fences,
 )
 from runledger.infrastructure.storage.file_locks import AggregateLocks
 from runledger.infrastructure.storage.group_commit import GroupCommit
@@ -135,6 +136,10 @@ class SQLiteEventRecorder(SqlLogQueries, SQLiteApplicationRecorder):
             f"SELECT 1 FROM {table} WHERE originator_id = ? AND originator_version > ? "
             "AND topic = ? LIMIT 1"
         )
+        # Completed with the seen ids' placeholders (SQLite takes an empty list).
+        self._unseen_in_index_statement = (
+            f"SELECT 1 FROM {table} WHERE lookup_key = ? AND originator_id NOT IN "
+        )
         self.group = GroupCommit(self._write)
 
     def construct_create_table_statements(self) -> list[str]:
@@ -227,6 +232,14 @@ class SQLiteEventRecorder(SqlLogQueries, SQLiteApplicationRecorder):
             c.execute(self._broken_fence_statement, (aggregate_id.hex, version, topic))
             if c.fetchone() is not None:
                 raise FenceBrokenError.of(condition)
+        for fence in index_fences(fences):
+            seen = [aggregate_id.hex for aggregate_id in fence.seen]
+            c.execute(
+                self._unseen_in_index_statement + f"({', '.join('?' * len(seen))}) LIMIT 1",
+                (fence.lookup_key, *seen),
+            )
+            if c.fetchone() is not None:
+                raise FenceBrokenError.of_index(fence)
 
     def originator_ids_by_key(self, lookup_key: str) -> list[UUID]:
         """Originators with an event under ``lookup_key``, by first position."""
