@@ -73,6 +73,13 @@ class Aggregates(ABC):
     def restarts_in_tree(self, root_run_id: str) -> Iterator[Run]:
         """The restart children of every run with that root, in the order they were created."""
 
+    def guard_settings_of(self, run: Run) -> None:
+        """A settings scope becomes active on ``run`` in this command: its commit must be
+        seen by a continuation child of the run created meanwhile, which takes every scope
+        active on the run (``settings_scopes_active_on``), or come after the child's. Held
+        aggregates have no one to race."""
+        del run
+
     def find_run(self, run_id: str) -> Run | None:
         """The run with that id, or None."""
         return self.get(Run, run_aggregate_id(run_id))

@@ -88,7 +88,7 @@ from runledger.domain.leases import (
     check_owner,
     new_token,
 )
-from runledger.domain.ports import EventStorage, SameCommit
+from runledger.domain.ports import EventStorage, Fence, IndexFence, SameCommit, VersionFence
 from runledger.domain.records import (
     DecisionSubmission,
     EffectRecord,
@@ -202,6 +202,8 @@ class UnitOfWork(Aggregates):
         self.assume_new = assume_new
         self.assumed = False
         self._aggregates: dict[UUID, BaseAggregate[UUID] | None] = {}
+        self._version_fences: dict[UUID, VersionFence] = {}
+        self._index_fences: dict[str, IndexFence] = {}
 
     def get(self, cls: type[A], aggregate_id: UUID) -> A | None:
         if aggregate_id not in self._aggregates:
@@ -235,6 +237,36 @@ class UnitOfWork(Aggregates):
     def changed(self) -> list[BaseAggregate[UUID]]:
         return [a for a in self._aggregates.values() if a is not None and a.pending_events]
 
+    def fenced_run(self, run_id: object, authority: RunClaim | None) -> Run:
+        """The run, once its write authority holds (``Run.fence``), also at the commit: the
+        save carries a fence, so a claim committed after the version read here refuses it and
+        the command runs again, reading (decision 27). A write that changes the run needs no
+        fence: its versions conflict with the claim's."""
+        run = self.run(run_id)
+        self._hold(run, Run.Claimed.TOPIC)
+        run.fence(authority, now=self.now)
+        return run
+
+    def guard_settings_of(self, run: Run) -> None:
+        # Held shared to the commit: a continuation child's creation holds the run
+        # exclusively while it checks that it saw every scope (``settings_scopes_active_on``).
+        self._hold(run)
+
+    def _hold(self, aggregate: BaseAggregate[UUID], *topics: str) -> None:
+        """Fence the aggregate at the version first read (``VersionFence``)."""
+        held = self._version_fences.get(aggregate.id)
+        version = aggregate.version if held is None else held.version
+        known = () if held is None else held.topics
+        merged = tuple(dict.fromkeys((*known, *topics)))
+        self._version_fences[aggregate.id] = VersionFence(aggregate.id, version, merged)
+
+    def fences(self, changed: Sequence[BaseAggregate[UUID]]) -> list[Fence]:
+        """The fences for the save to check: of the aggregates read but not changed (a
+        change conflicts on its versions anyway) and of the indexes read to completion."""
+        written = {aggregate.id for aggregate in changed}
+        held = [f for key, f in self._version_fences.items() if key not in written]
+        return [*held, *self._index_fences.values()]
+
     def follow_ups_of(self, run_id: str) -> Iterator[FollowUp]:
         return self._indexed(FollowUp, follow_ups_of_run_key(run_id))
 
@@ -254,8 +286,13 @@ class UnitOfWork(Aggregates):
 
     def settings_scopes_active_on(self, run_id: str) -> Iterator[SettingsScope]:
         # The index lists every scope that ever became active on the run; some moved on.
-        scopes = self._indexed(SettingsScope, settings_of_run_key(run_id))
-        return (scope for scope in scopes if scope.active_run_id == run_id)
+        # Read to completion: the save is refused if a scope joined it meanwhile (a scope
+        # created on the run holds it, ``guard_settings_of``), and the command runs again.
+        key = settings_of_run_key(run_id)
+        seen = self.app.storage.originator_ids_by_key(key)
+        self._index_fences[key] = IndexFence(key, frozenset(seen), run_aggregate_id(run_id))
+        scopes = (self.get(SettingsScope, aggregate_id) for aggregate_id in seen)
+        return (s for s in scopes if s is not None and s.active_run_id == run_id)
 
     def _indexed(self, cls: type[A], lookup_key: str) -> Iterator[A]:
         for aggregate_id in self.app.storage.originator_ids_by_key(lookup_key):
@@ -407,7 +444,7 @@ class WorkflowRuns(Application[UUID]):
                         changed = []
                         continue
                     if changed:
-                        self._save(changed)
+                        self._save(changed, unit.fences(changed))
             except IntegrityError:
                 self.conflicts += 1
                 conflicted = True
@@ -440,9 +477,12 @@ class WorkflowRuns(Application[UUID]):
         for aggregate_id in aggregate_ids:
             self._conflicted_at[aggregate_id] = now
 
-    def _save(self, aggregates: Sequence[BaseAggregate[UUID]]) -> None:
+    def _save(
+        self, aggregates: Sequence[BaseAggregate[UUID]], fences: Sequence[Fence] = ()
+    ) -> None:
         """Insert the aggregates' new events in one transaction (with the read models where
-        ``same_commit`` gives a step), then cache the aggregates and take due snapshots.
+        ``same_commit`` gives a step, refused while a fence is broken), then cache the
+        aggregates and take due snapshots.
 
         In place of the library's ``save``: the events are mapped once, and nothing is read
         back; the cache is updated only after the commit, so it never holds what the store
@@ -453,10 +493,10 @@ class WorkflowRuns(Application[UUID]):
         events = [event for aggregate in aggregates for event in aggregate.collect_events()]
         stored = [self.mapper.to_stored_event(event) for event in events]
         if self._same_commit is None:
-            self.recorder.insert_events(stored)
+            self.recorder.insert_events(stored, fences=fences)
         else:
             with self._same_commit() as step:
-                self.recorder.insert_events(stored, same_commit=step)
+                self.recorder.insert_events(stored, same_commit=step, fences=fences)
         cache = self.repository.cache
         if cache is not None:
             for aggregate in aggregates:
@@ -543,8 +583,7 @@ class WorkflowRuns(Application[UUID]):
         claim = check_authority(authority)
 
         def command(unit: UnitOfWork) -> RunRecord:
-            run = unit.run(run_id)
-            run.fence(claim, now=unit.now)
+            run = unit.fenced_run(run_id, claim)
             run.record_progress(
                 status=status,
                 current_node=current_node,
@@ -569,8 +608,7 @@ class WorkflowRuns(Application[UUID]):
         claim = check_authority(authority)
 
         def command(unit: UnitOfWork) -> RunRecord:
-            run = unit.run(run_id)
-            run.fence(claim, now=unit.now)
+            run = unit.fenced_run(run_id, claim)
             run.pause(status_detail=status_detail, actor=HOST, now=unit.now)
             return run.to_record()
 
@@ -581,8 +619,7 @@ class WorkflowRuns(Application[UUID]):
         claim = check_authority(authority)
 
         def command(unit: UnitOfWork) -> RunRecord:
-            run = unit.run(run_id)
-            run.fence(claim, now=unit.now)
+            run = unit.fenced_run(run_id, claim)
             run.resume(actor=HOST, now=unit.now)
             return run.to_record()
 
@@ -595,8 +632,7 @@ class WorkflowRuns(Application[UUID]):
         claim = check_authority(authority)
 
         def command(unit: UnitOfWork) -> RunRecord:
-            run = unit.run(run_id)
-            run.fence(claim, now=unit.now)
+            run = unit.fenced_run(run_id, claim)
             run.set_presentation_instructions(instructions, actor=HOST, now=unit.now)
             return run.to_record()
 
@@ -616,8 +652,7 @@ class WorkflowRuns(Application[UUID]):
         claim = check_authority(authority)
 
         def command(unit: UnitOfWork) -> UpdateRecord:
-            run = unit.run(run_id)
-            run.fence(claim, now=unit.now)
+            run = unit.fenced_run(run_id, claim)
             return run.publish_update(
                 attempt_id=attempt_id,
                 update_type=update_type,
@@ -643,8 +678,7 @@ class WorkflowRuns(Application[UUID]):
         claim = check_authority(authority)
 
         def command(unit: UnitOfWork) -> RunRecord:
-            run = unit.run(run_id)
-            run.fence(claim, now=unit.now)
+            run = unit.fenced_run(run_id, claim)
             run_endings.finish_run(
                 unit,
                 run,
@@ -671,8 +705,7 @@ class WorkflowRuns(Application[UUID]):
         claim = check_authority(authority)
 
         def command(unit: UnitOfWork) -> RunRecord:
-            run = unit.run(run_id)
-            run.fence(claim, now=unit.now)
+            run = unit.fenced_run(run_id, claim)
             run_endings.interrupt_run(unit, run, reason, actor=HOST, now=unit.now)
             return run.to_record()
 
@@ -1092,10 +1125,9 @@ class WorkflowRuns(Application[UUID]):
     def fence_session_write(self, unit: UnitOfWork, run_id: str, claim: RunClaim | None) -> Run:
         """Upstream assertSessionWriteAuthority: the run exists; its write authority holds,
         unless the store lets the host record sessions (0.16.2)."""
-        run = unit.run(run_id)
-        if not self.allow_host_session_recording:
-            run.fence(claim, now=unit.now)
-        return run
+        if self.allow_host_session_recording:
+            return unit.run(run_id)
+        return unit.fenced_run(run_id, claim)
 
     def record_session_binding(
         self,
@@ -1276,8 +1308,7 @@ class WorkflowRuns(Application[UUID]):
         claim = check_authority(authority)
 
         def command(unit: UnitOfWork) -> EffectReservation:
-            run = unit.run(run_id)
-            run.fence(claim, now=unit.now)
+            run = unit.fenced_run(run_id, claim)
             effect_id = effect_id_for(run.run_id, kind, label)
             effect = unit.get(Effect, effect_aggregate_id(effect_id))
             if effect is None:
@@ -1314,7 +1345,7 @@ class WorkflowRuns(Application[UUID]):
 
         def command(unit: UnitOfWork) -> EffectRecord:
             effect = unit.effect(effect_id)
-            unit.run(effect.run_id).fence(claim, now=unit.now)
+            unit.fenced_run(effect.run_id, claim)
             effect.settle(attempt=attempt, outcome=settled, result=result, actor=HOST, now=unit.now)
             return effect.to_record()
 

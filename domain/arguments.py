@@ -8,6 +8,7 @@ hostile, reaches the interpreter's recursion limit, the JSON encoder or a databa
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import fields, is_dataclass
 from typing import Final, Literal
@@ -48,24 +49,45 @@ UPSTREAM_ERRORS: Final[Mapping[str, Callable[[object], WorkflowError]]] = {
 (no run id or request id can hold a lone surrogate, so it is an invalid id)."""
 
 
+SIZED_BY_RULES: Final[Mapping[str, frozenset[str]]] = {
+    "queue_follow_up": frozenset({"prompt"}),
+    "append_session_events": frozenset({"records"}),
+    "reserve_effect": frozenset({"effect_type", "key"}),
+    "ensure_settings_scope": frozenset({"settings"}),
+    "change_settings": frozenset({"patch"}),
+}
+"""Arguments, by command, whose size an upstream rule bounds: the door checks their text and
+depth only, so upstream's checks decide first, with upstream's messages (decision 28). The
+rules: a prompt of at most 65536 bytes (§4.2), session event records of 1 MiB each and the
+batch's ``MAX_SESSION_BATCH_BYTES`` (§3.12), effect labels of 256 characters (§9.4), settings
+within the policy's ``max_bytes``, itself at most ``MAX_ARGUMENT_TEXT_BYTES`` (§9.1), and a
+patch sized by the door's limits once every settings rule passed (§9.2)."""
+
+
 KEY_ARGUMENTS: Final = frozenset({"session_id", "target_session_id", "mount_path"})
 """Arguments whose text keys the read models' indexes, so it is bounded by
 ``MAX_KEY_TEXT_BYTES`` (queries too: no longer key can be stored to be found)."""
 
 
 def check_arguments(
-    names: Iterable[str], args: Iterable[object], kwargs: Mapping[str, object]
+    names: Iterable[str],
+    args: Iterable[object],
+    kwargs: Mapping[str, object],
+    *,
+    sized_by_rules: frozenset[str] = frozenset(),
 ) -> None:
-    """Check each argument of one call; ``names`` are the parameters the positionals fill."""
+    """Check each argument of one call; ``names`` are the parameters the positionals fill.
+    Those in ``sized_by_rules`` are checked for text and depth only (``SIZED_BY_RULES``)."""
     for name, value in zip(names, args, strict=False):
-        check_argument(name, value)
+        check_argument(name, value, sized=name not in sized_by_rules)
     for name, value in kwargs.items():
-        check_argument(name, value)
+        check_argument(name, value, sized=name not in sized_by_rules)
 
 
-def check_argument(name: str, value: object) -> None:
-    """Raise the argument's error if ``value`` holds text or a shape no backend can store."""
-    problem = _problem(value)
+def check_argument(name: str, value: object, *, sized: bool = True) -> None:
+    """Raise the argument's error if ``value`` holds text or a shape no backend can store
+    (with ``sized``, also more than the door's values or bytes of text)."""
+    problem = _problem(value, sized=sized)
     if problem is None:
         if name in KEY_ARGUMENTS and _too_long_for_a_key(value):
             raise KeyTooLongError(name, MAX_KEY_TEXT_BYTES)
@@ -90,25 +112,28 @@ def _too_long_for_a_key(value: object) -> bool:
     )
 
 
-def _problem(value: object) -> Problem | None:
+def _problem(value: object, *, sized: bool = True) -> Problem | None:
     if isinstance(value, str):
         # The common case, an argument that is one short text, skips the walk.
         size = _text_bytes(value)
         if size is None:
             return "text"
-        return "size" if size > MAX_ARGUMENT_TEXT_BYTES else None
-    if _children(value) is None:
+        return "size" if sized and size > MAX_ARGUMENT_TEXT_BYTES else None
+    if _children(value, sized=sized) is None:
         return None
+    # Unsized, a value is walked whole for its text and depth: its rule sizes it after.
+    max_values = MAX_ARGUMENT_VALUES if sized else sys.maxsize
+    max_text_bytes = MAX_ARGUMENT_TEXT_BYTES if sized else sys.maxsize
     pending: list[tuple[object, int]] = [(value, 1)]
     values = text_bytes = 0
     while pending:
         container, depth = pending.pop()
         if depth > MAX_JSON_DEPTH:
             return "depth"
-        children = _children(container) or ()
+        children = _children(container, sized=sized) or ()
         # Counted before the children are looked at, so a huge list is refused at once.
         values += len(children)
-        if values > MAX_ARGUMENT_VALUES:
+        if values > max_values:
             return "size"
         for child in children:
             if isinstance(child, str):
@@ -116,7 +141,7 @@ def _problem(value: object) -> Problem | None:
                 if size is None:
                     return "text"
                 text_bytes += size
-                if text_bytes > MAX_ARGUMENT_TEXT_BYTES:
+                if text_bytes > max_text_bytes:
                     return "size"
             elif not isinstance(child, _LEAVES):
                 pending.append((child, depth + 1))
@@ -126,14 +151,14 @@ def _problem(value: object) -> Problem | None:
 _LEAVES: Final = (int, float, bytes, type(None))
 
 
-def _children(item: object) -> Collection[object] | None:
+def _children(item: object, *, sized: bool) -> Collection[object] | None:
     """What a container holds (an object's keys too); None for a value that holds nothing.
 
     Only containers that can be walked without consuming them: a generator passed as an
     argument is left to the rule that reads it.
     """
     if isinstance(item, dict):
-        if len(item) * 2 > MAX_ARGUMENT_VALUES:
+        if sized and len(item) * 2 > MAX_ARGUMENT_VALUES:
             return range(len(item) * 2)  # too many to list; their count is enough
         return [part for pair in item.items() for part in pair]
     if isinstance(item, list | tuple | set | frozenset):

@@ -918,6 +918,11 @@ class SessionEventTooLargeError(WorkflowError):
     template = "session event exceeded {} bytes"
 
 
+class SessionEventBatchTooLargeError(WorkflowError):
+    code = "session.batch-too-large"
+    template = "Workflow session event batch exceeded {limit} bytes of records"
+
+
 class InvalidSessionCaptureError(WorkflowError):
     code = "session.invalid-capture"
     template = "Invalid session capture projection"

@@ -25,6 +25,39 @@ class LogEntry(NamedTuple):
     state: bytes
 
 
+class VersionFence(NamedTuple):
+    """What a command's commit rests on without writing it: no event of ``topics`` stored for
+    ``aggregate_id`` after ``version`` (the version the command read).
+
+    A storage checks it in the insert's own transaction, after taking the aggregate's lock
+    shared (where it has per-aggregate locks), and refuses the insert with ``IntegrityError``
+    when it no longer holds: the command then runs again, reading. So a fenced write that
+    does not change its Run (session recording, effects) still conflicts with a concurrent
+    ``run.claimed``, as the Run's own writes do on its unique versions (decision 27). With no
+    topics it only holds the aggregate's lock (see ``IndexFence``).
+    """
+
+    aggregate_id: UUID
+    version: int
+    topics: tuple[str, ...]
+
+
+class IndexFence(NamedTuple):
+    """The aggregates indexed under ``lookup_key`` are still those the command ``seen``: no
+    event of another one is stored under it. The insert holds ``guard_id``'s lock exclusively;
+    every command that adds to the index holds it (a ``VersionFence``) until it commits, so
+    the check sees that command's events, or that command's come after this one's in the log.
+    """
+
+    lookup_key: str
+    seen: frozenset[UUID]
+    guard_id: UUID
+
+
+Fence = VersionFence | IndexFence
+"""A read that a command's insert is refused without (``IntegrityError``) if it changed."""
+
+
 class SameCommit(Protocol):
     """Work that commits in a command's insert transaction, after its events: the read models
     of the committing process (DESIGN "Write path").
@@ -71,7 +104,8 @@ class EventStorage(Protocol):
 
     ``events`` stores ``domain.serialisation.LedgerStoredEvent`` rows (their ``run_id`` and
     ``lookup_key`` are indexed); its positions are the notification ids. Its
-    ``insert_events`` takes an optional ``same_commit`` step (``SameCommit``).
+    ``insert_events`` takes an optional ``same_commit`` step (``SameCommit``) and ``fences``
+    (``Fence``), checked in the insert's transaction.
     """
 
     @property

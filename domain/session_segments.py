@@ -28,6 +28,7 @@ from runledger.domain.errors import (
     InvalidSessionIdError,
     SessionBindingMismatchError,
     SessionCaptureStoppedError,
+    SessionEventBatchTooLargeError,
     SessionEventEnvelopeError,
     SessionEventTooLargeError,
     UnexpectedSessionEventSeqError,
@@ -43,6 +44,7 @@ from runledger.domain.ids import aggregate_id
 from runledger.domain.records import SessionSegmentRecord
 from runledger.domain.values import (
     CAPTURE_STATUSES,
+    MAX_SESSION_BATCH_BYTES,
     SESSION_EVENT_TYPES,
     Actor,
     CaptureStatus,
@@ -152,7 +154,28 @@ def exceeds_event_limit(record: dict[str, Any]) -> bool:
         and orjson.loads(encoded) == record
     ):
         return False
-    return len(canonical_json(record).encode("utf-8", "surrogatepass")) > MAX_EVENT_BYTES
+    return _canonical_bytes(record) > MAX_EVENT_BYTES
+
+
+def check_batch_size(records: Sequence[dict[str, Any]]) -> None:
+    """The store's limit on a batch, after every record's own checks (decision 28): the
+    records' canonical bytes summed are at most ``MAX_SESSION_BATCH_BYTES``. Measured exactly
+    only when three times their orjson bytes (a bound, see ``exceeds_event_limit``) is over."""
+    bound = 0
+    for record in records:
+        try:
+            bound += 3 * len(orjson.dumps(record))
+        except orjson.JSONEncodeError:
+            bound = MAX_SESSION_BATCH_BYTES + 1
+            break
+    if bound <= MAX_SESSION_BATCH_BYTES:
+        return
+    if sum(_canonical_bytes(record) for record in records) > MAX_SESSION_BATCH_BYTES:
+        raise SessionEventBatchTooLargeError(limit=MAX_SESSION_BATCH_BYTES)
+
+
+def _canonical_bytes(record: dict[str, Any]) -> int:
+    return len(canonical_json(record).encode("utf-8", "surrogatepass"))
 
 
 def check_capture(capture: object) -> tuple[dict[str, Any], CaptureStatus]:
@@ -316,6 +339,7 @@ class SessionSegment(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
         for record in records:
             check_event_record(record, expected)
             expected += 1
+        check_batch_size(records)
         self._trigger(
             self.EventsAppended,
             now,

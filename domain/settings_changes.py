@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from runledger.domain.aggregates import Aggregates
+from runledger.domain.arguments import check_argument
 from runledger.domain.canonical import json_digest
 from runledger.domain.lineage import continuation_origin
 from runledger.domain.records import SettingsChange
@@ -45,6 +46,7 @@ def ensure_settings_scope(
     if existing is not None:
         existing.check_ensured_by(run.run_id)
         return existing
+    aggregates.guard_settings_of(run)
     scope = SettingsScope.create(
         scope_id,
         run_id=run.run_id,
@@ -93,4 +95,6 @@ def change_settings(
         source=source,
         now=now,
     )
+    # The store's limits on the stored patch, once upstream's checks passed (decision 28).
+    check_argument("patch", patch)
     return SettingsChange(scope=scope.to_record(), change=change, adopted=False)

@@ -23,7 +23,7 @@ from runledger.domain.errors import (
     SettingsPermissionError,
     SettingsTooLargeError,
 )
-from runledger.domain.values import ACTOR_TYPES, JsonValue
+from runledger.domain.values import ACTOR_TYPES, MAX_ARGUMENT_TEXT_BYTES, JsonValue
 
 ROOT_MOUNT: Final = "$root"
 DEFAULT_MAX_BYTES: Final = 65536
@@ -91,6 +91,10 @@ def check_policy(policy: object) -> Policy:
     max_bytes = policy.get("max_bytes", DEFAULT_MAX_BYTES)
     if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
         raise InvalidSettingsPolicyError("max_bytes must be a positive integer")
+    if max_bytes > MAX_ARGUMENT_TEXT_BYTES:
+        # The settings argument is sized by the policy alone (``arguments.SIZED_BY_RULES``):
+        # the store's limit on one value bounds the policy instead.
+        raise InvalidSettingsPolicyError(f"max_bytes must be at most {MAX_ARGUMENT_TEXT_BYTES}")
     rules = policy.get("rules")
     if not isinstance(rules, list):
         raise InvalidSettingsPolicyError("rules must be a list")

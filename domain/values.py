@@ -78,14 +78,22 @@ STOP_REASONS: Final[tuple[StopReason, ...]] = get_args(StopReason)
 RESTART_LIMIT: Final[int] = 3
 
 # Limits on every argument of a public command or query, checked before anything is written
-# (the README's "Guarantees" lists them). The depth keeps stored events well inside the JSON
+# (the README's "Limits" lists them). They are a safety net above upstream's own limits
+# (decision 28): a value whose canonical JSON fits in MAX_ARGUMENT_TEXT_BYTES passes both
+# (its text is at most that many bytes, and each of its values takes a byte of it at least),
+# and an argument whose upstream rule bounds its size is sized by that rule, not here
+# (``arguments.SIZED_BY_RULES``). The depth keeps stored events well inside the JSON
 # encoder's own limit (254) even after a command nests the value in a message's content.
 MAX_JSON_DEPTH: Final[int] = 64
 """Nesting levels of lists and objects in one argument (``[]`` is one level)."""
-MAX_ARGUMENT_VALUES: Final[int] = 100_000
-"""Values in one argument, counting every list item, object key and object value."""
 MAX_ARGUMENT_TEXT_BYTES: Final[int] = 1_048_576
-"""UTF-8 bytes of all the text in one argument, object keys included."""
+"""UTF-8 bytes of all the text in one argument, object keys included: upstream's largest
+limit on one value (a session event record, §3.12)."""
+MAX_ARGUMENT_VALUES: Final[int] = MAX_ARGUMENT_TEXT_BYTES
+"""Values in one argument, counting every list item, object key and object value."""
+MAX_SESSION_BATCH_BYTES: Final[int] = 64 * MAX_ARGUMENT_TEXT_BYTES
+"""Canonical bytes of one ``append_session_events`` batch, its records summed: upstream bounds
+each record (1 MiB) but not the batch, so 64 records of 1 MiB each fit."""
 MAX_KEY_TEXT_BYTES: Final[int] = 1_024
 """UTF-8 bytes of a session id or a mount path, text that keys the read models' indexes:
 PostgreSQL's btree holds at most 2,704 bytes an entry, and one index holds a session id

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from runledger.domain.application import Clock, WorkflowRuns, utc_now
-from runledger.domain.arguments import check_arguments
+from runledger.domain.arguments import SIZED_BY_RULES, check_arguments
 from runledger.domain.errors import InvalidCallError, InvalidProgressError
 from runledger.domain.records import AuditTrail, AuditVerdict, ProjectionStatus
 from runledger.domain.values import looked_up_id
@@ -63,11 +63,12 @@ def _forward(
     """
     signature = inspect.signature(target)
     names = tuple(signature.parameters)[1:]
+    sized_by_rules = SIZED_BY_RULES.get(target.__name__, frozenset())
 
     @functools.wraps(target)
     def forward(store: WorkflowStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
         _checked_call(signature, target.__name__, args, kwargs)
-        check_arguments(names, args, kwargs)
+        check_arguments(names, args, kwargs, sized_by_rules=sized_by_rules)
         with store._runtime.running():
             return target(subject(store), *args, **kwargs)
 

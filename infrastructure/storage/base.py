@@ -13,10 +13,12 @@ from eventsourcing.persistence import (
     AggregateRecorder,
     ApplicationRecorder,
     DataError,
+    IntegrityError,
     Notification,
     StoredEvent,
 )
 
+from runledger.domain.ports import Fence, IndexFence, VersionFence
 from runledger.domain.serialisation import LedgerStoredEvent
 
 EVENTS_TABLE = "runledger_events"
@@ -39,6 +41,42 @@ def index_columns(stored_event: StoredEvent) -> tuple[str | None, str | None]:
     if isinstance(stored_event, LedgerStoredEvent):
         return stored_event.run_id, stored_event.lookup_key
     return None, None
+
+
+FenceCondition = tuple[UUID, int, str]
+"""``(aggregate id, version, topic)``: no event of that topic stored after that version."""
+
+
+def fence_conditions(fences: Sequence[Fence]) -> list[FenceCondition]:
+    """Each version fence as one condition per topic, the form the backends check."""
+    return [
+        (as_uuid(fence.aggregate_id), fence.version, topic)
+        for fence in fences
+        if isinstance(fence, VersionFence)
+        for topic in fence.topics
+    ]
+
+
+def index_fences(fences: Sequence[Fence]) -> list[IndexFence]:
+    """The index fences among these."""
+    return [fence for fence in fences if isinstance(fence, IndexFence)]
+
+
+class FenceBrokenError(IntegrityError):
+    """A fence of the insert no longer held: the command read something another commit has
+    changed since (a run claimed meanwhile), so the insert is refused like a version conflict
+    and the command runs again, reading."""
+
+    @classmethod
+    def of(cls, condition: FenceCondition) -> FenceBrokenError:
+        """The error for a version condition found broken."""
+        aggregate_id, version, topic = condition
+        return cls(f"{topic} stored for {aggregate_id} after version {version}")
+
+    @classmethod
+    def of_index(cls, fence: IndexFence) -> FenceBrokenError:
+        """The error for an index fence found broken."""
+        return cls(f"another aggregate indexed under {fence.lookup_key!r}")
 
 
 class UuidOriginatorIds(AggregateRecorder):

@@ -29,7 +29,7 @@ from typing import Any, Final
 from eventsourcing.persistence import InterfaceError, OperationalError, StoredEvent
 
 from runledger.domain.errors import StorageUnavailableError
-from runledger.domain.ports import SameCommit
+from runledger.domain.ports import Fence, SameCommit
 
 MAX_GROUP_EVENTS: Final = 64
 """Events one group commits at most: on PostgreSQL the most that go as one VALUES insert, and
@@ -41,14 +41,16 @@ UNREACHABLE: Final = (StorageUnavailableError, InterfaceError, OperationalError)
 The library's ``OperationalError`` (a dropped connection, a busy SQLite file) is distinct from
 psycopg's, which a refused value raises too."""
 
-Write = Callable[[Sequence[StoredEvent], SameCommit | None], list[int]]
-"""A backend's insert of one batch in one transaction, with the step's read models."""
+Write = Callable[[Sequence[StoredEvent], SameCommit | None, Sequence[Fence]], list[int]]
+"""A backend's insert of one batch in one transaction, with the step's read models, refused
+(``IntegrityError``) when one of the fences no longer holds."""
 
 
 @dataclass(eq=False)
 class _Request:
     stored_events: Sequence[StoredEvent]
     step: SameCommit | None
+    fences: Sequence[Fence] = ()
     done: bool = False
     positions: list[int] = field(default_factory=list)
     error: BaseException | None = None
@@ -79,10 +81,16 @@ class GroupCommit:
         """Requests in the queue now, the one being written included."""
         return len(self._queue)
 
-    def insert(self, stored_events: Sequence[StoredEvent], step: SameCommit | None) -> list[int]:
-        """Insert these events (with the step's read models) in a transaction that may carry
-        other threads' events too; their positions, or the error their own insert raises."""
-        request = _Request(stored_events, step)
+    def insert(
+        self,
+        stored_events: Sequence[StoredEvent],
+        step: SameCommit | None,
+        fences: Sequence[Fence] = (),
+    ) -> list[int]:
+        """Insert these events (with the step's read models, under their fences) in a
+        transaction that may carry other threads' events too; their positions, or the error
+        their own insert raises."""
+        request = _Request(stored_events, step, fences)
         with self._changed:
             self._queue.append(request)
             while not request.done and self._queue[0] is not request:
@@ -139,8 +147,11 @@ class GroupCommit:
         written alone instead, True once every request has its answer."""
         steps = [request.step for request in batch if request.step is not None]
         stored = [s for request in batch for s in request.stored_events]
+        # A fence that fails the group (another member claimed the run, say) is judged again
+        # below, alone, in log order.
+        fences = [fence for request in batch for fence in request.fences]
         try:
-            positions = self._write(stored, _GroupStep(steps) if steps else None)
+            positions = self._write(stored, _GroupStep(steps) if steps else None, fences)
         except UNREACHABLE as error:
             # The storage failed (after its own retries): alone, each would fail the same way,
             # one after another.
@@ -164,7 +175,7 @@ class GroupCommit:
 
     def _commit_alone(self, request: _Request) -> None:
         try:
-            request.positions = self._write(request.stored_events, request.step)
+            request.positions = self._write(request.stored_events, request.step, request.fences)
         except Exception as error:
             request.error = error
         self.commits += 1

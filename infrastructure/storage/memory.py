@@ -19,8 +19,15 @@ from eventsourcing.persistence import (
     Subscription,
 )
 
-from runledger.domain.ports import LogEntry, SameCommit
-from runledger.infrastructure.storage.base import RecorderBackedStorage, as_uuid, index_columns
+from runledger.domain.ports import Fence, LogEntry, SameCommit
+from runledger.infrastructure.storage.base import (
+    FenceBrokenError,
+    RecorderBackedStorage,
+    as_uuid,
+    fence_conditions,
+    index_columns,
+    index_fences,
+)
 from runledger.infrastructure.storage.group_commit import GroupCommit
 
 
@@ -97,20 +104,26 @@ class MemoryEventRecorder(MemoryAggregateRecorder, ApplicationRecorder):
         stored_events: Sequence[StoredEvent],
         *,
         same_commit: SameCommit | None = None,
+        fences: Sequence[Fence] = (),
         **kwargs: Any,
     ) -> Sequence[int] | None:
         if kwargs or not stored_events:
-            return self._write(stored_events, same_commit, **kwargs)
-        return self.group.insert(stored_events, same_commit)
+            return self._write(stored_events, same_commit, fences, **kwargs)
+        return self.group.insert(stored_events, same_commit, fences)
 
     def _write(
-        self, stored_events: Sequence[StoredEvent], same_commit: SameCommit | None, **kwargs: Any
+        self,
+        stored_events: Sequence[StoredEvent],
+        same_commit: SameCommit | None,
+        fences: Sequence[Fence] = (),
+        **kwargs: Any,
     ) -> list[int]:
         """The batch and the step's read models under the log's lock (``GroupCommit``: no
         flush to share here, but writers queue exactly as on the other backends)."""
         written = False
         try:
             with self._lock:
+                self._check_fences(fences, stored_events)
                 positions = list(super().insert_events(stored_events, **kwargs) or [])
                 if same_commit is not None and positions:
                     # Under the log's lock, so no other insert comes between the events and
@@ -127,6 +140,34 @@ class MemoryEventRecorder(MemoryAggregateRecorder, ApplicationRecorder):
         for listener in list(self._listeners):
             listener.set()
         return positions
+
+    def _check_fences(self, fences: Sequence[Fence], stored_events: Sequence[StoredEvent]) -> None:
+        """Refuse the insert if a fence is broken by a stored event or one of the batch's
+        own (a group may carry the claim it must not follow)."""
+        for condition in fence_conditions(fences):
+            aggregate_id, version, topic = condition
+            versions = self._versions.get(aggregate_id, [])
+            later = versions[bisect_right(versions, version) :]
+            stored = any(self._events[aggregate_id, v].topic == topic for v in later)
+            batched = any(
+                as_uuid(s.originator_id) == aggregate_id
+                and s.originator_version > version
+                and s.topic == topic
+                for s in stored_events
+            )
+            if stored or batched:
+                raise FenceBrokenError.of(condition)
+        for fence in index_fences(fences):
+            indexed = [
+                *self._originators_by_key.get(fence.lookup_key, {}),
+                *(
+                    as_uuid(s.originator_id)
+                    for s in stored_events
+                    if index_columns(s)[1] == fence.lookup_key
+                ),
+            ]
+            if not fence.seen.issuperset(indexed):
+                raise FenceBrokenError.of_index(fence)
 
     def _record(
         self, keys: list[tuple[UUID, int]], stored_events: Sequence[StoredEvent]

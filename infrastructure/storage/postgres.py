@@ -34,16 +34,19 @@ from psycopg.rows import DictRow, tuple_row
 from psycopg.sql import SQL, Identifier, Literal
 
 from runledger.domain.errors import StorageUnavailableError, StoreNotFoundError
-from runledger.domain.ports import LogEntry, SameCommit
+from runledger.domain.ports import Fence, IndexFence, LogEntry, SameCommit, VersionFence
 from runledger.infrastructure.storage.base import (
     EVENTS_TABLE,
     SNAPSHOTS_TABLE,
+    FenceBrokenError,
     LogCondition,
     RecorderBackedStorage,
     SqlLogQueries,
     UuidOriginatorIds,
     as_uuid,
+    fence_conditions,
     index_columns,
+    index_fences,
 )
 from runledger.infrastructure.storage.group_commit import GroupCommit
 from runledger.infrastructure.storage.urls import REDACTED, PostgresSettings, read_postgres_url
@@ -298,6 +301,21 @@ def aggregate_lock_keys(log_name: str, aggregate_ids: Sequence[UUID | str]) -> l
     return sorted({_advisory_key(f"runledger-aggregate:{log_name}:{i}") for i in aggregate_ids})
 
 
+def fenced_lock_keys(
+    log_name: str, written: Sequence[UUID | str], fences: Sequence[Fence]
+) -> tuple[list[int], list[bool]]:
+    """The locks of an insert in the one order (``aggregate_lock_keys``): exclusive for the
+    aggregates it writes and the guards of its index fences, shared for those it only
+    version-fences (fenced writes of one run do not wait for each other, only for the run's
+    writers); with whether each is shared."""
+    guards = [fence.guard_id for fence in fences if isinstance(fence, IndexFence)]
+    fenced = [fence.aggregate_id for fence in fences if isinstance(fence, VersionFence)]
+    exclusive = set(aggregate_lock_keys(log_name, [*written, *guards]))
+    shared = set(aggregate_lock_keys(log_name, fenced)) - exclusive
+    keys = sorted(exclusive | shared)
+    return keys, [key in shared for key in keys]
+
+
 LOCK_AGGREGATES: Final = "SELECT pg_advisory_xact_lock(k) FROM unnest(%s::bigint[]) AS k"
 BEGIN_WRITE: Final = (
     "SELECT pg_advisory_xact_lock_shared(%s), pg_notify(%s, '') FROM "
@@ -305,6 +323,14 @@ BEGIN_WRITE: Final = (
 )
 """A writer's aggregate locks, one by one in the array's (sorted) order, then the log's writer
 lock shared, and the NOTIFY that wakes followers at its commit."""
+BEGIN_FENCED_WRITE: Final = (
+    "SELECT pg_advisory_xact_lock_shared(%s), pg_notify(%s, '') FROM (SELECT count("
+    "CASE WHEN s THEN pg_advisory_xact_lock_shared(k) ELSE pg_advisory_xact_lock(k) END) "
+    "FROM unnest(%s::bigint[], %s::boolean[]) AS a(k, s)) AS aggregates"
+)
+"""``BEGIN_WRITE`` for an insert with fences: the fenced aggregates' locks taken shared, in
+the same order. A writer of a fenced aggregate (a claim) holds its lock until it commits, so
+the fence check after the insert either sees that commit or comes before it in the log."""
 BEGIN_WIDE_WRITE: Final = "SELECT pg_advisory_xact_lock(%s), pg_notify(%s, '')"
 """A batch too wide to lock its aggregates: the writer lock alone, and the NOTIFY."""
 
@@ -321,6 +347,8 @@ MOVED_SQLSTATE: Final = "RLPM1"
 """The SQLSTATE of a view store's tracking compare-and-set that found a projection moved."""
 NOT_AT_POSITIONS_SQLSTATE: Final = "RLPM2"
 """The SQLSTATE of the check that a command's events took the positions it projected."""
+FENCE_BROKEN_SQLSTATE: Final = "RLFN1"
+"""The SQLSTATE of the check that an insert's fences still hold (``Fence``)."""
 
 VALUES_INSERT_EVENTS: Final = 64
 """Batches up to this many events are inserted as rows of scalar parameters: psycopg dumps
@@ -332,6 +360,12 @@ UNPREPARED_AFTER_FAILURE: Final = 64
 SETTLE_WAIT_SECONDS: Final = 1.0
 """How long a log query waits for the writers open when it starts before it stops its page
 short, just below the first position that is not visible yet."""
+
+
+def _fence_arrays(fences: Sequence[Fence]) -> list[list[Any]]:
+    """The fences' conditions column by column, for ``runledger_check_fences``."""
+    conditions = fence_conditions(fences)
+    return [[c[0] for c in conditions], [c[1] for c in conditions], [c[2] for c in conditions]]
 
 
 def _lower_bound(conditions: Sequence[LogCondition]) -> int:
@@ -396,6 +430,25 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
                 schema=schema,
                 qualified=Literal(f'"{datastore.schema}"."{events_table_name}"'),
             ),
+            # Some (aggregate, version, topic) has an event of that topic after that version.
+            SQL(
+                "CREATE OR REPLACE FUNCTION {schema}.runledger_check_fences"
+                "(p_ids uuid[], p_versions bigint[], p_topics text[]) RETURNS void "
+                "LANGUAGE plpgsql AS $$ BEGIN IF EXISTS (SELECT 1 FROM "
+                "unnest(p_ids, p_versions, p_topics) AS f(id, version, topic) "
+                "JOIN {schema}.{table} AS e ON e.originator_id = f.id "
+                "AND e.originator_version > f.version AND e.topic = f.topic) THEN "
+                "RAISE EXCEPTION 'a fence of the insert is broken' "
+                f"USING ERRCODE = '{FENCE_BROKEN_SQLSTATE}'; END IF; END $$"
+            ).format(schema=schema, table=table),
+            SQL(
+                "CREATE OR REPLACE FUNCTION {schema}.runledger_check_index_fence"
+                "(p_key text, p_seen uuid[]) RETURNS void LANGUAGE plpgsql AS $$ BEGIN "
+                "IF EXISTS (SELECT 1 FROM {schema}.{table} WHERE lookup_key = p_key "
+                "AND NOT (originator_id = ANY(p_seen))) THEN "
+                "RAISE EXCEPTION 'an index fence of the insert is broken' "
+                f"USING ERRCODE = '{FENCE_BROKEN_SQLSTATE}'; END IF; END $$"
+            ).format(schema=schema, table=table),
         ]
         # ORDER BY the array ordinal makes identity values follow the order of the batch;
         # the alias lets the library's _fetch_ids_after_insert_events read them.
@@ -442,6 +495,12 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
         self._check_positions = SQL("SELECT {schema}.runledger_check_last_position(%s)").format(
             schema=schema
         )
+        self._check_fences = SQL(
+            "SELECT {schema}.runledger_check_fences(%s::uuid[], %s::bigint[], %s::text[])"
+        ).format(schema=schema)
+        self._check_index_fence = SQL(
+            "SELECT {schema}.runledger_check_index_fence(%s, %s::uuid[])"
+        ).format(schema=schema)
         self.channel_name = f"{datastore.schema}.{events_table_name}"
         self.writer_lock_key = writer_lock_key(self.channel_name)
         self._insert_table = SQL("{schema}.{table}").format(schema=schema, table=table)
@@ -456,6 +515,7 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
         stored_events: Sequence[StoredEvent],
         *,
         same_commit: SameCommit | None = None,
+        fences: Sequence[Fence] = (),
         **_: Any,
     ) -> Sequence[int] | None:
         if not stored_events:
@@ -463,21 +523,25 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
         held = self.datastore.held_connection
         if held is not None:
             # A command holding its aggregates commits its own transaction, locks and all.
-            return self._record(held, stored_events, same_commit, begun=True)
-        return self.group.insert(stored_events, same_commit)
+            return self._record(held, stored_events, same_commit, fences, begun=True)
+        return self.group.insert(stored_events, same_commit, fences)
 
     @_retried
     def _record_pooled(
-        self, stored_events: Sequence[StoredEvent], same_commit: SameCommit | None
+        self,
+        stored_events: Sequence[StoredEvent],
+        same_commit: SameCommit | None,
+        fences: Sequence[Fence],
     ) -> list[int]:
         with self.datastore.get_connection() as conn:
-            return self._record(conn, stored_events, same_commit, begun=False)
+            return self._record(conn, stored_events, same_commit, fences, begun=False)
 
     def _record(
         self,
         conn: Connection[DictRow],
         stored_events: Sequence[StoredEvent],
         same_commit: SameCommit | None,
+        fences: Sequence[Fence],
         *,
         begun: bool,
     ) -> list[int]:
@@ -514,7 +578,7 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
                 step = same_commit
             try:
                 positions, written = self._prepared_as_it_pays(
-                    conn, stored_events, step, expected, begun=begun
+                    conn, stored_events, step, expected, fences, begun=begun
                 )
             except psycopg.Error as error:
                 written = False
@@ -541,6 +605,7 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
         stored_events: Sequence[StoredEvent],
         step: SameCommit | None,
         expected: list[int],
+        fences: Sequence[Fence],
         *,
         begun: bool,
     ) -> tuple[list[int], bool]:
@@ -554,11 +619,11 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
         than it saves.
         """
         if self._unprepared_commands == 0:
-            return self._pipeline(conn, stored_events, step, expected, begun=begun)
+            return self._pipeline(conn, stored_events, step, expected, fences, begun=begun)
         self._unprepared_commands -= 1
         threshold, conn.prepare_threshold = conn.prepare_threshold, None
         try:
-            return self._pipeline(conn, stored_events, step, expected, begun=begun)
+            return self._pipeline(conn, stored_events, step, expected, fences, begun=begun)
         finally:
             conn.prepare_threshold = threshold
 
@@ -568,6 +633,7 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
         stored_events: Sequence[StoredEvent],
         step: SameCommit | None,
         expected: list[int],
+        fences: Sequence[Fence],
         *,
         begun: bool,
     ) -> tuple[list[int], bool]:
@@ -577,7 +643,13 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
         with conn.pipeline() as pipeline, conn.cursor() as insert, conn.cursor() as curs:
             if not begun:
                 curs.execute(b"BEGIN")
-            self._insert_stored_events(insert, stored_events)
+            self._insert_stored_events(insert, stored_events, fences)
+            # After the insert, under the fenced aggregates' locks: a claim that committed
+            # first is seen, one in this very batch too (a group's).
+            if fence_conditions(fences):
+                curs.execute(self._check_fences, _fence_arrays(fences))
+            for fence in index_fences(fences):
+                curs.execute(self._check_index_fence, (fence.lookup_key, list(fence.seen)))
             if step is not None:
                 curs.execute(SAME_COMMIT_SAVEPOINT)
                 curs.execute(self._check_positions, (expected[-1],))
@@ -609,6 +681,8 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
                 conn.execute(b"COMMIT")
                 return positions
             conn.execute(b"ROLLBACK")
+        if error.sqlstate == FENCE_BROKEN_SQLSTATE:
+            raise FenceBrokenError(str(error)) from error
         if isinstance(error, psycopg.IntegrityError | psycopg.errors.DeadlockDetected):
             # A deadlock needs an aggregate this attempt changed but did not hold from the
             # start; like a version conflict, the command runs again holding it too.
@@ -623,7 +697,11 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
         )
 
     def _insert_stored_events(
-        self, curs: Cursor[DictRow], stored_events: Sequence[StoredEvent], **_: Any
+        self,
+        curs: Cursor[DictRow],
+        stored_events: Sequence[StoredEvent],
+        fences: Sequence[Fence] = (),
+        **_: Any,
     ) -> None:
         # Aggregates first, in the fixed order: two writers of overlapping aggregates queue
         # on the first one they share instead of deadlocking on each other's rows. Taken
@@ -632,13 +710,19 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
         # commit: a follower that meets a gap waits exactly for the writers registered at that
         # moment. The locks and the NOTIFY go as one statement; the subquery's aggregate is
         # done, every aggregate held, before the outer row takes the writer lock.
-        keys = aggregate_lock_keys(self.channel_name, [s.originator_id for s in stored_events])
-        if len(keys) <= MAX_AGGREGATE_LOCKS:
-            curs.execute(BEGIN_WRITE, (self.writer_lock_key, self.channel_name, keys))
-        else:
+        keys, shared = fenced_lock_keys(
+            self.channel_name, [s.originator_id for s in stored_events], fences
+        )
+        if len(keys) > MAX_AGGREGATE_LOCKS:
             # A batch this wide (a bulk load, a cascade over many follow-ups) writes alone
             # instead: every other writer holds the lock shared while it inserts.
             curs.execute(BEGIN_WIDE_WRITE, (self.writer_lock_key, self.channel_name))
+        elif any(shared):
+            curs.execute(
+                BEGIN_FENCED_WRITE, (self.writer_lock_key, self.channel_name, keys, shared)
+            )
+        else:
+            curs.execute(BEGIN_WRITE, (self.writer_lock_key, self.channel_name, keys))
         indexes = [index_columns(s) for s in stored_events]
         if len(stored_events) <= VALUES_INSERT_EVENTS:
             curs.execute(

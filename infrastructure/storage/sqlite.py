@@ -23,16 +23,19 @@ from eventsourcing.sqlite import (
     SQLiteDatastore,
 )
 
-from runledger.domain.ports import LogEntry, SameCommit
+from runledger.domain.ports import Fence, LogEntry, SameCommit
 from runledger.infrastructure.storage.base import (
     EVENTS_TABLE,
     SNAPSHOTS_TABLE,
+    FenceBrokenError,
     LogCondition,
     RecorderBackedStorage,
     SqlLogQueries,
     UuidOriginatorIds,
     as_uuid,
+    fence_conditions,
     index_columns,
+    index_fences,
 )
 from runledger.infrastructure.storage.file_locks import AggregateLocks
 from runledger.infrastructure.storage.group_commit import GroupCommit
@@ -129,6 +132,14 @@ class SQLiteEventRecorder(SqlLogQueries, SQLiteApplicationRecorder):
         self._select_columns = (
             f"SELECT position, originator_id, originator_version, topic, state FROM {table} "
         )
+        self._broken_fence_statement = (
+            f"SELECT 1 FROM {table} WHERE originator_id = ? AND originator_version > ? "
+            "AND topic = ? LIMIT 1"
+        )
+        # Completed with the seen ids' placeholders (SQLite takes an empty list).
+        self._unseen_in_index_statement = (
+            f"SELECT 1 FROM {table} WHERE lookup_key = ? AND originator_id NOT IN "
+        )
         self.group = GroupCommit(self._write)
 
     def construct_create_table_statements(self) -> list[str]:
@@ -154,6 +165,7 @@ class SQLiteEventRecorder(SqlLogQueries, SQLiteApplicationRecorder):
         stored_events: Sequence[StoredEvent],
         *,
         same_commit: SameCommit | None = None,
+        fences: Sequence[Fence] = (),
         **kwargs: Any,
     ) -> Sequence[int] | None:
         if not stored_events:
@@ -161,19 +173,25 @@ class SQLiteEventRecorder(SqlLogQueries, SQLiteApplicationRecorder):
         if kwargs:
             # Nothing here passes more (the library's tracking records, say): not grouped.
             return super().insert_events(stored_events, **kwargs)
-        return self.group.insert(stored_events, same_commit)
+        return self.group.insert(stored_events, same_commit, fences)
 
     def _write(
-        self, stored_events: Sequence[StoredEvent], same_commit: SameCommit | None
+        self,
+        stored_events: Sequence[StoredEvent],
+        same_commit: SameCommit | None,
+        fences: Sequence[Fence] = (),
     ) -> list[int]:
         """One transaction for the batch, with the step's read models (``GroupCommit``)."""
         if same_commit is None:
             with self.datastore.transaction(commit=True) as c:
-                return self._insert_events(c, stored_events)
+                positions = self._insert_events(c, stored_events)
+                self._check_fences(c, fences)
+                return positions
         written = False
         try:
             with self.datastore.transaction(commit=True) as c:
                 positions = self._insert_events(c, stored_events)
+                self._check_fences(c, fences)
                 # Rowids drawn under the write lock: contiguous, and every position before
                 # them is committed, so the step may project them as the log's next ones.
                 written = _write_step(c, same_commit, stored_events, positions)
@@ -204,6 +222,24 @@ class SQLiteEventRecorder(SqlLogQueries, SQLiteApplicationRecorder):
         c.execute("SELECT last_insert_rowid()")
         last: int = c.fetchone()[0]
         return list(range(last - len(rows) + 1, last + 1))
+
+    def _check_fences(self, c: SQLiteCursor, fences: Sequence[Fence]) -> None:
+        """Refuse the insert (rolled back) if a fence is broken. Checked after the insert,
+        which took the file's write lock: no other commit can come between the check and
+        this one's, and a claim in the batch itself is seen too."""
+        for condition in fence_conditions(fences):
+            aggregate_id, version, topic = condition
+            c.execute(self._broken_fence_statement, (aggregate_id.hex, version, topic))
+            if c.fetchone() is not None:
+                raise FenceBrokenError.of(condition)
+        for fence in index_fences(fences):
+            seen = [aggregate_id.hex for aggregate_id in fence.seen]
+            c.execute(
+                self._unseen_in_index_statement + f"({', '.join('?' * len(seen))}) LIMIT 1",
+                (fence.lookup_key, *seen),
+            )
+            if c.fetchone() is not None:
+                raise FenceBrokenError.of_index(fence)
 
     def originator_ids_by_key(self, lookup_key: str) -> list[UUID]:
         """Originators with an event under ``lookup_key``, by first position."""

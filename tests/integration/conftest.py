@@ -60,3 +60,24 @@ def runtime(store_url: str, clock: FakeClock) -> Iterator[StoreRuntime]:
 def store(runtime: StoreRuntime) -> WorkflowStore:
     """The public store over ``runtime``: what a host gets from ``open_store``."""
     return WorkflowStore(runtime)
+
+
+@pytest.fixture
+def second_store(
+    store_url: str, runtime: StoreRuntime, clock: FakeClock
+) -> Iterator[WorkflowStore]:
+    """Another store on the same data: another process's store, with a cache of its own (one
+    memory store shares the first one's storage, as a memory store cannot be opened twice)."""
+    if store_url == "memory://":
+        yield WorkflowStore(
+            StoreRuntime(
+                runtime.storage,
+                runtime.views,
+                url=store_url,
+                clock=clock,
+                embedded_projections=False,
+            )
+        )
+        return
+    with open_runtime(store_url, clock=clock) as other:
+        yield WorkflowStore(other)

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -37,27 +37,6 @@ def claim(store: WorkflowStore, owner_id: str = "worker-1", lease_ms: int = 10_0
     claimed = store.claim_run(RUN, owner_type="controller", owner_id=owner_id, lease_ms=lease_ms)
     assert claimed is not None
     return claimed
-
-
-@pytest.fixture
-def second_store(
-    store_url: str, runtime: StoreRuntime, clock: FakeClock
-) -> Iterator[WorkflowStore]:
-    """Another store on the same data: another process's store (one memory store shares the
-    first one's storage, as a memory store cannot be opened twice)."""
-    if store_url == "memory://":
-        yield WorkflowStore(
-            StoreRuntime(
-                runtime.storage,
-                runtime.views,
-                url=store_url,
-                clock=clock,
-                embedded_projections=False,
-            )
-        )
-        return
-    with open_runtime(store_url, clock=clock) as other:
-        yield WorkflowStore(other)
 
 
 # -- H2: claim ------------------------------------------------------------------------------

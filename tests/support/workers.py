@@ -15,6 +15,9 @@ Operations are plain dicts so that they pickle across the spawn boundary:
 - ``{"op": "conflicts"}``: how many version conflicts made this process's commands run again
   so far (its result is ``{"conflicts": n}``).
 - ``{"op": "change_settings", "run_id", "scope_id", "request_id", "actor", "source", "patch"}``
+- ``{"op": "call", "method", "args", "kwargs"}``: any public store method by name (a
+  ``RunClaim`` given as ``{"claim": {...}}`` is rebuilt); its result is the record's JSON
+  (under ``"value"`` when the method returns a plain value or None).
 - ``{"op": "sleep", "seconds"}``: pace a burst, so that a slower command (ending a run walks
   all its follow-ups) gets a chance between two fast ones instead of losing every retry.
 - ``{"op": "wait_for", "kind", "at_least"}``: wait (bounded) until the round's completed
@@ -133,6 +136,8 @@ def _perform(store: WorkflowStore, op: Op) -> dict[str, Any]:
         )
     elif kind == "conflicts":
         return {"conflicts": store._runtime.app.conflicts}
+    elif kind == "call":
+        return _call(store, op["method"], op.get("args", []), op.get("kwargs", {}))
     elif kind == "change_settings":
         record = store.change_settings(
             op["run_id"],
@@ -146,6 +151,29 @@ def _perform(store: WorkflowStore, op: Op) -> dict[str, Any]:
         msg = f"Unknown race operation {kind!r}"
         raise ValueError(msg)
     return record.model_dump(mode="json")
+
+
+def _call(
+    store: WorkflowStore, method: str, args: list[Any], kwargs: dict[str, Any]
+) -> dict[str, Any]:
+    from pydantic import BaseModel
+
+    from runledger.domain.records import RunClaim
+
+    def revived(value: Any) -> Any:
+        if isinstance(value, dict) and set(value) == {"claim"}:
+            return RunClaim(**value["claim"])
+        return value
+
+    if method.startswith("_"):
+        msg = f"Not a public store method: {method!r}"
+        raise ValueError(msg)
+    result = getattr(store, method)(
+        *[revived(a) for a in args], **{k: revived(v) for k, v in kwargs.items()}
+    )
+    if isinstance(result, BaseModel):
+        return result.model_dump(mode="json")
+    return {"value": result}
 
 
 def _wait_for(counts: SynchronizedArray[int], kind: str, at_least: int) -> dict[str, Any]:

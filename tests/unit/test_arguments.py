@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import pytest
 
-from runledger.domain.arguments import KEY_ARGUMENTS, check_argument
+from runledger.domain.arguments import KEY_ARGUMENTS, SIZED_BY_RULES, check_argument
 from runledger.domain.errors import (
     InvalidMessageContentError,
     InvalidRunIdError,
@@ -23,7 +24,7 @@ from runledger.domain.values import (
     MAX_KEY_TEXT_BYTES,
     Actor,
 )
-from runledger.infrastructure.store import open_store
+from runledger.infrastructure.store import WorkflowStore, open_store
 
 
 def nested(depth: int) -> Any:
@@ -31,6 +32,30 @@ def nested(depth: int) -> Any:
     for _ in range(depth):
         value = [value]
     return value
+
+
+def test_an_argument_its_rule_sizes_passes_the_door_at_any_size() -> None:
+    check_argument("records", [{"pad": "x" * MAX_ARGUMENT_TEXT_BYTES}] * 3, sized=False)
+    check_argument("records", [0] * (MAX_ARGUMENT_VALUES + 1), sized=False)
+    check_argument("prompt", "x" * (MAX_ARGUMENT_TEXT_BYTES + 1), sized=False)
+
+
+def test_an_argument_its_rule_sizes_is_still_walked_whole_for_text_and_depth() -> None:
+    # Past the door's size limit, where a sized walk stops: the text and the depth at the end.
+    big = {str(index): index for index in range(MAX_ARGUMENT_VALUES)}
+    with pytest.raises(InvalidTextError):
+        check_argument(
+            "records", [big, ["x" * MAX_ARGUMENT_TEXT_BYTES], {"k": "\ud800"}], sized=False
+        )
+    with pytest.raises(ValueTooDeepError):
+        check_argument("records", [big, nested(MAX_JSON_DEPTH)], sized=False)
+
+
+@pytest.mark.parametrize(("command", "names"), sorted(SIZED_BY_RULES.items()))
+def test_every_argument_sized_by_a_rule_is_a_parameter_of_its_command(
+    command: str, names: frozenset[str]
+) -> None:
+    assert names <= set(inspect.signature(getattr(WorkflowStore, command)).parameters)
 
 
 @pytest.mark.parametrize("text", ["x\ud800", "\udfff", "a\x00b"])

@@ -12,7 +12,7 @@ from uuid import UUID, uuid4
 import pytest
 from eventsourcing.persistence import IntegrityError, InterfaceError, OperationalError, StoredEvent
 
-from runledger.domain.ports import SameCommit
+from runledger.domain.ports import Fence, SameCommit
 from runledger.infrastructure.storage.group_commit import GroupCommit
 from tests.support.writer_threads import WAIT_SECONDS, Writer, finish, start_in_line
 
@@ -35,7 +35,10 @@ class Log:
         self.failing: type[Exception] | None = None
         self.refused: set[UUID] = set()
 
-    def write(self, batch: Sequence[StoredEvent], step: SameCommit | None) -> list[int]:
+    def write(
+        self, batch: Sequence[StoredEvent], step: SameCommit | None, fences: Sequence[Fence] = ()
+    ) -> list[int]:
+        del fences
         self.writes.append(len(batch))
         if not self.entered.is_set():
             self.entered.set()
