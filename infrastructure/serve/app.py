@@ -127,6 +127,7 @@ class Server:
             runtime,
             lambda request, writes: self.check(request, writes=writes),
             lambda request, writes: self.access.allows(request, writes=writes),
+            self.threads,
         )
 
     def check(self, request: Request, *, writes: bool) -> None:

@@ -20,7 +20,6 @@ from typing import Any, Final, TypeVar
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_core import to_json
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -39,6 +38,7 @@ from runledger.infrastructure.serve.console_reads import (
     runs_by_id,
 )
 from runledger.infrastructure.serve.errors import error_response
+from runledger.infrastructure.serve.threads import StoreThreads
 from runledger.infrastructure.store import WorkflowStore
 
 Check = Callable[[Request, bool], None]
@@ -183,10 +183,16 @@ class Console:
     """The console's handlers over one store, behind the server's access check."""
 
     def __init__(
-        self, store: WorkflowStore, runtime: StoreRuntime, check: Check, allows: Allows
+        self,
+        store: WorkflowStore,
+        runtime: StoreRuntime,
+        check: Check,
+        allows: Allows,
+        threads: StoreThreads,
     ) -> None:
         self.store = store
         self.runtime = runtime
+        self.threads = threads
         self.check = check
         self.allows = allows
         self.feed = RunsFeed()
@@ -213,7 +219,7 @@ class Console:
         """A page of runs newest first, with counts by status and the log position read at."""
         self.check(request, False)
         query = _parse(RunsQuery, request)
-        answer = await run_in_threadpool(
+        answer = await self.threads.run(
             newest_runs, self.runtime, query.filters(), query.before, query.limit
         )
         return _json(answer)
@@ -223,7 +229,7 @@ class Console:
         self.check(request, False)
         run_id = request.path_params["run_id"]
         check_arguments(("run_id",), (run_id,), {})
-        answer = await run_in_threadpool(run_overview, self.store, self.runtime, self.logs, run_id)
+        answer = await self.threads.run(run_overview, self.store, self.runtime, self.logs, run_id)
         return _json(answer)
 
     async def events(self, request: Request) -> Response:
@@ -232,7 +238,7 @@ class Console:
         run_id = request.path_params["run_id"]
         query = _parse(EventsQuery, request)
         check_arguments(("run_id",), (run_id,), {})
-        answer = await run_in_threadpool(
+        answer = await self.threads.run(
             lambda: run_events(
                 self.store,
                 run_id,
@@ -255,7 +261,7 @@ class Console:
                 self.store.export_run(run_id, path, lineage=True)
                 return path.read_bytes()
 
-        content = await run_in_threadpool(export)
+        content = await self.threads.run(export)
         name = re.sub(r"[^A-Za-z0-9._-]", "_", run_id)[:80]
         disposition = f'attachment; filename="{name}.bundle.jsonl"'
         return Response(
@@ -280,12 +286,12 @@ class Console:
             yield ": open\n\n"
             cursor, quiet = after, 0
             while True:
-                events = await run_in_threadpool(log_after, self.store, cursor)
+                events = await self.threads.run(log_after, self.store, cursor)
                 if events:
                     cursor = events[-1].position
                     ids = [e.payload.get("run_id") for e in events]
                     changed = list(dict.fromkeys(i for i in ids if isinstance(i, str)))
-                    summaries = await run_in_threadpool(runs_by_id, self.runtime, changed)
+                    summaries = await self.threads.run(runs_by_id, self.runtime, changed)
                     yield _feed_event(cursor, summaries)
                     if len(events) == LOG_PAGE:
                         continue
