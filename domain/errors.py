@@ -174,14 +174,17 @@ class ParentRunMissingError(WorkflowError):
     template = "Workflow parent run is missing: {}"
 
 
-class RunMissingError(WorkflowError):
-    code = "run.missing"
-    template = "Workflow run is missing: {}"
-
-
 class RunNotFoundError(WorkflowError):
     code = "run.not-found"
     template = "Workflow run not found: {}"
+
+
+class RunMissingError(RunNotFoundError):
+    """Upstream's message for a command on a run that does not exist; one not-found contract
+    (DESIGN decision 29): the same code, and ``except RunNotFoundError`` catches both."""
+
+    code = "run.not-found"
+    template = "Workflow run is missing: {}"
 
 
 class RunNotAcceptingChangesError(WorkflowError):

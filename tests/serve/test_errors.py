@@ -87,7 +87,7 @@ def test_a_known_run_with_nothing_to_show_still_answers_null_or_an_empty_list(
 def test_a_command_on_an_unknown_run_is_404_with_upstreams_message(served: Served) -> None:
     response = served.api.call("pause_run", "run-unknown")
 
-    assert error_of(response) == (404, "run.missing", "Workflow run is missing: run-unknown")
+    assert error_of(response) == (404, "run.not-found", "Workflow run is missing: run-unknown")
 
 
 def test_creations_answer_201_and_the_openapi_document_says_so(served_memory: Served) -> None:
