@@ -396,9 +396,7 @@ def _seed(header: _Header, line: _Line, canonical: str) -> str:
         chain_link(chain_start(aggregate_id, line.seed), canonical) == line.hash
     ):
         raise _ProblemFoundError("header", Detail.REBOUND, line=header.line)
-    if line.seed is None:
-        raise _ProblemFoundError("altered", Detail.SEED, **line.where())
-    return header.start(aggregate_id)
+    raise _ProblemFoundError("altered", Detail.SEED, **line.where())
 
 
 def _check_digests(lines: list[_Line], digests: dict[str, Any]) -> None:

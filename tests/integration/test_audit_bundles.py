@@ -291,6 +291,18 @@ def test_a_header_changed_with_its_digest_on_the_first_line_is_named_an_altered_
     assert (verdict.problem, verdict.line) == ("altered", first + 1)
 
 
+@pytest.mark.parametrize("seed", [[], 42, None, "0" * 64])
+def test_a_first_line_naming_another_header_digest_is_named_altered(bundle, seed) -> None:
+    lines = read_lines(bundle)
+    first = event_lines(lines)[0]
+    lines[first]["header"] = seed
+    write_lines(bundle, lines)
+
+    verdict = verify_bundle(bundle)
+
+    assert (verdict.problem, verdict.detail, verdict.line) == ("altered", Detail.SEED, first + 1)
+
+
 def test_an_aggregate_cut_short_with_its_header_span_edited_to_match_is_named(bundle) -> None:
     """Before the header was bound, dropping an aggregate's last event and editing its span,
     head and the count to match verified."""
