@@ -43,7 +43,7 @@ from runledger.infrastructure.store import open_store
 PROJECTION_NAMES: Final = tuple(projection.name for projection in default_projections())
 EXIT_CODES: Final = (
     "Exit codes: 0 ok, 1 a verification found a difference, 2 bad usage or input, "
-    "3 the store could not be reached, 70 an internal error."
+    "3 the store cannot serve it now (retry later), 70 an internal error."
 )
 
 

@@ -18,7 +18,6 @@ import typer
 from runledger.domain.errors import (
     CorruptEventError,
     ProjectionStalledError,
-    StorageUnavailableError,
     WorkflowError,
 )
 from runledger.infrastructure.storage.urls import redact_url
@@ -29,7 +28,8 @@ EXIT_DIFFERENCE: Final = 1
 EXIT_USAGE: Final = 2
 """Bad usage or input: an unknown option, a bad URL, a run that does not exist."""
 EXIT_UNAVAILABLE: Final = 3
-"""The store could not be reached; the same command may succeed later."""
+"""The store could not serve the command now (unreachable, busy with a build): a retryable
+``WorkflowError``; the same command may succeed later."""
 EXIT_INTERNAL: Final = 70
 """A bug in runledger (EX_SOFTWARE); ``--debug`` shows its traceback."""
 EXIT_INTERRUPTED: Final = 130
@@ -58,7 +58,8 @@ def exit_code_of(error: WorkflowError) -> int:
     # A corrupt stored event or a stalled read model is what a verification looks for.
     if isinstance(error, CorruptEventError | ProjectionStalledError):
         return EXIT_DIFFERENCE
-    if isinstance(error, StorageUnavailableError):
+    # The store cannot serve it now (unreachable, a build holding its lock): try again later.
+    if error.retryable:
         return EXIT_UNAVAILABLE
     return EXIT_USAGE
 

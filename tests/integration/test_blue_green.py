@@ -128,7 +128,7 @@ def test_a_second_rebuild_is_refused_while_one_holds_the_lock(history: str, tmp_
     finally:
         code, out = first.resume()
 
-    assert second.returncode == 1, second
+    assert second.returncode == 3, second  # retryable: the lock's holder will finish
     assert "[projection.build-locked]" in " ".join(second.stderr.split()), second
     assert (code, "switched=True" in out) == (0, True), out
 

@@ -24,6 +24,7 @@ from runledger.domain.errors import (
     DecisionResponseNotAChoiceError,
     DecisionRunMissingError,
     DecisionTimeoutNotEligibleError,
+    InvalidArgumentTypeError,
     RunAlreadyExistsError,
 )
 from runledger.domain.ids import continuation_run_id_for, decision_id_for
@@ -185,7 +186,12 @@ def test_a_request_for_a_missing_run_is_refused(store: WorkflowStore) -> None:
 
 def test_an_unknown_decision_reads_as_none(store: WorkflowStore) -> None:
     assert store.get_human_decision("decision-unknown") is None
-    assert store.get_human_decision(7) is None  # type: ignore[arg-type]
+    assert store.get_human_decision("not-even-a-decision-id") is None
+
+
+def test_a_decision_id_that_is_not_text_is_refused_by_name(store: WorkflowStore) -> None:
+    with pytest.raises(InvalidArgumentTypeError, match="decision_id must be text, not int"):
+        store.get_human_decision(7)  # type: ignore[arg-type]
 
 
 def test_commands_on_an_unknown_decision_are_refused(store: WorkflowStore) -> None:

@@ -11,6 +11,7 @@ import typer
 
 from runledger.domain.errors import (
     CorruptEventError,
+    ProjectionBuildLockedError,
     RunNotFoundError,
     StorageUnavailableError,
     WorkflowError,
@@ -50,6 +51,10 @@ def make_app() -> typer.Typer:
     @app.command()
     def unreachable() -> None:
         raise StorageUnavailableError("refused", "postgres@127.0.0.1:1/x")
+
+    @app.command()
+    def locked() -> None:
+        raise ProjectionBuildLockedError("runs", "pid 7")
 
     @app.command()
     def crash() -> None:
@@ -99,6 +104,12 @@ def test_an_unreachable_store_exits_three_as_retryable() -> None:
     code, _, err = run("unreachable")
     assert code == EXIT_UNAVAILABLE
     assert err.startswith("error [store.unavailable]: ")
+
+
+def test_a_retryable_refusal_exits_three_as_well() -> None:
+    code, _, err = run("locked")
+    assert code == EXIT_UNAVAILABLE
+    assert err.startswith("error [projection.build-locked]: Projection runs is being rebuilt")
 
 
 def test_an_unexpected_exception_is_one_line_that_points_to_debug_without_the_password() -> None:
