@@ -18,6 +18,7 @@ from runledger.domain.errors import (
     EffectKeyReusedError,
     EffectNotApplyingError,
     EffectNotFoundError,
+    InvalidArgumentTypeError,
     InvalidEffectLabelError,
     InvalidEffectRequestError,
     RunMissingError,
@@ -126,7 +127,11 @@ def test_effects_appear_in_the_runs_event_log(store: WorkflowStore) -> None:
 
 def test_an_unknown_effect_reads_as_none(store: WorkflowStore) -> None:
     assert store.get_effect("effect-unknown") is None
-    assert store.get_effect(5) is None  # type: ignore[arg-type]
+
+
+def test_an_effect_id_that_is_not_text_is_refused_by_name(store: WorkflowStore) -> None:
+    with pytest.raises(InvalidArgumentTypeError, match="effect_id must be text, not int"):
+        store.get_effect(5)  # type: ignore[arg-type]
 
 
 def test_a_claimed_run_fences_reserve_and_settle(store: WorkflowStore) -> None:

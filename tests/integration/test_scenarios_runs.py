@@ -194,7 +194,7 @@ def test_create_run_with_a_non_finite_input_is_rejected(store: WorkflowStore) ->
     assert_rejected(
         store,
         NonFiniteJsonNumberError,
-        "JSON numbers must be finite",
+        "JSON numbers must be finite (input.x is inf)",
         create,
         store,
         input={"x": float("inf")},

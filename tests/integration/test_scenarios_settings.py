@@ -652,7 +652,7 @@ def test_a_patch_value_that_is_not_plain_json_is_rejected(scoped: WorkflowStore)
     assert_rejected(
         scoped,
         NotPlainJsonError,
-        "Only plain objects can be stored as canonical JSON",
+        "Only plain objects can be stored as canonical JSON (patch[0].value is a set)",
         change,
         scoped,
         [{"op": "replace", "path": "/mode", "value": {1, 2}}],
