@@ -5,7 +5,7 @@ from __future__ import annotations
 from bisect import bisect_right, insort
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from threading import Event, RLock
+from threading import Event, RLock, local
 from typing import Any
 from uuid import UUID
 
@@ -98,6 +98,8 @@ class MemoryEventRecorder(MemoryAggregateRecorder, ApplicationRecorder):
         self._originators_by_key: dict[str, dict[UUID, None]] = {}
         self._listeners: set[Event] = set()
         self.group = GroupCommit(self._write)
+        self.holding = local()
+        """``holding.log`` is True in a thread that holds the whole log (``lock_aggregates``)."""
 
     def insert_events(
         self,
@@ -107,7 +109,9 @@ class MemoryEventRecorder(MemoryAggregateRecorder, ApplicationRecorder):
         fences: Sequence[Fence] = (),
         **kwargs: Any,
     ) -> Sequence[int] | None:
-        if kwargs or not stored_events:
+        # A thread holding the log writes alone: queued behind a group's leader, which waits for
+        # the log's lock, it would wait for itself.
+        if kwargs or not stored_events or getattr(self.holding, "log", False):
             return self._write(stored_events, same_commit, fences, **kwargs)
         return self.group.insert(stored_events, same_commit, fences)
 
@@ -286,7 +290,11 @@ class MemoryStorage(RecorderBackedStorage[MemoryEventRecorder, MemoryAggregateRe
         # One lock for every aggregate: the fixed order is trivial, and the log's own insert
         # lock makes any other writer wait until the block's save is done.
         with self._events._lock:
-            yield
+            self._events.holding.log = True
+            try:
+                yield
+            finally:
+                self._events.holding.log = False
 
     def read_log(self, *, after: int, limit: int) -> list[LogEntry]:
         """The next stored events after ``after``, as lean tuples."""
