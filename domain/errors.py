@@ -657,6 +657,11 @@ class RebuildFailedError(WorkflowError):
     code = "projection.rebuild-failed"
     template = "Rebuilding the projections failed: {}"
 
+    def __init__(self, reasons: str, *, corrupt: bool = False) -> None:
+        super().__init__(reasons)
+        self.corrupt = corrupt
+        """Whether a rebuild process met a corrupt stored event (what a verification finds)."""
+
 
 class ProjectionBuildLockedError(WorkflowError):
     code = "projection.build-locked"

@@ -20,6 +20,7 @@ from typing import Any, Final, Self
 
 from runledger.domain.application import Clock, WorkflowRuns, utc_now
 from runledger.domain.errors import (
+    CorruptEventError,
     InvalidStorePathError,
     InvalidStoreUrlError,
     ProjectionStalledError,
@@ -539,7 +540,8 @@ def rebuild_group(url: str, names: list[str], messages: Any, options: dict[str, 
             )
         messages.put(("done", [outcome.as_json() for outcome in outcomes]))
     except BaseException as error:
-        messages.put(("error", f"{type(error).__name__}: {error}"))
+        kind = "corrupt" if isinstance(error, CorruptEventError) else "error"
+        messages.put((kind, f"{type(error).__name__}: {error}"))
         raise
 
 

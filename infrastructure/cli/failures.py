@@ -18,6 +18,7 @@ import typer
 from runledger.domain.errors import (
     CorruptEventError,
     ProjectionStalledError,
+    RebuildFailedError,
     WorkflowError,
 )
 from runledger.infrastructure.storage.urls import redact_url
@@ -57,6 +58,8 @@ def exit_code_of(error: WorkflowError) -> int:
     """The exit code a ``WorkflowError`` ends a command with."""
     # A corrupt stored event or a stalled read model is what a verification looks for.
     if isinstance(error, CorruptEventError | ProjectionStalledError):
+        return EXIT_DIFFERENCE
+    if isinstance(error, RebuildFailedError) and error.corrupt:
         return EXIT_DIFFERENCE
     # The store cannot serve it now (unreachable, a build holding its lock): try again later.
     if error.retryable:

@@ -74,7 +74,7 @@ def die_with_parent() -> None:
 
 GroupRebuild = Callable[[str, list[str], Any, dict[str, Any]], None]
 """Rebuilds one group in a spawned process: ``(url, names, messages, options)``; it reports
-on ``messages`` (``("page", n)``, ``("done", [outcome as JSON, ...])`` or ``("error",
+on ``messages`` (``("page", n)``, ``("done", [outcome as JSON, ...])``, ``("corrupt", text)`` for a corrupt stored event or ``("error",
 text)``). A module-level function, so the spawned process can import it by name."""
 
 
@@ -98,6 +98,7 @@ def rebuild_in_processes(
         process.start()
     finished: list[list[Any]] = []
     errors: list[str] = []
+    corrupt = False
     try:
         while len(finished) + len(errors) < len(processes):
             try:
@@ -111,12 +112,13 @@ def rebuild_in_processes(
                 progress(round(value / len(processes)))
             elif kind == "done":
                 finished.append(value)
-            elif kind == "error":
+            elif kind in ("error", "corrupt"):
                 errors.append(value)
+                corrupt = corrupt or kind == "corrupt"
     finally:
         for process in processes:
             process.join(timeout=60)
     if errors:
         # A WorkflowError, so the CLI reports it (a corrupt event among them) and exits 1.
-        raise RebuildFailedError("; ".join(errors))
+        raise RebuildFailedError("; ".join(errors), corrupt=corrupt)
     return [outcome for outcomes in finished for outcome in outcomes]
