@@ -74,8 +74,9 @@ def die_with_parent() -> None:
 
 GroupRebuild = Callable[[str, list[str], Any, dict[str, Any]], None]
 """Rebuilds one group in a spawned process: ``(url, names, messages, options)``; it reports
-on ``messages`` (``("page", n)``, ``("done", [outcome as JSON, ...])``, ``("corrupt", text)`` for a corrupt stored event or ``("error",
-text)``). A module-level function, so the spawned process can import it by name."""
+on ``messages`` (``("page", n)``, ``("done", [outcome as JSON, ...])``, ``("error", text)``,
+or ``("corrupt", text)`` for a corrupt stored event). A module-level function, so the
+spawned process can import it by name."""
 
 
 def rebuild_in_processes(
