@@ -158,7 +158,7 @@ def test_a_rebuild_has_a_span_with_progress_events_and_counts_what_it_replayed(
     runtime.rebuild_blue_green(["runs"], accept=True, drop_old=True)
 
     [rebuild] = telemetry.spans(REBUILD_SPAN)
-    assert list((rebuild.attributes or {})[PROJECTION]) == ["runs"]
+    assert (rebuild.attributes or {})[PROJECTION] == ("runs",)
     progress = [dict(event.attributes or {}) for event in rebuild.events]
     assert progress
     assert progress[-1]["runledger.events"] == head
