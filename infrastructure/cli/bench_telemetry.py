@@ -23,7 +23,7 @@ from runledger.infrastructure.cli.bench import Bench, BenchResult
 from runledger.infrastructure.store import open_store
 from runledger.infrastructure.telemetry import TELEMETRY
 
-TURNS: Final = 6
+TURNS: Final = 10
 """Turns of each mode: more, shorter turns average out the machine's load better."""
 API_GOAL: Final = 0.98
 SDK_GOAL: Final = 0.90
@@ -80,7 +80,9 @@ def instrumentation_cost(bench: Bench) -> BenchResult:
     modes: tuple[str, ...] = ("disabled", "api", "sdk") if sdk is not None else ("disabled", "api")
     providers, clear = sdk if sdk is not None else (None, lambda: None)
     seconds = bench.seconds / TURNS
-    totals = {mode: [0.0, 0.0, 0] for mode in modes}
+    walls = dict.fromkeys(modes, 0.0)
+    spent = dict.fromkeys(modes, 0.0)
+    counts = dict.fromkeys(modes, 0)
     with open_store(bench.scratch.new_url()) as store:
         queue = bench.queueing(store, "o1")
         queued = 0
@@ -88,12 +90,13 @@ def instrumentation_cost(bench: Bench) -> BenchResult:
             for mode in modes[turn % len(modes) :] + modes[: turn % len(modes)]:
                 with _mode(mode, providers):
                     wall, cpu, count = _timed(queue, seconds, queued)
-                total = totals[mode]
-                total[0], total[1], total[2] = total[0] + wall, total[1] + cpu, total[2] + count
+                walls[mode] += wall
+                spent[mode] += cpu
+                counts[mode] += count
                 queued += count
                 clear()
-    rates = {mode: count / wall for mode, (wall, _, count) in totals.items()}
-    cpu = {mode: spent / max(1, count) for mode, (_, spent, count) in totals.items()}
+    rates = {mode: counts[mode] / walls[mode] for mode in modes}
+    cpu = {mode: spent[mode] / max(1, counts[mode]) for mode in modes}
     wall_disabled = 1 / rates["disabled"]
     slowdown = {mode: (cpu[mode] - cpu["disabled"]) / wall_disabled for mode in modes}
     api_ratio = 1 / (1 + slowdown["api"])
