@@ -89,9 +89,9 @@ def instrumentation_cost(bench: Bench) -> BenchResult:
         for turn in range(TURNS):
             for mode in modes[turn % len(modes) :] + modes[: turn % len(modes)]:
                 with _mode(mode, providers):
-                    wall, cpu, count = _timed(queue, seconds, queued)
+                    wall, used, count = _timed(queue, seconds, queued)
                 walls[mode] += wall
-                spent[mode] += cpu
+                spent[mode] += used
                 counts[mode] += count
                 queued += count
                 clear()
