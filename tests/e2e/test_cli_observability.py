@@ -104,9 +104,9 @@ def test_a_worker_with_json_logs_writes_one_object_a_line_without_payload_text(
             prompt=PROMPT,
         )
         head = runtime.storage.max_position()
+    command = ["projections", "run", "--url", url, "--poll", "0.1", "--log-format", "json"]
     worker = subprocess.Popen(
-        [sys.executable, "-m", "runledger.infrastructure.cli", "projections", "run"]
-        + ["--url", url, "--poll", "0.1", "--log-format", "json"],
+        [sys.executable, "-m", "runledger.infrastructure.cli", *command],
         cwd=tmp_path,
         env=environment(),
         stdout=subprocess.PIPE,
