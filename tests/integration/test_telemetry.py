@@ -3,6 +3,7 @@ in-memory exporter and reader, on memory, a SQLite file and PostgreSQL."""
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 
 import pytest
@@ -248,3 +249,47 @@ def test_pool_use_is_reported_for_the_durable_backends(
                 if attributes[STORE] == runtime.metrics_label
             ]
             assert waiting == [0]
+
+
+def test_version_conflicts_show_as_retries_on_the_command_spans_and_in_the_metrics(
+    store: WorkflowStore, runtime: StoreRuntime, telemetry: Collected
+) -> None:
+    started(store)
+    rounds = 0
+    while runtime.app.conflicts == 0:
+        rounds += 1
+        assert rounds <= 20, "four threads on one run never conflicted"
+        barrier = threading.Barrier(4)
+
+        def publish(thread: int, round_number: int = rounds) -> None:
+            barrier.wait()
+            for number in range(10):
+                store.publish_update(
+                    "run-1",
+                    attempt_id="attempt-1",
+                    update_type="progress",
+                    key=f"{round_number}-{thread}-{number}",
+                    data={"done": number},
+                )
+
+        threads = [threading.Thread(target=publish, args=(n,)) for n in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    commands = telemetry.spans(COMMAND_SPAN)
+    retries = [(span.attributes or {})[RETRIES] for span in commands]
+    assert sum(retries) == runtime.app.conflicts
+    assert all(
+        (span.attributes or {})[CONFLICT] == ((span.attributes or {})[RETRIES] > 0)
+        for span in commands
+    )
+    conflicted_commits = [
+        span for span in telemetry.spans(COMMIT_SPAN) if (span.attributes or {}).get(CONFLICT)
+    ]
+    assert len(conflicted_commits) == runtime.app.conflicts
+    [counted] = [p.value for _, p in telemetry.points("runledger.commit.conflicts")]
+    assert counted == runtime.app.conflicts
+    [retried] = [p.value for _, p in telemetry.points("runledger.command.retries")]
+    assert retried == runtime.app.conflicts
