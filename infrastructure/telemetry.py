@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 from eventsourcing.persistence import IntegrityError, StoredEvent
 from opentelemetry import context as otel_context
@@ -29,9 +29,6 @@ from opentelemetry.trace.status import Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from runledger.domain.errors import WorkflowError
-
-if TYPE_CHECKING:
-    from runledger.infrastructure.runtime import StoreRuntime
 
 R = TypeVar("R")
 
@@ -82,9 +79,12 @@ class _Call:
 _CALL: ContextVar[_Call | None] = ContextVar("runledger_call", default=None)
 
 
-class _Watched(Protocol):
-    def observe(self) -> Iterable[tuple[str, float, dict[str, Any]]]:
-        """``(gauge, value, attributes)`` readings of this object now."""
+class Backed(Protocol):
+    """What a call's span needs of the store it ran on (a ``StoreRuntime``)."""
+
+    @property
+    def backend(self) -> str:
+        """The store URL's scheme."""
         ...
 
 
@@ -94,7 +94,6 @@ class Telemetry:
     def __init__(self) -> None:
         self.enabled = True
         """False: no span and no measurement at all (the bench's uninstrumented baseline)."""
-        self._runtimes: weakref.WeakSet[StoreRuntime] = weakref.WeakSet()
         self._watched: weakref.WeakSet[Any] = weakref.WeakSet()
         self.configure()
 
@@ -204,7 +203,7 @@ class Telemetry:
         self,
         kind: str,
         name: str,
-        runtime: StoreRuntime,
+        runtime: Backed,
         run_id: object,
         call: Callable[[], R],
     ) -> R:
