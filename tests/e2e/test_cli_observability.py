@@ -51,9 +51,9 @@ def test_metrics_without_the_otel_extra_fail_in_one_line_naming_the_extra(
 ) -> None:
     completed = without_sdk("serve", "--url", "memory://", "--metrics", "--port", "0", cwd=tmp_path)
 
-    assert completed.returncode == 1, completed.stderr
+    assert completed.returncode == 2, completed.stderr
     assert completed.stderr.strip() == (
-        "error [cli.extra-missing] --metrics needs the otel extra: "
+        "error [cli.extra-missing]: --metrics needs the otel extra: "
         "pip install 'runledger[otel]' (no module opentelemetry.sdk.metrics)"
     )
 
@@ -64,8 +64,8 @@ def test_an_otlp_endpoint_without_the_otel_extra_fails_naming_the_extra(tmp_path
         "projections", "run", "--url", url, "--otlp-endpoint", "http://127.0.0.1:9", cwd=tmp_path
     )
 
-    assert completed.returncode == 1, completed.stderr
-    assert "[cli.extra-missing] --otlp-endpoint needs the otel extra" in completed.stderr
+    assert completed.returncode == 2, completed.stderr
+    assert "[cli.extra-missing]: --otlp-endpoint needs the otel extra" in completed.stderr
     assert "Traceback" not in completed.stderr
 
 
@@ -80,9 +80,9 @@ def test_an_unknown_log_format_is_refused_in_one_line(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'store.db'}"
     completed = without_sdk("projections", "run", "--url", url, "--log-format", "xml", cwd=tmp_path)
 
-    assert completed.returncode == 1
+    assert completed.returncode == 2
     assert completed.stderr.strip() == (
-        "error [cli.invalid-log-format] Unknown log format 'xml': use one of text, json"
+        "error [cli.invalid-log-format]: Unknown log format 'xml': use one of text, json"
     )
 
 
