@@ -216,18 +216,21 @@ class StoreRuntime(ClosedOnExit):
             step = SameCommitViews(self.projector)
             yield step
             self._projected.done = step.written
+            TELEMETRY.note(SAME_COMMIT, step.written)
 
     def _committed(self) -> None:
-        same_commit = getattr(self._projected, "done", False)
-        with TELEMETRY.span(READ_MODELS_SPAN, **{SAME_COMMIT: same_commit}):
-            if same_commit:
-                # The read models committed with the events: this process reads its writes.
-                self._projected.done = False
-            elif not self._try_catch_up():
-                # Right after each commit: the committing thread projects it when nobody else
-                # is projecting (no thread hand-over, no contention); otherwise the follower
-                # thread picks it up with whatever else arrives, and a query catches up first.
-                self._wake.set()
+        if getattr(self._projected, "done", False):
+            # The read models committed with the events (the commit span says so): this
+            # process reads its writes.
+            self._projected.done = False
+        else:
+            with TELEMETRY.span(READ_MODELS_SPAN, **{SAME_COMMIT: False}):
+                if not self._try_catch_up():
+                    # Right after each commit: the committing thread projects it when nobody
+                    # else is projecting (no thread hand-over, no contention); otherwise the
+                    # follower thread picks it up with whatever else arrives, and a query
+                    # catches up first.
+                    self._wake.set()
         # Whoever projected it (this thread, the commit itself, or the follower soon), a query
         # made from now on sees it: listeners may look.
         self._views_advanced()

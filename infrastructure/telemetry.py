@@ -2,7 +2,8 @@
 
 One ``TELEMETRY`` holds the tracer and the instruments. Spans carry names, ids, counts and
 outcomes, never payload text (prompts, inputs, outputs, settings values) nor a password:
-attributes are set only here and in ``views.lag``, from the values listed in the README.
+attributes are set here (and the gauges' labels by what ``watch`` reads: a store's
+``observe``, the server's probes), from the keys below, listed in the README.
 
 Without an SDK a span is not even started (the API's no-op span costs microseconds, several
 per command); a tracer provider set later, or given to ``configure``, is used from then on.
@@ -273,6 +274,13 @@ class Telemetry:
             span = trace.get_current_span()
             if span.is_recording():
                 span.set_attribute(GROUP_SIZE, group_size)
+
+    def note(self, key: str, value: AttributeValue) -> None:
+        """Set an attribute on the current span, if one records."""
+        if self.enabled:
+            span = trace.get_current_span()
+            if span.is_recording():
+                span.set_attribute(key, value)
 
     def grouped(self, size: int) -> None:
         """A group of ``size`` commands committed in one transaction."""
