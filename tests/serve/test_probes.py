@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -111,7 +112,7 @@ def test_metrics_are_served_as_prometheus_text_behind_the_token(
 ) -> None:
     with (
         open_runtime(serve_url) as runtime,
-        shared_host.mounted(runtime, Access(TOKEN), metrics_endpoint(prometheus)),
+        shared_host.mounted(runtime, Access(TOKEN), metrics=metrics_endpoint(prometheus)),
     ):
         shared_host.client.post(
             "/runs", json={"run_id": "run-1", "workflow_name": "echo", "input": {}}
@@ -146,7 +147,7 @@ def test_public_metrics_need_no_token(
     served_memory: Served, shared_host: SharedHost, prometheus: CollectorRegistry
 ) -> None:
     with shared_host.mounted(
-        served_memory.runtime, Access(TOKEN), metrics_endpoint(prometheus, public=True)
+        served_memory.runtime, Access(TOKEN), metrics=metrics_endpoint(prometheus, public=True)
     ):
         response = shared_host.anonymous.get("/metrics")
 
@@ -166,14 +167,14 @@ def test_a_request_with_traceparent_continues_that_trace_into_the_command(
         json={"run_id": "run-1", "workflow_name": "echo", "input": {}},
         headers={"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"},
     )
-    assert response.status_code == 200, response.text
+    assert response.status_code == 201, response.text
 
     [request] = [span for span in telemetry.spans() if span.name == "POST /runs"]
     assert request.parent is not None
     assert request.parent.is_remote
     assert format(request.parent.span_id, "016x") == PARENT_ID
     assert format(request.context.trace_id, "032x") == TRACE_ID
-    assert (request.attributes or {})["http.response.status_code"] == 200
+    assert (request.attributes or {})["http.response.status_code"] == 201
     [command] = children_of(request, telemetry.spans(COMMAND_SPAN))
     assert format(command.context.trace_id, "032x") == TRACE_ID
 
@@ -194,4 +195,8 @@ def test_the_sse_clients_gauge_counts_open_viewer_streams(
     assert clients() == [0]
     with served_memory.api.client.stream("GET", "/runs/run-1/viewer") as stream:
         next(stream.iter_lines())
+        # The stream joins its run's channel right after its first line.
+        deadline = time.monotonic() + 10
+        while clients() != [1] and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert clients() == [1]
