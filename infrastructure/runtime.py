@@ -7,6 +7,7 @@ work with it directly (they need the storage, the views and the projector); a ho
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import sqlite3
@@ -68,6 +69,7 @@ URL_VARIABLE: Final = "RUNLEDGER_URL"
 CATCH_UP_ATTEMPTS: Final = 3
 
 logger = logging.getLogger(__name__)
+_RUNTIME_NUMBERS: Final = itertools.count(1)
 
 
 def default_projections() -> list[Projection]:
@@ -176,6 +178,8 @@ class StoreRuntime(ClosedOnExit):
         self._follower: threading.Thread | None = None
         self._views_listeners: list[Callable[[], None]] = []
         self._told_head = 0
+        # Memory stores are told apart in metrics by this (an id() is reused once freed).
+        self._number = next(_RUNTIME_NUMBERS)
         TELEMETRY.watch(self)
         if embedded_projections:
             # A projection whose code is newer than its active slot is built beside it
@@ -398,7 +402,7 @@ class StoreRuntime(ClosedOnExit):
     def metrics_label(self) -> str:
         """The store as a metric names it: its URL without password (memory: one per store)."""
         if self.backend == "memory":
-            return f"memory://#{id(self):x}"
+            return f"memory://#{self._number}"
         return self.printable_url
 
     def observe(self) -> Iterator[tuple[str, float, dict[str, Any]]]:
