@@ -962,3 +962,16 @@ class BundleWriteError(WorkflowError):
 class BundleReadError(WorkflowError):
     code = "audit.bundle-unreadable"
     template = "Audit bundle cannot be read from {}: {}"
+
+
+# -- optional extras ----------------------------------------------------------------------
+
+
+class OptionalExtraMissingError(WorkflowError):
+    code = "cli.extra-missing"
+    template = "{feature} needs the {extra} extra: pip install 'runledger[{extra}]' ({module})"
+
+
+class InvalidLogFormatError(WorkflowError):
+    code = "cli.invalid-log-format"
+    template = "Unknown log format {!r}: use one of {}"

@@ -7,6 +7,7 @@ work with it directly (they need the storage, the views and the projector); a ho
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import sqlite3
@@ -32,8 +33,19 @@ from runledger.domain.errors import (
 from runledger.domain.ports import EventStorage
 from runledger.domain.records import ProjectionStatus
 from runledger.infrastructure.storage.urls import SQLITE_PREFIX, redact_url, sqlite_path, store_url
+from runledger.infrastructure.telemetry import (
+    PROJECTION,
+    READ_MODELS_SPAN,
+    REBUILD_SPAN,
+    SAME_COMMIT,
+    STATE,
+    STORE,
+    TELEMETRY,
+    VERIFY_SPAN,
+)
 from runledger.infrastructure.views.builds import BuildOutcome, Builds, VerifyOutcome
 from runledger.infrastructure.views.digest import view_digest
+from runledger.infrastructure.views.lag import ProjectionLag, projection_lags
 from runledger.infrastructure.views.projector import (
     Progress,
     ProjectionRunner,
@@ -58,6 +70,7 @@ URL_VARIABLE: Final = "RUNLEDGER_URL"
 CATCH_UP_ATTEMPTS: Final = 3
 
 logger = logging.getLogger(__name__)
+_RUNTIME_NUMBERS: Final = itertools.count(1)
 
 
 def default_projections() -> list[Projection]:
@@ -153,7 +166,9 @@ class StoreRuntime(ClosedOnExit):
             storage,
             clock=clock,
             on_commit=self._committed if embedded_projections else None,
-            same_commit=self._same_commit if embedded_projections else None,
+            # Always given, so every commit has its span; without embedded read models the
+            # step it yields is None (the events commit alone).
+            same_commit=self._same_commit,
             allow_host_session_recording=allow_host_session_recording,
         )
         self._reader = views.reader()
@@ -164,6 +179,9 @@ class StoreRuntime(ClosedOnExit):
         self._follower: threading.Thread | None = None
         self._views_listeners: list[Callable[[], None]] = []
         self._told_head = 0
+        # Memory stores are told apart in metrics by this (an id() is reused once freed).
+        self._number = next(_RUNTIME_NUMBERS)
+        TELEMETRY.watch(self)
         if embedded_projections:
             # A projection whose code is newer than its active slot is built beside it
             # (blue/green) before this store answers from it; other processes keep reading
@@ -196,19 +214,28 @@ class StoreRuntime(ClosedOnExit):
 
     @contextmanager
     def _same_commit(self) -> Iterator[SameCommitViews | None]:
-        step = SameCommitViews(self.projector)
-        yield step
-        self._projected.done = step.written
+        with TELEMETRY.commit():
+            if not self.embedded_projections:
+                yield None
+                return
+            step = SameCommitViews(self.projector)
+            yield step
+            self._projected.done = step.written
+            TELEMETRY.note(SAME_COMMIT, step.written)
 
     def _committed(self) -> None:
         if getattr(self._projected, "done", False):
-            # The read models committed with the events: this process reads its writes.
+            # The read models committed with the events (the commit span says so): this
+            # process reads its writes.
             self._projected.done = False
-        elif not self._try_catch_up():
-            # Right after each commit: the committing thread projects it when nobody else is
-            # projecting (no thread hand-over, no contention); otherwise the follower thread
-            # picks it up with whatever else arrives, and a query catches up itself first.
-            self._wake.set()
+        else:
+            with TELEMETRY.span(READ_MODELS_SPAN, **{SAME_COMMIT: False}):
+                if not self._try_catch_up():
+                    # Right after each commit: the committing thread projects it when nobody
+                    # else is projecting (no thread hand-over, no contention); otherwise the
+                    # follower thread picks it up with whatever else arrives, and a query
+                    # catches up first.
+                    self._wake.set()
         # Whoever projected it (this thread, the commit itself, or the follower soon), a query
         # made from now on sees it: listeners may look.
         self._views_advanced()
@@ -368,6 +395,33 @@ class StoreRuntime(ClosedOnExit):
             )
         return sorted(statuses, key=lambda status: status.name)
 
+    def projection_lags(self) -> list[ProjectionLag]:
+        """How far each read model is behind the log now, as every process sees it."""
+        return projection_lags(self.storage, self.views, self.projection_names(), self.app.now())
+
+    @property
+    def metrics_label(self) -> str:
+        """The store as a metric names it: its URL without password (memory: one per store)."""
+        if self.backend == "memory":
+            return f"memory://#{self._number}"
+        return self.printable_url
+
+    def observe(self) -> Iterator[tuple[str, float, dict[str, Any]]]:
+        """This store's gauge readings: each read model's lag and stall, its pool's use."""
+        store = {STORE: self.metrics_label}
+        for lag in self.projection_lags():
+            labels = {**store, PROJECTION: lag.name}
+            yield "runledger.projection.lag.events", lag.events, labels
+            yield "runledger.projection.lag.duration", lag.seconds, labels
+            yield "runledger.projection.stalled", int(lag.stalled), labels
+        usage = self.storage.pool_usage() if hasattr(self.storage, "pool_usage") else None
+        if usage is not None:
+            used, idle, waiting = usage
+            yield "runledger.pool.connection.count", used, {**store, STATE: "used"}
+            yield "runledger.pool.connection.count", idle, {**store, STATE: "idle"}
+            if waiting is not None:
+                yield "runledger.pool.pending_requests", waiting, store
+
     def rebuild_projection(self, name: str, *, progress: Progress | None = None) -> int:
         """Rebuild the projection blue/green and switch to it, dropping the old tables;
         returns the events replayed."""
@@ -412,17 +466,31 @@ class StoreRuntime(ClosedOnExit):
         chosen = list(names) if names else self.projection_names()
         for name in chosen:
             self.projector.runner(name)
-        options = {"accept": accept, "drop_old": drop_old, "restart": restart, "compare": compare}
+        with TELEMETRY.span(REBUILD_SPAN, **{PROJECTION: chosen}) as span:
+            return self._rebuild_blue_green(
+                chosen,
+                TELEMETRY.progress(span, progress),
+                processes,
+                {"accept": accept, "drop_old": drop_old, "restart": restart, "compare": compare},
+            )
+
+    def _rebuild_blue_green(
+        self,
+        chosen: list[str],
+        progress: Progress | None,
+        processes: int,
+        options: dict[str, bool],
+    ) -> list[BuildOutcome]:
         workers = min(len(chosen), processes)
         if workers <= 1 or self.backend == "memory":
             with self.projector.paused():
                 return self.builds.rebuild(
                     chosen,
-                    accept=accept,
-                    drop_old=drop_old,
-                    restart=restart,
+                    accept=options["accept"],
+                    drop_old=options["drop_old"],
+                    restart=options["restart"],
                     progress=progress,
-                    compare=compare,
+                    compare=options["compare"],
                 )
         with self.projector.paused():
             try:
@@ -442,7 +510,9 @@ class StoreRuntime(ClosedOnExit):
         chosen = list(names) if names else self.projection_names()
         for name in chosen:
             self.projector.runner(name)
-        return [self.builds.verify(name, progress=progress) for name in chosen]
+        with TELEMETRY.span(VERIFY_SPAN, **{PROJECTION: chosen}) as span:
+            reported = TELEMETRY.progress(span, progress)
+            return [self.builds.verify(name, progress=reported) for name in chosen]
 
     def close(self) -> None:
         """Refuse new calls and wait for running ones, stop the follower, project what it had
@@ -450,6 +520,7 @@ class StoreRuntime(ClosedOnExit):
         if self._closed:
             return
         self._closed = True
+        TELEMETRY.unwatch(self)
         self._calls.close()
         self._closing.set()
         self._wake.set()

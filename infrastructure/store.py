@@ -17,6 +17,7 @@ from runledger.infrastructure.audit.bundle import export_bundle
 from runledger.infrastructure.audit.run_verification import verify_run_models
 from runledger.infrastructure.audit.trail import audit_trail
 from runledger.infrastructure.runtime import ClosedOnExit, StoreRuntime, open_runtime
+from runledger.infrastructure.telemetry import COMMAND_SPAN, QUERY_SPAN, TELEMETRY
 from runledger.infrastructure.views.projector import Progress
 from runledger.projections import follow_up_queue as queue
 from runledger.projections import runs, settings
@@ -53,24 +54,45 @@ def _checked_call(
         ) from None
 
 
+def _run_id(names: tuple[str, ...]) -> Callable[[tuple[Any, ...], dict[str, Any]], object]:
+    """How to find the call's ``run_id`` argument, if the method has one (for its span)."""
+    if "run_id" not in names:
+        return lambda _args, _kwargs: None
+    index = names.index("run_id")
+    return lambda args, kwargs: args[index] if len(args) > index else kwargs.get("run_id")
+
+
 def _forward(
-    target: Callable[Concatenate[S, P], R], subject: Callable[[WorkflowStore], S], doc: str
+    target: Callable[Concatenate[S, P], R],
+    subject: Callable[[WorkflowStore], S],
+    doc: str,
+    kind: str = COMMAND_SPAN,
 ) -> Callable[Concatenate[WorkflowStore, P], R]:
     """A store method calling ``target`` on the store's ``subject``, with its exact signature.
 
     Every argument passes ``check_arguments`` first: this is the one door of every command
-    and query, so no text or shape that storage cannot hold gets past it to a rule.
+    and query, so no text or shape that storage cannot hold gets past it to a rule. It is
+    also where each call gets its span and metrics (``kind`` names the span).
     """
     signature = inspect.signature(target)
     names = tuple(signature.parameters)[1:]
     sized_by_rules = SIZED_BY_RULES.get(target.__name__, frozenset())
+    name = target.__name__
+    run_id = _run_id(names)
 
     @functools.wraps(target)
     def forward(store: WorkflowStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
         _checked_call(signature, target.__name__, args, kwargs)
         check_arguments(names, args, kwargs, sized_by_rules=sized_by_rules)
-        with store._runtime.running():
-            return target(subject(store), *args, **kwargs)
+        runtime = store._runtime
+        with runtime.running():
+            return TELEMETRY.call(
+                kind,
+                name,
+                runtime,
+                run_id(args, kwargs),
+                lambda: target(subject(store), *args, **kwargs),
+            )
 
     forward.__qualname__ = f"WorkflowStore.{target.__name__}"
     forward.__module__ = __name__
@@ -83,6 +105,13 @@ def _command(
 ) -> Callable[Concatenate[WorkflowStore, P], R]:
     """A store method running a command or consistent read of the application."""
     return _forward(method, lambda store: store._runtime.app, doc)
+
+
+def _read(
+    method: Callable[Concatenate[WorkflowRuns, P], R], doc: str
+) -> Callable[Concatenate[WorkflowStore, P], R]:
+    """A store method answering a consistent read from the application's aggregates."""
+    return _forward(method, lambda store: store._runtime.app, doc, QUERY_SPAN)
 
 
 def _query(
@@ -98,6 +127,8 @@ def _query(
     signature = inspect.signature(query, eval_str=True)
     parameters = list(signature.parameters.values())
     names = tuple(parameter.name for parameter in parameters[1:])
+    name = query.__name__
+    run_id = _run_id(names)
     as_of = inspect.Parameter(
         "as_of", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=int | None
     )
@@ -121,8 +152,15 @@ def _query(
         _checked_call(signature, query.__name__, args, kwargs)
         check_texts(args, kwargs)
         check_arguments(names, args, kwargs)
-        with store._runtime.running():
-            return query(store._runtime.reader(projection, as_of=as_of), *args, **kwargs)
+        runtime = store._runtime
+        with runtime.running():
+            return TELEMETRY.call(
+                QUERY_SPAN,
+                name,
+                runtime,
+                run_id(args, kwargs),
+                lambda: query(runtime.reader(projection, as_of=as_of), *args, **kwargs),
+            )
 
     del forward.__wrapped__  # the signature below is the truth
     forward.__signature__ = signature.replace(  # type: ignore[attr-defined]
@@ -257,13 +295,13 @@ class WorkflowStore(ClosedOnExit):
     update_session_capture = _command(
         WorkflowRuns.update_session_capture, "Record the session capture's state."
     )
-    session_segments = _command(
+    session_segments = _read(
         WorkflowRuns.session_segments, "The run's session segments with their integrity."
     )
-    session_entries = _command(
+    session_entries = _read(
         WorkflowRuns.session_entries, "A page of the run's recorded session entries."
     )
-    session_events = _command(
+    session_events = _read(
         WorkflowRuns.session_events, "A page of the run's recorded session event records."
     )
 
@@ -282,22 +320,20 @@ class WorkflowStore(ClosedOnExit):
     retry_effect = _command(
         WorkflowRuns.retry_effect, "Let a failed or ambiguous effect be attempted again."
     )
-    get_effect = _command(WorkflowRuns.get_effect, "The effect, or None for an unknown id.")
+    get_effect = _read(WorkflowRuns.get_effect, "The effect, or None for an unknown id.")
 
     # -- consistent reads from aggregates ---------------------------------------------------
 
-    get_run = _command(WorkflowRuns.get_run, "The run, or None for an unknown id.")
-    get_follow_up = _command(
-        WorkflowRuns.get_follow_up, "The follow-up, or None for an unknown id."
-    )
-    get_workflow_message = _command(
+    get_run = _read(WorkflowRuns.get_run, "The run, or None for an unknown id.")
+    get_follow_up = _read(WorkflowRuns.get_follow_up, "The follow-up, or None for an unknown id.")
+    get_workflow_message = _read(
         WorkflowRuns.get_workflow_message, "The workflow message, or None for an unknown id."
     )
-    get_turn = _command(WorkflowRuns.get_turn, "The workflow turn, or None for an unknown id.")
-    get_human_decision = _command(
+    get_turn = _read(WorkflowRuns.get_turn, "The workflow turn, or None for an unknown id.")
+    get_human_decision = _read(
         WorkflowRuns.get_human_decision, "The human decision, or None for an unknown id."
     )
-    event_log = _command(
+    event_log = _read(
         WorkflowRuns.event_log,
         "The stored events in log order; with run_id, only that run's and its children's.",
     )
@@ -359,22 +395,39 @@ class WorkflowStore(ClosedOnExit):
 
     def projection_status(self) -> list[ProjectionStatus]:
         """Each projection's version, position, lag, active and building version, last error."""
-        with self._runtime.running():
-            return self._runtime.projection_status()
+        runtime = self._runtime
+        with runtime.running():
+            return TELEMETRY.call(
+                QUERY_SPAN, "projection_status", runtime, None, runtime.projection_status
+            )
 
     def rebuild_projection(self, name: str, *, progress: Progress | None = None) -> int:
         """Rebuild the read model beside the live one, switch to it, drop the old; events read."""
         if progress is not None and not callable(progress):
             # Checked before anything is built: a rebuild must not fail half-way through.
             raise InvalidProgressError()
-        with self._runtime.running():
-            return self._runtime.rebuild_projection(name, progress=progress)
+        runtime = self._runtime
+        with runtime.running():
+            return TELEMETRY.call(
+                COMMAND_SPAN,
+                "rebuild_projection",
+                runtime,
+                None,
+                lambda: runtime.rebuild_projection(name, progress=progress),
+            )
 
     def read_model_digest(self, name: str, *, as_of: int | None = None) -> str:
         """SHA-256 of every row of the read model (canonical, order-independent), or as of N."""
         check_arguments(("name", "as_of"), (name,), {"as_of": as_of})
-        with self._runtime.running():
-            return self._runtime.read_model_digest(name, as_of=as_of)
+        runtime = self._runtime
+        with runtime.running():
+            return TELEMETRY.call(
+                QUERY_SPAN,
+                "read_model_digest",
+                runtime,
+                None,
+                lambda: runtime.read_model_digest(name, as_of=as_of),
+            )
 
     # -- audit ------------------------------------------------------------------------------
 
@@ -383,14 +436,28 @@ class WorkflowStore(ClosedOnExit):
     ) -> AuditTrail:
         """The run's timeline up to ``as_of``; with ``lineage``, its ancestors' and descendants'."""
         check_arguments(("run_id",), (run_id,), {})
-        with self._runtime.running():
-            return audit_trail(self._runtime, run_id, lineage=lineage, as_of=as_of)
+        runtime = self._runtime
+        with runtime.running():
+            return TELEMETRY.call(
+                QUERY_SPAN,
+                "audit_run",
+                runtime,
+                run_id,
+                lambda: audit_trail(runtime, run_id, lineage=lineage, as_of=as_of),
+            )
 
     def verify_run(self, run_id: str) -> AuditVerdict:
         """Replay and re-project the run's tree; the verdict names the first row that differs."""
         check_arguments(("run_id",), (run_id,), {})
-        with self._runtime.running():
-            return verify_run_models(self._runtime, run_id)
+        runtime = self._runtime
+        with runtime.running():
+            return TELEMETRY.call(
+                QUERY_SPAN,
+                "verify_run",
+                runtime,
+                run_id,
+                lambda: verify_run_models(runtime, run_id),
+            )
 
     def export_run(
         self,
@@ -402,8 +469,15 @@ class WorkflowStore(ClosedOnExit):
     ) -> int:
         """Write the run's audit bundle for ``verify_bundle``; returns how many events it holds."""
         check_arguments(("run_id",), (run_id,), {})
-        with self._runtime.running():
-            return export_bundle(self._runtime, run_id, path, lineage=lineage, progress=progress)
+        runtime = self._runtime
+        with runtime.running():
+            return TELEMETRY.call(
+                QUERY_SPAN,
+                "export_run",
+                runtime,
+                run_id,
+                lambda: export_bundle(runtime, run_id, path, lineage=lineage, progress=progress),
+            )
 
     def close(self) -> None:
         """Stop projecting and close every connection; closing again does nothing."""

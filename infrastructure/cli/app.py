@@ -31,6 +31,7 @@ from runledger.infrastructure.cli.operations import (
     verify,
 )
 from runledger.infrastructure.cli.runs_report import print_run, print_runs
+from runledger.infrastructure.exporters import start_observability
 from runledger.infrastructure.runtime import (
     StoreRuntime,
     default_projections,
@@ -71,6 +72,21 @@ UrlOption = Annotated[
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document.")]
+
+
+LogFormatOption = Annotated[
+    str,
+    typer.Option("--log-format", help="Log lines on stderr: text, or json (one object a line)."),
+]
+OtlpOption = Annotated[
+    str | None,
+    typer.Option(
+        "--otlp-endpoint",
+        help="Export traces and metrics by OTLP/HTTP, e.g. http://127.0.0.1:4318 "
+        "(needs runledger[otel]).",
+        show_default=False,
+    ),
+]
 
 
 @app.callback()
@@ -251,10 +267,16 @@ def projections_run(
             "--poll", min=0.01, help="Seconds between polls (a safety net on PostgreSQL)."
         ),
     ] = 0.5,
+    log_format: LogFormatOption = "text",
+    otlp_endpoint: OtlpOption = None,
 ) -> None:
     """Follow the log and keep every projection current until SIGINT or SIGTERM."""
-    with open_runtime(resolve_url(url), embedded_projections=False) as runtime:
-        run_worker(runtime, console(), poll_seconds=poll)
+    exporters = start_observability(log_format, otlp_endpoint)
+    try:
+        with open_runtime(resolve_url(url), embedded_projections=False) as runtime:
+            run_worker(runtime, console(), poll_seconds=poll)
+    finally:
+        exporters.shutdown()
 
 
 class _AuditGroup(TyperGroup):
@@ -396,25 +418,44 @@ def serve(
             "repeatable. Also $RUNLEDGER_SERVE_ALLOWED_HOSTS, comma separated.",
         ),
     ] = None,
+    metrics: Annotated[
+        bool,
+        typer.Option("--metrics", help="Serve Prometheus /metrics (needs runledger[otel])."),
+    ] = False,
+    public_metrics: Annotated[
+        bool, typer.Option("--public-metrics", help="With --metrics: no token for /metrics.")
+    ] = False,
+    log_format: LogFormatOption = "text",
+    otlp_endpoint: OtlpOption = None,
 ) -> None:
     """Serve the store's JSON API, live viewer deltas and the viewer page over HTTP."""
     # Imported here: starting the other commands should not load the web stack.
     import os
 
+    from runledger.infrastructure.serve.probes import MetricsEndpoint
     from runledger.infrastructure.serve.server import CannotServeError, ServeOptions
     from runledger.infrastructure.serve.server import serve as run_server
 
+    if public_metrics and not metrics:
+        raise typer.BadParameter("--public-metrics applies to --metrics")
+    exporters = start_observability(log_format, otlp_endpoint, prometheus=metrics)
+    endpoint = None
+    if exporters.prometheus is not None:
+        endpoint = MetricsEndpoint(exporters.prometheus, exporters.content_type, public_metrics)
     options = ServeOptions(
         url=url,
         host=host,
         port=port,
         public_reads=public_reads,
         allowed_hosts=tuple(allowed_host or ()),
+        metrics=endpoint,
     )
     try:
         run_server(options, lambda line: print(line, flush=True), os.environ)
     except CannotServeError as error:
         raise typer.BadParameter(str(error)) from error
+    finally:
+        exporters.shutdown()
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:

@@ -14,7 +14,13 @@ from collections.abc import Callable, Sequence
 from typing import Final
 from weakref import WeakKeyDictionary
 
-from runledger.infrastructure.cli import bench_audit, bench_projections, bench_serve, bench_threads
+from runledger.infrastructure.cli import (
+    bench_audit,
+    bench_projections,
+    bench_serve,
+    bench_telemetry,
+    bench_threads,
+)
 from runledger.infrastructure.cli.bench import Bench, BenchResult, RowMeasure
 
 
@@ -72,4 +78,5 @@ EXTRA_ROWS: Final[list[tuple[str, RowMeasure]]] = [
     ("A2", _AUDIT.row("A2")),
     ("S1", lambda bench: bench_serve.http_queue_follow_up(bench.scratch.new_url(), bench.seconds)),
     ("S2", lambda bench: bench_serve.command_to_sse_delta(bench.scratch.new_url(), bench.samples)),
+    ("O1", bench_telemetry.instrumentation_cost),
 ]

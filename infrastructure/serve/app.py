@@ -36,6 +36,7 @@ from runledger.infrastructure.serve.notifications import (
     commit_notifications,
 )
 from runledger.infrastructure.serve.openapi import openapi_document
+from runledger.infrastructure.serve.probes import MetricsEndpoint, Probes, TracedRequests
 from runledger.infrastructure.serve.routes import ROUTES
 from runledger.infrastructure.serve.snapshot import viewer_snapshot
 from runledger.infrastructure.serve.threads import StoreThreads
@@ -113,13 +114,16 @@ def _cursor(request: Request) -> int:
 class Server:
     """The handlers of one app, over one store, one access rule and one broadcaster."""
 
-    def __init__(self, runtime: StoreRuntime, access: Access) -> None:
+    def __init__(
+        self, runtime: StoreRuntime, access: Access, metrics: MetricsEndpoint | None = None
+    ) -> None:
         self.runtime = runtime
         self.store = WorkflowStore(runtime)
         self.access = access
         self.threads = StoreThreads()
         """Where every blocking call of the store runs (never Starlette's thread pool)."""
         self.broadcaster = ViewerBroadcaster(self.store, self.threads)
+        self.probes = Probes(runtime, access, metrics, lambda: self.broadcaster.clients)
         self.endpoints = _endpoints()
         self.notifications: CommitNotifications | None = None
         self.console = Console(
@@ -199,6 +203,7 @@ class Server:
             StarletteRoute("/runs/{run_id}/viewer", self.viewer, methods=["GET"]),
             StarletteRoute("/runs/{run_id}/viewer/snapshot", self.snapshot, methods=["GET"]),
             *self.console.routes(),
+            *self.probes.routes(),
             *table,
         ]
 
@@ -259,14 +264,18 @@ async def _server_error(_request: Request, error: Exception) -> Response:
 
 
 def create_app(
-    runtime: StoreRuntime, access: Access, *, allowed_hosts: Sequence[str] = ()
+    runtime: StoreRuntime,
+    access: Access,
+    *,
+    allowed_hosts: Sequence[str] = (),
+    metrics: MetricsEndpoint | None = None,
 ) -> Starlette:
     """The HTTP application over an open store (which it leaves open).
 
     It answers only requests naming the address they arrived at (a loopback name on a
     loopback address) or one of ``allowed_hosts`` (see ``hosts``).
     """
-    server = Server(runtime, access)
+    server = Server(runtime, access, metrics)
     handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
         WorkflowError: _workflow_error,
         InvalidRequestError: _invalid_request,
@@ -279,7 +288,7 @@ def create_app(
         routes=server.routes(),
         exception_handlers=handlers,
         lifespan=server.lifespan,
-        middleware=[Middleware(HostCheck, allowed=allowed_hosts)],
+        middleware=[Middleware(HostCheck, allowed=allowed_hosts), Middleware(TracedRequests)],
     )
     app.state.server = server
     return app

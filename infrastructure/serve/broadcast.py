@@ -81,6 +81,11 @@ class ViewerBroadcaster:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pump: asyncio.Task[None] | None = None
 
+    @property
+    def clients(self) -> int:
+        """Streams open now (read from any thread: a count may be a moment old)."""
+        return sum(len(channel.waiters) for channel in list(self._channels.values()))
+
     def start(self) -> None:
         """Start following (on the server's event loop)."""
         self._loop = asyncio.get_running_loop()

@@ -25,6 +25,7 @@ from runledger.infrastructure.serve.hosts import (
     InvalidAllowedHostError,
     allowed_hosts,
 )
+from runledger.infrastructure.serve.probes import MetricsEndpoint
 from runledger.infrastructure.storage.urls import redact_url
 
 DEFAULT_HOST: Final = "127.0.0.1"
@@ -43,6 +44,8 @@ class ServeOptions:
     public_reads: bool = False
     allowed_hosts: tuple[str, ...] = ()
     """Host names (``name`` or ``name:port``) a request may name besides the bound address."""
+    metrics: MetricsEndpoint | None = None
+    """``/metrics`` (``--metrics``), else no such route."""
 
 
 class _StoppingServer(uvicorn.Server):
@@ -109,7 +112,7 @@ def serve(options: ServeOptions, say: Callable[[str], None], env: Mapping[str, s
         raise CannotListenError(f"cannot listen on {where}: {error.strerror}") from None
     with sock, open_runtime(url, env=env) as runtime:
         access = Access(token, public_reads=options.public_reads)
-        app = create_app(runtime, access, allowed_hosts=hosts)
+        app = create_app(runtime, access, allowed_hosts=hosts, metrics=options.metrics)
         server_state: Server = app.state.server
         host, port = sock.getsockname()[:2]
         config = uvicorn.Config(

@@ -11,6 +11,7 @@ a call beyond them waits its turn, which also bounds how many slow reads run at 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -31,8 +32,10 @@ class StoreThreads:
     async def run(self, function: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         """``function(*args, **kwargs)`` on one of the threads."""
         loop = asyncio.get_running_loop()
+        # In the caller's context: the request's span (traceparent) is the store call's parent.
+        context = contextvars.copy_context()
         return await loop.run_in_executor(
-            self._executor, functools.partial(function, *args, **kwargs)
+            self._executor, functools.partial(context.run, function, *args, **kwargs)
         )
 
     def close(self) -> None:

@@ -30,6 +30,7 @@ from eventsourcing.persistence import InterfaceError, OperationalError, StoredEv
 
 from runledger.domain.errors import StorageUnavailableError
 from runledger.domain.ports import Fence, SameCommit
+from runledger.infrastructure.telemetry import TELEMETRY
 
 MAX_GROUP_EVENTS: Final = 64
 """Events one group commits at most: on PostgreSQL the most that go as one VALUES insert, and
@@ -54,10 +55,14 @@ class _Request:
     done: bool = False
     positions: list[int] = field(default_factory=list)
     error: BaseException | None = None
+    group: int = 1
+    """How many requests the transaction that committed this one carried."""
 
     def answer(self) -> list[int]:
         if self.error is not None:
             raise self.error
+        # On the requesting thread, inside its command's commit span.
+        TELEMETRY.committed(self.stored_events, self.group)
         return self.positions
 
 
@@ -165,10 +170,12 @@ class GroupCommit:
             # the database refuses): each is written alone, and only its own fails.
             return False
         self.commits += 1
+        TELEMETRY.grouped(len(batch))
         start = 0
         for request in batch:
             end = start + len(request.stored_events)
             request.positions = positions[start:end]
+            request.group = len(batch)
             request.done = True
             start = end
         return True
@@ -178,6 +185,8 @@ class GroupCommit:
             request.positions = self._write(request.stored_events, request.step, request.fences)
         except Exception as error:
             request.error = error
+        else:
+            TELEMETRY.grouped(1)
         self.commits += 1
         request.done = True
 

@@ -50,6 +50,7 @@ from runledger.infrastructure.storage.base import (
 )
 from runledger.infrastructure.storage.group_commit import GroupCommit
 from runledger.infrastructure.storage.urls import REDACTED, PostgresSettings, read_postgres_url
+from runledger.infrastructure.telemetry import TELEMETRY
 
 logger = logging.getLogger(__name__)
 
@@ -523,7 +524,9 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
         held = self.datastore.held_connection
         if held is not None:
             # A command holding its aggregates commits its own transaction, locks and all.
-            return self._record(held, stored_events, same_commit, fences, begun=True)
+            positions = self._record(held, stored_events, same_commit, fences, begun=True)
+            TELEMETRY.committed(stored_events, 1)
+            return positions
         return self.group.insert(stored_events, same_commit, fences)
 
     @_retried
@@ -1049,6 +1052,12 @@ class PostgresStorage(RecorderBackedStorage[PostgresEventRecorder, PostgresSnaps
                     TransactionStatus.INERROR,
                 ):
                     conn.execute("ROLLBACK")
+
+    def pool_usage(self) -> tuple[int, int, int | None]:
+        """Pooled connections in use and idle, and calls waiting for one (for metrics)."""
+        stats = self.datastore.pool.get_stats()
+        size, idle = stats.get("pool_size", 0), stats.get("pool_available", 0)
+        return max(0, size - idle), idle, stats.get("requests_waiting", 0)
 
     def close(self) -> None:
         """Close the connection pool."""

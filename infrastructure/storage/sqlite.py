@@ -382,6 +382,11 @@ class SQLiteStorage(RecorderBackedStorage[SQLiteEventRecorder, SQLiteSnapshotRec
             c.execute(self._read_log_statement, (after, limit))
             return [LogEntry(*row) for row in c.fetchall()]
 
+    def pool_usage(self) -> tuple[int, int, int | None]:
+        """Pooled connections in use and idle (the library's pool does not count waiters)."""
+        pool = self.datastore.pool
+        return pool.num_in_use, pool.num_in_pool, None
+
     def __repr__(self) -> str:
         return f"SQLiteStorage({self.path!r})"
 

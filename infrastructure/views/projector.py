@@ -32,6 +32,7 @@ from runledger.domain.errors import (
     UnknownProjectionError,
 )
 from runledger.domain.ports import EventStorage, LogEntry
+from runledger.infrastructure.telemetry import TELEMETRY
 from runledger.infrastructure.views.store import (
     PageCommit,
     TableChanges,
@@ -607,26 +608,30 @@ def run_pages(
     """Page through the log for the runners until they reach its end (or ``until``);
     ``before_page`` may move them on before each page is read."""
     read = 0
-    while should_stop is None or not should_stop():
-        active = [runner for runner in selected if runner.projecting]
-        if not active:
-            return read
-        if before_page is not None:
-            before_page(active)
-        start = min(runner.position for runner in active)
-        entries = read_page(storage, start, page_size, until)
-        if not entries:
-            return read
-        try:
-            applied = project_page(views, active, entries, page_seconds)
-        except TrackingConflictError:
-            on_conflict(active)
-            continue
-        read += applied
-        if progress is not None and applied:
-            progress(applied)
-        if len(entries) < page_size and applied == len(entries):
-            # A short page was the end of the log when it was read; one more read
-            # would only say so again (what arrives meanwhile wakes a new catch-up).
-            return read
+    with TELEMETRY.catch_up() as pages:
+        while should_stop is None or not should_stop():
+            active = [runner for runner in selected if runner.projecting]
+            if not active:
+                return read
+            if before_page is not None:
+                before_page(active)
+            start = min(runner.position for runner in active)
+            entries = read_page(storage, start, page_size, until)
+            if not entries:
+                return read
+            try:
+                names = [runner.name for runner in active]
+                with pages.page(names, entries[0].position, entries[-1].position):
+                    applied = project_page(views, active, entries, page_seconds)
+            except TrackingConflictError:
+                on_conflict(active)
+                continue
+            read += applied
+            pages.applied(applied)
+            if progress is not None and applied:
+                progress(applied)
+            if len(entries) < page_size and applied == len(entries):
+                # A short page was the end of the log when it was read; one more read
+                # would only say so again (what arrives meanwhile wakes a new catch-up).
+                return read
     return read

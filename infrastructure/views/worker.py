@@ -118,6 +118,8 @@ class ProjectionWorker:
                 if self.on_pass is not None:
                     self.on_pass(read)
                 if read:
+                    logger.info("projected %d events", read)
+                if read:
                     continue
                 if self._listener is not None:
                     self._listener.wait(self.poll_seconds, self.stopping)

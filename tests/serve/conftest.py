@@ -26,6 +26,7 @@ import uvicorn
 from runledger.infrastructure.runtime import StoreRuntime, open_runtime
 from runledger.infrastructure.serve.app import create_app
 from runledger.infrastructure.serve.auth import Access
+from runledger.infrastructure.serve.probes import MetricsEndpoint
 from runledger.infrastructure.serve.routes import ROUTES, Route
 from runledger.infrastructure.serve.server import listening_socket
 from runledger.infrastructure.store import WorkflowStore
@@ -130,10 +131,14 @@ class SharedHost:
 
     @contextlib.contextmanager
     def mounted(
-        self, runtime: StoreRuntime, access: Access, allowed_hosts: tuple[str, ...] = ()
+        self,
+        runtime: StoreRuntime,
+        access: Access,
+        allowed_hosts: tuple[str, ...] = (),
+        metrics: MetricsEndpoint | None = None,
     ) -> Iterator[None]:
-        """Serve an app over ``runtime`` while the block runs."""
-        app = create_app(runtime, access, allowed_hosts=allowed_hosts)
+        """Serve an app over ``runtime`` (with ``/metrics`` if given) while the block runs."""
+        app = create_app(runtime, access, allowed_hosts=allowed_hosts, metrics=metrics)
         lifespan = app.state.server.lifespan(app)
         self._on_loop(lifespan.__aenter__())
         self.app = app
