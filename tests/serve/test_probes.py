@@ -194,7 +194,10 @@ def test_the_sse_clients_gauge_counts_open_viewer_streams(
 
     assert clients() == [0]
     with served_memory.api.client.stream("GET", "/runs/run-1/viewer") as stream:
-        next(stream.iter_lines())
+        # Held while the test reads the gauge: an iterator dropped at once closes the response,
+        # and with it the stream, before the server counts it.
+        lines = stream.iter_lines()
+        next(lines)
         # The stream joins its run's channel right after its first line.
         deadline = time.monotonic() + 10
         while clients() != [1] and time.monotonic() < deadline:

@@ -85,7 +85,9 @@ def test_sigterm_stops_the_server_with_exit_0_and_closes_the_store(
         assert created.status_code == 201
         # A live stream must not keep the server from stopping.
         with client.stream("GET", "/runs/run-1/viewer?after_revision=1") as stream:
-            next(stream.iter_lines())
+            # Held: an iterator dropped at once would close the stream before the signal.
+            lines = stream.iter_lines()
+            next(lines)
             code, out, err = running.stop(signal.SIGTERM)
 
     assert code == 0, err
