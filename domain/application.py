@@ -8,15 +8,11 @@ acknowledged is lost and nothing is applied twice.
 
 from __future__ import annotations
 
-import copy
 import itertools
-import random
 import sys
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager
 from datetime import UTC, datetime
-from typing import Any, ClassVar, Final, TypeVar
+from typing import Any, ClassVar, TypeVar
 from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Application
@@ -25,41 +21,25 @@ from eventsourcing.domain import (
     ImmutableAggregateProtocol,
     MutableAggregateProtocol,
 )
-from eventsourcing.persistence import (
-    AggregateRecorder,
-    ApplicationRecorder,
-    EventStore,
-    InfrastructureFactory,
-    IntegrityError,
-    Mapper,
-    Notification,
-    TrackingRecorder,
-)
-from eventsourcing.popo import POPOFactory
-from eventsourcing.utils import Environment
 
 from runledger.domain import lineage, outbox, restarts, run_endings, settings_changes
-from runledger.domain.aggregates import Aggregates
 from runledger.domain.effects import (
     Effect,
     check_label,
     check_outcome,
     effect_aggregate_id,
     effect_id_for,
-    effects_of_run_key,
 )
 from runledger.domain.effects import (
     check_request as check_effect_request,
 )
 from runledger.domain.errors import (
-    ConcurrencyError,
     CorruptEventError,
     DecisionNotFoundError,
     DecisionRunMissingError,
     InvalidPageError,
     RunNotFoundError,
     SettingsKeptChangingError,
-    WorkflowError,
 )
 from runledger.domain.follow_ups import (
     FollowUp,
@@ -67,7 +47,6 @@ from runledger.domain.follow_ups import (
     check_request_id,
     check_source,
     follow_up_aggregate_id,
-    follow_ups_of_run_key,
 )
 from runledger.domain.human_decisions import (
     HumanDecision,
@@ -88,14 +67,13 @@ from runledger.domain.leases import (
     check_owner,
     new_token,
 )
-from runledger.domain.ports import EventStorage, Fence, IndexFence, SameCommit, VersionFence
+from runledger.domain.ports import Command, CommandUnit, Wiring
 from runledger.domain.records import (
     DecisionSubmission,
     EffectRecord,
     EffectReservation,
     FollowUpRecord,
     HumanDecisionRecord,
-    LoggedEvent,
     QueuedFollowUp,
     RestartReceipt,
     RunClaim,
@@ -113,10 +91,8 @@ from runledger.domain.runs import (
     Run,
     check_interruption_reason,
     check_run_id,
-    restarts_in_tree_key,
     run_aggregate_id,
 )
-from runledger.domain.serialisation import LedgerMapper
 from runledger.domain.session_segments import (
     SessionSegment,
     check_attempt_id,
@@ -135,7 +111,6 @@ from runledger.domain.settings_policy import (
     check_patch,
     check_policy,
 )
-from runledger.domain.settings_scopes import SettingsScope, settings_of_run_key
 from runledger.domain.turn_reservations import TurnReservation, check_turn_id, turn_aggregate_id
 from runledger.domain.values import (
     HOST,
@@ -159,146 +134,16 @@ from runledger.domain.workflow_messages import (
     branch_entries,
     check_host_message,
     message_aggregate_id,
-    source_lookup_keys,
 )
 
 Clock = Callable[[], datetime]
-SameCommitFactory = Callable[[], AbstractContextManager[SameCommit | None]]
 A = TypeVar("A", bound=BaseAggregate[UUID])
 E = TypeVar("E")
 T = TypeVar("T")
 
-_EVENT_ENVELOPE: Final = frozenset(
-    {"originator_id", "originator_version", "timestamp", "originator_topic", "actor"}
-)
-
-
-HOT_SECONDS: Final = 2.0
-"""How long after a conflict a command reads an aggregate rather than trust its cached copy."""
-MAX_HOT_AGGREGATES: Final = 1000
-
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
-
-
-class UnitOfWork(Aggregates):
-    """The aggregates one attempt of a command has loaded or created, loaded at most once.
-
-    A ``trusting`` unit (a command's first attempt) takes an aggregate this process has seen
-    from the cache without reading the store; one that may ``assume_new`` takes an aggregate
-    it has never seen as new where the command would create it (``get_or_assume_new``).
-    Either guess, if wrong, makes the save conflict on the store's unique keys; ``assumed``
-    tells the application that an answer or an error of this attempt may rest on one, so it
-    runs the command again, reading.
-    """
-
-    def __init__(
-        self, app: WorkflowRuns, now: datetime, *, trusting: bool = False, assume_new: bool = False
-    ) -> None:
-        self.app = app
-        self.now = now
-        self.trusting = trusting
-        self.assume_new = assume_new
-        self.assumed = False
-        self._aggregates: dict[UUID, BaseAggregate[UUID] | None] = {}
-        self._version_fences: dict[UUID, VersionFence] = {}
-        self._index_fences: dict[str, IndexFence] = {}
-
-    def get(self, cls: type[A], aggregate_id: UUID) -> A | None:
-        if aggregate_id not in self._aggregates:
-            cached = self.app.cached(aggregate_id) if self.trusting else None
-            if cached is not None:
-                self.assumed = True
-                self._aggregates[aggregate_id] = cached
-            else:
-                self._aggregates[aggregate_id] = self.app.load(cls, aggregate_id)
-        aggregate = self._aggregates[aggregate_id]
-        return aggregate if isinstance(aggregate, cls) else None
-
-    def get_or_assume_new(self, cls: type[A], aggregate_id: UUID) -> A | None:
-        if (
-            self.assume_new
-            and aggregate_id not in self._aggregates
-            and not self.app.has_seen(aggregate_id)
-        ):
-            self.assumed = True
-            self._aggregates[aggregate_id] = None
-            return None
-        return self.get(cls, aggregate_id)
-
-    def add(self, aggregate: A) -> A:
-        # Re-insert so a new aggregate's events follow those of aggregates touched earlier
-        # (the log then reads: run accepts, follow-up queued, message created).
-        self._aggregates.pop(aggregate.id, None)
-        self._aggregates[aggregate.id] = aggregate
-        return aggregate
-
-    def changed(self) -> list[BaseAggregate[UUID]]:
-        return [a for a in self._aggregates.values() if a is not None and a.pending_events]
-
-    def fenced_run(self, run_id: object, authority: RunClaim | None) -> Run:
-        """The run, once its write authority holds (``Run.fence``), also at the commit: the
-        save carries a fence, so a claim committed after the version read here refuses it and
-        the command runs again, reading (decision 27). A write that changes the run needs no
-        fence: its versions conflict with the claim's."""
-        run = self.run(run_id)
-        self._hold(run, Run.Claimed.TOPIC)
-        run.fence(authority, now=self.now)
-        return run
-
-    def guard_settings_of(self, run: Run) -> None:
-        # Held shared to the commit: a continuation child's creation holds the run
-        # exclusively while it checks that it saw every scope (``settings_scopes_active_on``).
-        self._hold(run)
-
-    def _hold(self, aggregate: BaseAggregate[UUID], *topics: str) -> None:
-        """Fence the aggregate at the version first read (``VersionFence``)."""
-        held = self._version_fences.get(aggregate.id)
-        version = aggregate.version if held is None else held.version
-        known = () if held is None else held.topics
-        merged = tuple(dict.fromkeys((*known, *topics)))
-        self._version_fences[aggregate.id] = VersionFence(aggregate.id, version, merged)
-
-    def fences(self, changed: Sequence[BaseAggregate[UUID]]) -> list[Fence]:
-        """The fences for the save to check: of the aggregates read but not changed (a
-        change conflicts on its versions anyway) and of the indexes read to completion."""
-        written = {aggregate.id for aggregate in changed}
-        held = [f for key, f in self._version_fences.items() if key not in written]
-        return [*held, *self._index_fences.values()]
-
-    def follow_ups_of(self, run_id: str) -> Iterator[FollowUp]:
-        return self._indexed(FollowUp, follow_ups_of_run_key(run_id))
-
-    def messages_of_source(self, source_id: str) -> Iterator[WorkflowMessage]:
-        # Looked up again on every attempt, so a retry also sees messages created since. A
-        # digest key may also be some other source's id: only this source's messages count.
-        for key in source_lookup_keys(source_id):
-            for message in self._indexed(WorkflowMessage, key):
-                if message.source_id == source_id:
-                    yield message
-
-    def effects_of(self, run_id: str) -> Iterator[Effect]:
-        return self._indexed(Effect, effects_of_run_key(run_id))
-
-    def restarts_in_tree(self, root_run_id: str) -> Iterator[Run]:
-        return self._indexed(Run, restarts_in_tree_key(root_run_id))
-
-    def settings_scopes_active_on(self, run_id: str) -> Iterator[SettingsScope]:
-        # The index lists every scope that ever became active on the run; some moved on.
-        # Read to completion: the save is refused if a scope joined it meanwhile (a scope
-        # created on the run holds it, ``guard_settings_of``), and the command runs again.
-        key = settings_of_run_key(run_id)
-        seen = self.app.storage.originator_ids_by_key(key)
-        self._index_fences[key] = IndexFence(key, frozenset(seen), run_aggregate_id(run_id))
-        scopes = (self.get(SettingsScope, aggregate_id) for aggregate_id in seen)
-        return (s for s in scopes if s is not None and s.active_run_id == run_id)
-
-    def _indexed(self, cls: type[A], lookup_key: str) -> Iterator[A]:
-        for aggregate_id in self.app.storage.originator_ids_by_key(lookup_key):
-            found = self.get(cls, aggregate_id)
-            if found is not None:
-                yield found
 
 
 class WorkflowRuns(Application[UUID]):
@@ -308,75 +153,37 @@ class WorkflowRuns(Application[UUID]):
     snapshotting_intervals: ClassVar[
         dict[type[MutableAggregateProtocol[Any]] | type[ImmutableAggregateProtocol[Any]], int]
     ] = {Run: 100, SessionSegment: 100}
-    max_attempts: ClassVar[int] = 50
 
     def __init__(
         self,
-        storage: EventStorage,
+        wiring: Wiring,
         *,
         clock: Clock = utc_now,
         env: dict[str, str] | None = None,
-        on_commit: Callable[[], None] | None = None,
-        same_commit: SameCommitFactory | None = None,
         allow_host_session_recording: bool = False,
     ) -> None:
-        """``on_commit`` runs after each command that saved something (the embedded read
-        models catch up there), in place of the library's private notification hook.
-        ``same_commit`` gives, per save, the step that writes the read models in the events'
-        transaction (or None when it cannot now). ``allow_host_session_recording`` lets
-        session recording skip the run's write authority (upstream 0.16.2: the host records
-        after the worker's lease ended)."""
-        self.storage = storage
+        """``wiring`` gives the library's persistence parts and how a command commits
+        (``infrastructure.commits``). ``allow_host_session_recording`` lets session
+        recording skip the run's write authority (upstream 0.16.2: the host records after
+        the worker's lease ended)."""
+        self.wiring = wiring
         self.allow_host_session_recording = allow_host_session_recording
         self.clock = clock
-        self._on_commit = on_commit
-        self._same_commit = same_commit
-        self._conflicted_at: dict[UUID, float] = {}
-        self.conflicts = 0
-        """Version conflicts so far that made a command run again (a measure of contention)."""
         settings = {"AGGREGATE_CACHE_MAXSIZE": "10000"}
         settings.update(env or {})
         super().__init__(env=settings)
+        self.commits = wiring.commits(self, self.load, self.now)
 
-    # -- wiring: storage comes from the composition root, not from the environment -------
+    # -- wiring: persistence comes from the composition root, not from the environment ----
 
-    def construct_factory(self, env: Environment) -> InfrastructureFactory[TrackingRecorder]:
-        # Only the POPO factory's harmless defaults are used; recorders come from storage.
-        return POPOFactory(env)  # type: ignore[return-value]
+    def construct_mapper(self) -> Any:
+        return self.wiring.mapper()
 
-    def construct_mapper(self) -> Mapper[UUID]:
-        return LedgerMapper()
+    def construct_recorder(self) -> Any:
+        return self.wiring.recorder()
 
-    def construct_recorder(self) -> ApplicationRecorder:
-        return self.storage.events
-
-    def construct_snapshot_store(self) -> EventStore[UUID]:
-        snapshots: AggregateRecorder = self.storage.snapshots
-        return EventStore(mapper=self.mapper, recorder=snapshots)
-
-    def has_seen(self, aggregate_id: UUID) -> bool:
-        """Whether the aggregate is in this process's cache (so it exists in the store)."""
-        cache = self.repository.cache
-        return cache is not None and aggregate_id in cache.cache
-
-    def cached(self, aggregate_id: UUID) -> BaseAggregate[UUID] | None:
-        """A copy of the aggregate as this process last saved or loaded it, without reading
-        the store; None when it is not cached, or conflicted lately (other writers change
-        it, so the cached version would only cost an insert that fails)."""
-        cache = self.repository.cache
-        if cache is None:
-            return None
-        conflicted = self._conflicted_at.get(aggregate_id)
-        if conflicted is not None and time.monotonic() - conflicted < HOT_SECONDS:
-            return None
-        try:
-            aggregate = cache.get(aggregate_id)
-        except KeyError:
-            return None
-        if not isinstance(aggregate, BaseAggregate):
-            return None
-        # Commands change what they load; the cached one must stay as it was stored.
-        return copy.deepcopy(aggregate)
+    def construct_snapshot_store(self) -> Any:
+        return self.wiring.snapshot_store(self.mapper)
 
     def load(self, cls: type[A], aggregate_id: UUID) -> A | None:
         try:
@@ -402,125 +209,13 @@ class WorkflowRuns(Application[UUID]):
 
     def execute(
         self,
-        command: Callable[[UnitOfWork], T],
+        command: Command[T],
         *,
         attempts: int | None = None,
-        exhausted: Callable[[], Exception] = ConcurrencyError,
+        exhausted: Callable[[], Exception] | None = None,
     ) -> T:
-        """Run ``command`` and save what it changed, retrying on a version conflict.
-
-        The first attempt is optimistic (no lock, one round trip). After a conflict, the
-        command runs again holding every aggregate it changed so far, so the writers of a hot
-        run take turns instead of retrying without bound; the version check stays the guard.
-        At most ``attempts`` times (default ``max_attempts``), then ``exhausted()`` is raised.
-        """
-        contended: list[UUID] = []
-        trusting = assume_new = True
-        conflicted = False
-        for attempt in range(self.max_attempts if attempts is None else attempts):
-            changed: list[BaseAggregate[UUID]] = []
-            try:
-                with self.storage.lock_aggregates(contended, conflicted=conflicted):
-                    unit = UnitOfWork(self, self.now(), trusting=trusting, assume_new=assume_new)
-                    try:
-                        result = command(unit)
-                    except WorkflowError:
-                        if not unit.assumed:
-                            raise
-                        # The error may come from what the cache said: ask the store.
-                        trusting = assume_new = False
-                        continue
-                    changed = unit.changed()
-                    if not changed and unit.assumed:
-                        # An answer that writes nothing is not checked by a save's keys.
-                        trusting = assume_new = False
-                        continue
-                    hot = [] if contended else self._hot([a.id for a in changed])
-                    if hot:
-                        # Other writers keep changing these: an optimistic save would most
-                        # likely conflict, so run again holding them from the start instead.
-                        contended = hot
-                        trusting = False
-                        changed = []
-                        continue
-                    if changed:
-                        self._save(changed, unit.fences(changed))
-            except IntegrityError:
-                self.conflicts += 1
-                conflicted = True
-                trusting = assume_new = False
-                contended = sorted({*contended, *(aggregate.id for aggregate in changed)})
-                self._note_conflict(contended)
-                # Jittered, so two losers that do not hold their aggregates yet do not
-                # collide again straight away.
-                time.sleep(random.uniform(0, 0.001 * (attempt + 1)))  # noqa: S311
-                continue
-            if changed and self._on_commit is not None:
-                self._on_commit()
-            return result
-        raise exhausted()
-
-    def _hot(self, aggregate_ids: Iterable[UUID]) -> list[UUID]:
-        """The aggregates among these that conflicted lately, in the fixed (sorted) order."""
-        now = time.monotonic()
-        noted = self._conflicted_at
-        return sorted(
-            i for i in aggregate_ids if (at := noted.get(i)) is not None and now - at < HOT_SECONDS
-        )
-
-    def _note_conflict(self, aggregate_ids: Iterable[UUID]) -> None:
-        now = time.monotonic()
-        if len(self._conflicted_at) > MAX_HOT_AGGREGATES:
-            # A copy (taken at once under the GIL): other threads may note conflicts meanwhile.
-            noted = dict(self._conflicted_at)
-            self._conflicted_at = {key: at for key, at in noted.items() if now - at < HOT_SECONDS}
-        for aggregate_id in aggregate_ids:
-            self._conflicted_at[aggregate_id] = now
-
-    def _save(
-        self, aggregates: Sequence[BaseAggregate[UUID]], fences: Sequence[Fence] = ()
-    ) -> None:
-        """Insert the aggregates' new events in one transaction (with the read models where
-        ``same_commit`` gives a step, refused while a fence is broken), then cache the
-        aggregates and take due snapshots.
-
-        In place of the library's ``save``: the events are mapped once, and nothing is read
-        back; the cache is updated only after the commit, so it never holds what the store
-        refused.
-        """
-        # The library's ``ProcessingEvent.collect_events`` checks each object against its
-        # runtime protocols, which cost more than the rest of the collection.
-        events = [event for aggregate in aggregates for event in aggregate.collect_events()]
-        stored = [self.mapper.to_stored_event(event) for event in events]
-        if self._same_commit is None:
-            self.recorder.insert_events(stored, fences=fences)
-        else:
-            with self._same_commit() as step:
-                self.recorder.insert_events(stored, same_commit=step, fences=fences)
-        cache = self.repository.cache
-        if cache is not None:
-            for aggregate in aggregates:
-                cache.put(aggregate.id, aggregate)
-        self._take_due_snapshots(aggregates, events)
-
-    def _take_due_snapshots(
-        self, aggregates: Sequence[BaseAggregate[UUID]], events: Sequence[Any]
-    ) -> None:
-        """Snapshot an aggregate whose event reached its interval, from the aggregate in
-        hand when it is at that version (the library would replay it from the store)."""
-        if self.snapshots is None:
-            return
-        saved = {aggregate.id: aggregate for aggregate in aggregates}
-        for event in events:
-            aggregate = saved[event.originator_id]
-            interval = self.snapshotting_intervals.get(type(aggregate))
-            if interval is None or event.originator_version % interval:
-                continue
-            snapshot_class = getattr(type(aggregate), "Snapshot", None)
-            if snapshot_class is not None and aggregate.version == event.originator_version:
-                self.snapshots.put([snapshot_class.take(aggregate)])
-            else:
-                self.take_snapshot(event.originator_id, version=event.originator_version)
+        """Run ``command`` and commit what it changed (``domain.ports.Commits``)."""
+        return self.commits.execute(command, attempts=attempts, exhausted=exhausted)
 
     # -- runs -----------------------------------------------------------------------------
 
@@ -539,7 +234,7 @@ class WorkflowRuns(Application[UUID]):
         parent's settings scopes); ``status="queued"`` reserves a run no worker has started."""
         check_run_id(run_id)
 
-        def command(unit: UnitOfWork) -> RunRecord:
+        def command(unit: CommandUnit) -> RunRecord:
             run = lineage.create_run(
                 unit,
                 run_id,
@@ -561,7 +256,7 @@ class WorkflowRuns(Application[UUID]):
     ) -> RunRecord:
         """Bind the run to its origin Pi session; the first binding wins."""
 
-        def command(unit: UnitOfWork) -> RunRecord:
+        def command(unit: CommandUnit) -> RunRecord:
             run = unit.run(run_id)
             run.bind_origin_session(session_id, execution_mode, actor=HOST, now=unit.now)
             return run.to_record()
@@ -582,7 +277,7 @@ class WorkflowRuns(Application[UUID]):
         """Record that the run is running (at a node) or waiting (on a node)."""
         claim = check_authority(authority)
 
-        def command(unit: UnitOfWork) -> RunRecord:
+        def command(unit: CommandUnit) -> RunRecord:
             run = unit.fenced_run(run_id, claim)
             run.record_progress(
                 status=status,
@@ -607,7 +302,7 @@ class WorkflowRuns(Application[UUID]):
         """Pause the run, with an optional status detail; its status stays as it is."""
         claim = check_authority(authority)
 
-        def command(unit: UnitOfWork) -> RunRecord:
+        def command(unit: CommandUnit) -> RunRecord:
             run = unit.fenced_run(run_id, claim)
             run.pause(status_detail=status_detail, actor=HOST, now=unit.now)
             return run.to_record()
@@ -618,7 +313,7 @@ class WorkflowRuns(Application[UUID]):
         """Resume a paused run."""
         claim = check_authority(authority)
 
-        def command(unit: UnitOfWork) -> RunRecord:
+        def command(unit: CommandUnit) -> RunRecord:
             run = unit.fenced_run(run_id, claim)
             run.resume(actor=HOST, now=unit.now)
             return run.to_record()
@@ -631,7 +326,7 @@ class WorkflowRuns(Application[UUID]):
         """Set how the run's terminal result is presented; they cannot change once set."""
         claim = check_authority(authority)
 
-        def command(unit: UnitOfWork) -> RunRecord:
+        def command(unit: CommandUnit) -> RunRecord:
             run = unit.fenced_run(run_id, claim)
             run.set_presentation_instructions(instructions, actor=HOST, now=unit.now)
             return run.to_record()
@@ -651,7 +346,7 @@ class WorkflowRuns(Application[UUID]):
         """Publish a progress update of the run (upstream §3.9 ``publishUpdate``)."""
         claim = check_authority(authority)
 
-        def command(unit: UnitOfWork) -> UpdateRecord:
+        def command(unit: CommandUnit) -> UpdateRecord:
             run = unit.fenced_run(run_id, claim)
             return run.publish_update(
                 attempt_id=attempt_id,
@@ -677,7 +372,7 @@ class WorkflowRuns(Application[UUID]):
         """End the run; a bad end cancels queued follow-ups in the same commit."""
         claim = check_authority(authority)
 
-        def command(unit: UnitOfWork) -> RunRecord:
+        def command(unit: CommandUnit) -> RunRecord:
             run = unit.fenced_run(run_id, claim)
             run_endings.finish_run(
                 unit,
@@ -704,7 +399,7 @@ class WorkflowRuns(Application[UUID]):
         check_interruption_reason(reason)
         claim = check_authority(authority)
 
-        def command(unit: UnitOfWork) -> RunRecord:
+        def command(unit: CommandUnit) -> RunRecord:
             run = unit.fenced_run(run_id, claim)
             run_endings.interrupt_run(unit, run, reason, actor=HOST, now=unit.now)
             return run.to_record()
@@ -721,7 +416,7 @@ class WorkflowRuns(Application[UUID]):
     ) -> RestartReceipt:
         """Queue a fresh run of an ended run's approved input (upstream §3.8, decision 9)."""
 
-        def command(unit: UnitOfWork) -> RestartReceipt:
+        def command(unit: CommandUnit) -> RestartReceipt:
             source = unit.run(source_run_id, missing=RunNotFoundError)
             child, adopted = restarts.restart_run(
                 unit,
@@ -753,7 +448,7 @@ class WorkflowRuns(Application[UUID]):
         check_prompt(prompt)
         requester = Actor.coerce(actor)
 
-        def command(unit: UnitOfWork) -> QueuedFollowUp:
+        def command(unit: CommandUnit) -> QueuedFollowUp:
             follow_up, adopted = outbox.queue_follow_up(
                 unit,
                 run_id,
@@ -775,7 +470,7 @@ class WorkflowRuns(Application[UUID]):
         check_source(source)
         requester = Actor.coerce(actor)
 
-        def command(unit: UnitOfWork) -> FollowUpRecord:
+        def command(unit: CommandUnit) -> FollowUpRecord:
             follow_up = outbox.remove_follow_up(
                 unit, run_id, follow_up_id, actor=requester, source=source, now=unit.now
             )
@@ -800,7 +495,7 @@ class WorkflowRuns(Application[UUID]):
         )
         message_id = workflow_message_id_for(host_kind, source, key)
 
-        def command(unit: UnitOfWork) -> WorkflowMessageRecord:
+        def command(unit: CommandUnit) -> WorkflowMessageRecord:
             message = outbox.create_host_message(
                 unit,
                 run_id,
@@ -818,7 +513,7 @@ class WorkflowRuns(Application[UUID]):
     def cancel_pending_for_source(self, source_id: str, *, kind: MessageKind | None = None) -> int:
         """Cancel every pending message of a source (and kind); returns how many."""
 
-        def command(unit: UnitOfWork) -> int:
+        def command(unit: CommandUnit) -> int:
             return outbox.cancel_pending_for_source(
                 unit, source_id, kind=kind, actor=HOST, now=unit.now
             )
@@ -835,7 +530,7 @@ class WorkflowRuns(Application[UUID]):
         """Adopt branch evidence: the only way a message becomes ``sent`` (upstream adoptBranch)."""
         pairs, allowed = branch_entries(entries, allowed_ids)
 
-        def command(unit: UnitOfWork) -> list[WorkflowMessageRecord]:
+        def command(unit: CommandUnit) -> list[WorkflowMessageRecord]:
             adopted = outbox.adopt_branch(unit, session_id, pairs, allowed, now=unit.now)
             return [message.to_record() for message in adopted]
 
@@ -852,7 +547,7 @@ class WorkflowRuns(Application[UUID]):
         """Start the model turn a sent message triggered; idempotent on the turn id."""
         turn_id = check_turn_id(workflow_turn_id)
 
-        def command(unit: UnitOfWork) -> TurnRecord:
+        def command(unit: CommandUnit) -> TurnRecord:
             message, started = outbox.start_turn(
                 unit,
                 workflow_message_id,
@@ -874,7 +569,7 @@ class WorkflowRuns(Application[UUID]):
     ) -> TurnRecord:
         """End a turn; repeating the same end report returns the saved turn."""
 
-        def command(unit: UnitOfWork) -> TurnRecord:
+        def command(unit: CommandUnit) -> TurnRecord:
             reservation = unit.reservation(workflow_turn_id)
             message = unit.message(reservation.workflow_message_id)
             message.end_turn(
@@ -904,7 +599,7 @@ class WorkflowRuns(Application[UUID]):
         number = check_invocation(invocation)
         checked_policy = check_policy(policy)
 
-        def command(unit: UnitOfWork) -> SettingsScopeRecord:
+        def command(unit: CommandUnit) -> SettingsScopeRecord:
             scope = settings_changes.ensure_settings_scope(
                 unit,
                 run_id,
@@ -937,7 +632,7 @@ class WorkflowRuns(Application[UUID]):
         requester = Actor.coerce(actor)
         expected = check_expected_change_number(expected_change_number)
 
-        def command(unit: UnitOfWork) -> SettingsChange:
+        def command(unit: CommandUnit) -> SettingsChange:
             return settings_changes.change_settings(
                 unit,
                 run_id,
@@ -969,7 +664,7 @@ class WorkflowRuns(Application[UUID]):
         checked = check_request(request)
         decision_id = decision_id_for(run_id, node, attempt)
 
-        def command(unit: UnitOfWork) -> HumanDecisionRecord:
+        def command(unit: CommandUnit) -> HumanDecisionRecord:
             prior = unit.get(HumanDecision, decision_aggregate_id(decision_id))
             if prior is not None:
                 prior.check_same_request(checked)
@@ -1006,7 +701,7 @@ class WorkflowRuns(Application[UUID]):
         submission = check_identifier("submission ID", submission_id)
         check_flag("continue_run", continue_run)
 
-        def command(unit: UnitOfWork) -> DecisionSubmission:
+        def command(unit: CommandUnit) -> DecisionSubmission:
             decision = self._decision(unit, decision_id)
             outcome = decision.submit(submission, response, actor=answerer, now=unit.now)
             child = None
@@ -1030,7 +725,7 @@ class WorkflowRuns(Application[UUID]):
         """At the deadline: accept the default answer, or cancel without one."""
         check_flag("continue_run", continue_run)
 
-        def command(unit: UnitOfWork) -> HumanDecisionRecord:
+        def command(unit: CommandUnit) -> HumanDecisionRecord:
             decision = self._decision(unit, decision_id)
             decision.apply_timeout(now=unit.now)
             if continue_run and decision.status == "accepted":
@@ -1045,7 +740,7 @@ class WorkflowRuns(Application[UUID]):
         """Cancel a pending decision (``explicit_cancel`` or ``expired_no_default``)."""
         checked = check_cancel_provenance(provenance)
 
-        def command(unit: UnitOfWork) -> HumanDecisionRecord:
+        def command(unit: CommandUnit) -> HumanDecisionRecord:
             decision = self._decision(unit, decision_id)
             decision.cancel(checked, now=unit.now)
             return decision.to_record()
@@ -1060,7 +755,7 @@ class WorkflowRuns(Application[UUID]):
         if run_id is not None:
             check_run_id(run_id)
 
-        def command(unit: UnitOfWork) -> RunRecord:
+        def command(unit: CommandUnit) -> RunRecord:
             decision = self._decision(unit, decision_id)
             return lineage.continue_after_decision(unit, decision, run_id, now=unit.now).to_record()
 
@@ -1073,7 +768,7 @@ class WorkflowRuns(Application[UUID]):
         return None if decision is None else decision.to_record()
 
     @staticmethod
-    def _decision(unit: UnitOfWork, decision_id: object) -> HumanDecision:
+    def _decision(unit: CommandUnit, decision_id: object) -> HumanDecision:
         found = (
             unit.get(HumanDecision, decision_aggregate_id(decision_id))
             if is_decision_id(decision_id)
@@ -1093,7 +788,7 @@ class WorkflowRuns(Application[UUID]):
         owner = check_owner(owner_type, owner_id)
         token = new_token()
 
-        def command(unit: UnitOfWork) -> RunClaim | None:
+        def command(unit: CommandUnit) -> RunClaim | None:
             run = unit.run(run_id)
             return run.claim(owner, token=token, lease_ms=duration, now=unit.now)
 
@@ -1104,7 +799,7 @@ class WorkflowRuns(Application[UUID]):
         current = check_claim(claim)
         duration = check_lease_ms(lease_ms)
 
-        def command(unit: UnitOfWork) -> RunClaim:
+        def command(unit: CommandUnit) -> RunClaim:
             run = unit.run(current.run_id)
             return run.renew_claim(current, lease_ms=duration, now=unit.now)
 
@@ -1114,7 +809,7 @@ class WorkflowRuns(Application[UUID]):
         """Give the lease up (also after it expired); a claim that is not current is refused."""
         current = check_claim(claim)
 
-        def command(unit: UnitOfWork) -> None:
+        def command(unit: CommandUnit) -> None:
             run = unit.run(current.run_id)
             run.release_claim(current, now=unit.now)
 
@@ -1122,7 +817,7 @@ class WorkflowRuns(Application[UUID]):
 
     # -- session recording (upstream §3.12; decisions 21, 26) -----------------------------
 
-    def fence_session_write(self, unit: UnitOfWork, run_id: str, claim: RunClaim | None) -> Run:
+    def fence_session_write(self, unit: CommandUnit, run_id: str, claim: RunClaim | None) -> Run:
         """Upstream assertSessionWriteAuthority: the run exists; its write authority holds,
         unless the store lets the host record sessions (0.16.2)."""
         if self.allow_host_session_recording:
@@ -1144,7 +839,7 @@ class WorkflowRuns(Application[UUID]):
         claim = check_authority(authority)
         segment_id = segment_id_for(run_id, attempt)
 
-        def command(unit: UnitOfWork) -> SessionSegmentRecord:
+        def command(unit: CommandUnit) -> SessionSegmentRecord:
             existing = unit.get(SessionSegment, segment_aggregate_id(segment_id))
             if existing is not None:
                 return existing.to_record()
@@ -1178,7 +873,7 @@ class WorkflowRuns(Application[UUID]):
         segment_id = segment_id_for(run_id, check_attempt_id(attempt_id))
         claim = check_authority(authority)
 
-        def command(unit: UnitOfWork) -> int:
+        def command(unit: CommandUnit) -> int:
             self.fence_session_write(unit, run_id, claim)
             return unit.segment(segment_id).append_entry(checked, now=unit.now)
 
@@ -1199,7 +894,7 @@ class WorkflowRuns(Application[UUID]):
         if not batch:
             return None
 
-        def command(unit: UnitOfWork) -> SessionSegmentRecord:
+        def command(unit: CommandUnit) -> SessionSegmentRecord:
             self.fence_session_write(unit, run_id, claim)
             segment = unit.segment(segment_id)
             segment.append_events(batch, now=unit.now)
@@ -1220,7 +915,7 @@ class WorkflowRuns(Application[UUID]):
         segment_id = segment_id_for(run_id, check_attempt_id(attempt_id))
         claim = check_authority(authority)
 
-        def command(unit: UnitOfWork) -> SessionSegmentRecord:
+        def command(unit: CommandUnit) -> SessionSegmentRecord:
             self.fence_session_write(unit, run_id, claim)
             segment = unit.segment(segment_id)
             segment.update_capture(checked, status, now=unit.now)
@@ -1281,7 +976,7 @@ class WorkflowRuns(Application[UUID]):
             return []
         found = (
             self.load(SessionSegment, aggregate_id)
-            for aggregate_id in self.storage.originator_ids_by_key(segments_of_run_key(run_id))
+            for aggregate_id in self.commits.originator_ids_by_key(segments_of_run_key(run_id))
         )
         return [segment for segment in found if segment is not None]
 
@@ -1307,7 +1002,7 @@ class WorkflowRuns(Application[UUID]):
         checked, recovery = check_effect_request(request)
         claim = check_authority(authority)
 
-        def command(unit: UnitOfWork) -> EffectReservation:
+        def command(unit: CommandUnit) -> EffectReservation:
             run = unit.fenced_run(run_id, claim)
             effect_id = effect_id_for(run.run_id, kind, label)
             effect = unit.get(Effect, effect_aggregate_id(effect_id))
@@ -1343,7 +1038,7 @@ class WorkflowRuns(Application[UUID]):
         settled = check_outcome(outcome)
         claim = check_authority(authority)
 
-        def command(unit: UnitOfWork) -> EffectRecord:
+        def command(unit: CommandUnit) -> EffectRecord:
             effect = unit.effect(effect_id)
             unit.fenced_run(effect.run_id, claim)
             effect.settle(attempt=attempt, outcome=settled, result=result, actor=HOST, now=unit.now)
@@ -1355,7 +1050,7 @@ class WorkflowRuns(Application[UUID]):
         """After a crash: idempotent applying effects become retry_ready, manual ones
         ambiguous; ``"ambiguous"`` if any became ambiguous, else ``"safe"``."""
 
-        def command(unit: UnitOfWork) -> RecoveryVerdict:
+        def command(unit: CommandUnit) -> RecoveryVerdict:
             unit.run(run_id)
             ambiguous = [e.recover(actor=SYSTEM, now=unit.now) for e in unit.effects_of(run_id)]
             return "ambiguous" if any(ambiguous) else "safe"
@@ -1365,7 +1060,7 @@ class WorkflowRuns(Application[UUID]):
     def retry_effect(self, effect_id: str) -> EffectRecord:
         """Let a failed or ambiguous effect be attempted again by the next reservation."""
 
-        def command(unit: UnitOfWork) -> EffectRecord:
+        def command(unit: CommandUnit) -> EffectRecord:
             effect = unit.effect(effect_id)
             effect.retry(actor=HOST, now=unit.now)
             return effect.to_record()
@@ -1407,42 +1102,17 @@ class WorkflowRuns(Application[UUID]):
         message = self.load(WorkflowMessage, message_aggregate_id(reservation.workflow_message_id))
         return None if message is None else message.turn_record(workflow_turn_id)
 
-    def event_log(
-        self, *, after: int = 0, limit: int = 1000, run_id: str | None = None
-    ) -> list[LoggedEvent]:
-        """Stored events in log order; with ``run_id`` only that run's and its children's."""
-        _page_bound("log position", after)
-        _page_bound("log limit", limit)
-        if run_id is not None:
-            check_run_id(run_id)
-        notifications = self.storage.select_log(after=after, limit=limit, run_id=run_id)
-        return [self.logged_event(notification) for notification in notifications]
-
-    def logged_event(self, notification: Notification) -> LoggedEvent:
-        """One stored event as ``event_log`` returns it."""
-        event = self.mapper.to_domain_event(notification)
-        state = vars(event)
-        actor = state["actor"]  # checked by the mapper: {type, id}
-        return LoggedEvent(
-            position=notification.id,
-            wire_name=notification.topic,
-            aggregate_id=str(notification.originator_id),
-            version=notification.originator_version,
-            recorded_at=state["timestamp"],
-            actor=SYSTEM if not actor else Actor.from_json(actor),
-            payload={key: value for key, value in state.items() if key not in _EVENT_ENVELOPE},
-        )
-
 
 def _page(items: Iterable[T], start: object, limit: object) -> list[T]:
     """Items ``start`` to ``start + limit`` of an ordered stream (both non-negative)."""
-    first = _page_bound("page start", start)
+    first = page_bound("page start", start)
     # Both may be as large as MAX_COUNT, whose sum no islice takes; no stream is that long.
-    stop = min(first + _page_bound("page limit", limit), sys.maxsize)
+    stop = min(first + page_bound("page limit", limit), sys.maxsize)
     return list(itertools.islice(items, first, stop))
 
 
-def _page_bound(name: str, value: object) -> int:
+def page_bound(name: str, value: object) -> int:
+    """``value`` as a page bound, or ``InvalidPageError`` naming ``name``."""
     if not is_count(value):
         raise InvalidPageError(name)
     return value

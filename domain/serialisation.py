@@ -14,12 +14,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from types import UnionType
-from typing import Any, Final, Literal, Union, get_args, get_origin, get_type_hints
+from typing import (
+    Any,
+    Final,
+    Literal,
+    NamedTuple,
+    Protocol,
+    Union,
+    get_args,
+    get_origin,
+    get_type_hints,
+)
 from uuid import UUID
 
 import orjson
 from eventsourcing.domain import DomainEventProtocol
-from eventsourcing.persistence import Mapper, Notification, StoredEvent, Transcoder
 
 from runledger.domain.catalogue import EVENT_CLASSES
 from runledger.domain.errors import CorruptEventError, UnknownStoredEventError, clipped_repr
@@ -30,74 +39,74 @@ from runledger.domain.events import (
     LedgerSnapshot,
     upcast,
 )
-from runledger.domain.ports import LogEntry
 from runledger.domain.values import ACTOR_TYPES
 
 
-@dataclass(frozen=True)
-class LedgerStoredEvent(StoredEvent):
-    """A stored event plus the columns the store indexes it by."""
+class StoredForm(Protocol):
+    """A stored event as any layer holds it: the library's record, or a follower's entry."""
 
-    run_id: str | None = None
-    lookup_key: str | None = None
+    @property
+    def topic(self) -> str: ...
 
+    @property
+    def originator_id(self) -> UUID | str: ...
 
-class _UnusedTranscoder(Transcoder):
-    """The library's Mapper wants a transcoder; ours encodes with orjson directly."""
+    @property
+    def originator_version(self) -> int: ...
 
-    def encode(self, obj: Any) -> bytes:
-        return orjson.dumps(obj)
-
-    def decode(self, data: bytes) -> Any:
-        return orjson.loads(data)
+    @property
+    def state(self) -> bytes: ...
 
 
-class LedgerMapper(Mapper[UUID]):
-    """Maps catalogue events to plain JSON and back, refusing unknown topics."""
+class EncodedEvent(NamedTuple):
+    """A domain event as stored bytes, with the columns the store indexes it by."""
 
-    def __init__(self) -> None:
-        super().__init__(transcoder=_UnusedTranscoder())
+    originator_id: UUID
+    originator_version: int
+    topic: str
+    state: bytes
+    run_id: str | None
+    lookup_key: str | None
 
-    def to_stored_event(self, domain_event: DomainEventProtocol[UUID]) -> StoredEvent:
-        event_class = type(domain_event)
-        topic = getattr(event_class, "TOPIC", None)
-        if topic is None or EVENT_CLASSES.get(topic) is not event_class:
-            raise UnknownStoredEventError(topic or event_class.__qualname__)
-        state = dict(vars(domain_event))
-        originator_id = state.pop("originator_id")
-        originator_version = state.pop("originator_version")
-        class_version = getattr(event_class, "class_version", 1)
-        if class_version > 1:
-            state["class_version"] = class_version
-        if isinstance(domain_event, LedgerEvent):
-            run_id: str | None = domain_event.run_id
-            lookup_key = domain_event.lookup_key()
-        else:
-            run_id = lookup_key = None
-            state["state"] = _without_pending(state["state"])
-        return LedgerStoredEvent(
-            originator_id=originator_id,
-            originator_version=originator_version,
-            topic=topic,
-            state=orjson.dumps(state),
-            run_id=run_id,
-            lookup_key=lookup_key,
-        )
 
-    def to_domain_event(self, stored_event: StoredEvent) -> DomainEventProtocol[UUID]:
-        event_class, state = decoded_state(stored_event)
-        # decoded_state has checked both: the conversions below cannot fail.
-        state["timestamp"] = datetime.fromisoformat(state["timestamp"])
-        if issubclass(event_class, LedgerSnapshot):
-            state["state"] = _restore_aggregate_state(event_class, state["state"])
-        originator_id = stored_event.originator_id
-        state["originator_id"] = (
-            originator_id if isinstance(originator_id, UUID) else UUID(originator_id)
-        )
-        state["originator_version"] = stored_event.originator_version
-        domain_event = object.__new__(event_class)
-        object.__setattr__(domain_event, "__dict__", state)
-        return domain_event
+def encoded(domain_event: DomainEventProtocol[UUID]) -> EncodedEvent:
+    """The stored form of a catalogue event (``UnknownStoredEventError`` for any other)."""
+    event_class = type(domain_event)
+    topic = getattr(event_class, "TOPIC", None)
+    if topic is None or EVENT_CLASSES.get(topic) is not event_class:
+        raise UnknownStoredEventError(topic or event_class.__qualname__)
+    state = dict(vars(domain_event))
+    originator_id = state.pop("originator_id")
+    originator_version = state.pop("originator_version")
+    class_version = getattr(event_class, "class_version", 1)
+    if class_version > 1:
+        state["class_version"] = class_version
+    if isinstance(domain_event, LedgerEvent):
+        run_id: str | None = domain_event.run_id
+        lookup_key = domain_event.lookup_key()
+    else:
+        run_id = lookup_key = None
+        state["state"] = _without_pending(state["state"])
+    return EncodedEvent(
+        originator_id, originator_version, topic, orjson.dumps(state), run_id, lookup_key
+    )
+
+
+def decoded(stored: StoredForm, position: int | None = None) -> DomainEventProtocol[UUID]:
+    """The domain event a stored one holds, checked (``decoded_state``) before it is built."""
+    event_class, state = decoded_state(stored, position)
+    # decoded_state has checked both: the conversions below cannot fail.
+    state["timestamp"] = datetime.fromisoformat(state["timestamp"])
+    if issubclass(event_class, LedgerSnapshot):
+        state["state"] = _restore_aggregate_state(event_class, state["state"])
+    originator_id = stored.originator_id
+    state["originator_id"] = (
+        originator_id if isinstance(originator_id, UUID) else UUID(originator_id)
+    )
+    state["originator_version"] = stored.originator_version
+    domain_event = object.__new__(event_class)
+    object.__setattr__(domain_event, "__dict__", state)
+    return domain_event
 
 
 EventClass = type[LedgerEvent] | type[LedgerSnapshot]
@@ -107,20 +116,18 @@ class _MalformedError(Exception):
     """Why a stored event does not decode; ``decoded_state`` names the event around it."""
 
 
-def decoded_state(stored: StoredEvent | LogEntry) -> tuple[EventClass, dict[str, Any]]:
+def decoded_state(
+    stored: StoredForm, position: int | None = None
+) -> tuple[EventClass, dict[str, Any]]:
     """The catalogue class and the checked payload (upcast, times still ISO text) of a stored
     event, or ``CorruptEventError`` naming it (with its position when read from the log) and
-    what is wrong.
+    what is wrong; ``position`` is where the log holds it, when read from the log.
 
     The class comes from the wire name alone; every field, its type, the actor's shape, the
     time and the versions are checked here, so no later step meets a surprise (a missing
     attribute, a wrong type in a record) and nothing in the payload picks code.
     """
     topic, originator_id, version = stored.topic, stored.originator_id, stored.originator_version
-    if isinstance(stored, LogEntry):
-        position: int | None = stored.position
-    else:
-        position = stored.id if isinstance(stored, Notification) else None
     try:
         event_class = EVENT_CLASSES.get(topic)
         if event_class is None:

@@ -30,8 +30,11 @@ from runledger.domain.errors import (
     StoreClosedError,
     WorkflowError,
 )
-from runledger.domain.ports import EventStorage
 from runledger.domain.records import ProjectionStatus
+from runledger.infrastructure.commits.ports import EventStorage
+from runledger.infrastructure.commits.same_commit import SameCommitReadModels
+from runledger.infrastructure.commits.wiring import StorageWiring
+from runledger.infrastructure.event_log import EventLog
 from runledger.infrastructure.storage.urls import SQLITE_PREFIX, redact_url, sqlite_path, store_url
 from runledger.infrastructure.telemetry import (
     PROJECTION,
@@ -50,7 +53,6 @@ from runledger.infrastructure.views.projector import (
     Progress,
     ProjectionRunner,
     Projector,
-    SameCommitViews,
 )
 from runledger.infrastructure.views.rebuild import die_with_parent, rebuild_in_processes, split
 from runledger.infrastructure.views.replay import check_as_of, replay
@@ -160,17 +162,23 @@ class StoreRuntime(ClosedOnExit):
         self.embedded_projections = embedded_projections
         chosen = [p for p in default_projections() if projections is None or p.name in projections]
         self.projector = Projector(storage, views, chosen)
-        self._projected = threading.local()
         self.builds = Builds(storage, views, self.projector)
-        self.app = WorkflowRuns(
+        self.stats = storage.stats
+        self._read_models = SameCommitReadModels(
+            self.projector if embedded_projections else None, self.stats
+        )
+        wiring = StorageWiring(
             storage,
-            clock=clock,
             on_commit=self._committed if embedded_projections else None,
             # Always given, so every commit has its span; without embedded read models the
             # step it yields is None (the events commit alone).
-            same_commit=self._same_commit,
-            allow_host_session_recording=allow_host_session_recording,
+            same_commit=self._read_models.step,
+            stats=self.stats,
         )
+        self.app = WorkflowRuns(
+            wiring, clock=clock, allow_host_session_recording=allow_host_session_recording
+        )
+        self.log = EventLog(storage, self.app.mapper)
         self._reader = views.reader()
         self._closed = False
         self._calls = _Calls()
@@ -212,23 +220,10 @@ class StoreRuntime(ClosedOnExit):
 
     # -- projections follow the log in-process ---------------------------------------------
 
-    @contextmanager
-    def _same_commit(self) -> Iterator[SameCommitViews | None]:
-        with TELEMETRY.commit():
-            if not self.embedded_projections:
-                yield None
-                return
-            step = SameCommitViews(self.projector)
-            yield step
-            self._projected.done = step.written
-            TELEMETRY.note(SAME_COMMIT, step.written)
-
     def _committed(self) -> None:
-        if getattr(self._projected, "done", False):
-            # The read models committed with the events (the commit span says so): this
-            # process reads its writes.
-            self._projected.done = False
-        else:
+        # When the read models committed with the events (the commit span says so), this
+        # process reads its writes already.
+        if not self._read_models.took_last_commit():
             with TELEMETRY.span(READ_MODELS_SPAN, **{SAME_COMMIT: False}):
                 if not self._try_catch_up():
                     # Right after each commit: the committing thread projects it when nobody

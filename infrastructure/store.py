@@ -16,6 +16,7 @@ from runledger.domain.values import looked_up_id
 from runledger.infrastructure.audit.bundle import export_bundle
 from runledger.infrastructure.audit.run_verification import verify_run_models
 from runledger.infrastructure.audit.trail import audit_trail
+from runledger.infrastructure.event_log import EventLog
 from runledger.infrastructure.runtime import ClosedOnExit, StoreRuntime, open_runtime
 from runledger.infrastructure.telemetry import COMMAND_SPAN, QUERY_SPAN, TELEMETRY
 from runledger.infrastructure.views.projector import Progress
@@ -333,9 +334,11 @@ class WorkflowStore(ClosedOnExit):
     get_human_decision = _read(
         WorkflowRuns.get_human_decision, "The human decision, or None for an unknown id."
     )
-    event_log = _read(
-        WorkflowRuns.event_log,
+    event_log = _forward(
+        EventLog.event_log,
+        lambda store: store._runtime.log,
         "The stored events in log order; with run_id, only that run's and its children's.",
+        QUERY_SPAN,
     )
 
     # -- read models ------------------------------------------------------------------------

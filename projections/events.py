@@ -17,7 +17,7 @@ def projected(entry: LogEntry | Notification) -> ProjectedEvent:
     event class's upcasters, so projections only ever see an event's current, valid shape.
     """
     position = entry.position if isinstance(entry, LogEntry) else entry.id
-    _, data = decoded_state(entry)
+    _, data = decoded_state(entry, position)
     return ProjectedEvent(
         position=position,
         wire_name=entry.topic,

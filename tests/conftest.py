@@ -19,7 +19,7 @@ import pytest
 from tests.support.postgres import DatabasePool, PostgresServer
 
 if TYPE_CHECKING:
-    from runledger.domain.ports import EventStorage
+    from runledger.infrastructure.commits.ports import EventStorage
 
 POSTGRES_URL_VARIABLE = "RUNLEDGER_TEST_POSTGRES_URL"
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/postgres"

@@ -13,9 +13,10 @@ from uuid import UUID
 
 from eventsourcing.persistence import Notification
 
-from runledger.domain.application import WorkflowRuns
-from runledger.domain.ports import EventStorage, LogEntry
+from runledger.domain.ports import LogEntry
 from runledger.domain.records import LoggedEvent
+from runledger.infrastructure.commits.ports import EventStorage
+from runledger.infrastructure.event_log import EventLog
 
 PAGE = 1000
 
@@ -34,11 +35,11 @@ def run_notifications(
 
 
 def logged_events(
-    app: WorkflowRuns, run_ids: Sequence[str], *, up_to: int | None = None
+    storage: EventStorage, log: EventLog, run_ids: Sequence[str], *, up_to: int | None = None
 ) -> Iterator[LoggedEvent]:
     """``run_notifications`` decoded as ``event_log`` returns them (upcast, checked)."""
-    for notification in run_notifications(app.storage, run_ids, up_to=up_to):
-        yield app.logged_event(notification)
+    for notification in run_notifications(storage, run_ids, up_to=up_to):
+        yield log.logged_event(notification)
 
 
 def log_entry(notification: Notification) -> LogEntry:

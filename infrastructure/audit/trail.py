@@ -47,7 +47,7 @@ def audit_trail(
             actor=event.actor,
             summary=summarise(event.wire_name, event.payload),
         )
-        for event in logged_events(runtime.app, runs, up_to=up_to)
+        for event in logged_events(runtime.storage, runtime.log, runs, up_to=up_to)
     ]
     return AuditTrail(
         run_id=run.run_id, lineage=with_lineage, as_of=up_to, runs=runs, entries=entries

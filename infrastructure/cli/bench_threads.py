@@ -10,19 +10,10 @@ from collections.abc import Callable
 from typing import Final
 
 from runledger.infrastructure.cli.bench import P1_SLICES, Bench, BenchResult
-from runledger.infrastructure.runtime import StoreRuntime, open_runtime
-from runledger.infrastructure.storage.group_commit import GroupCommit
+from runledger.infrastructure.runtime import open_runtime
 from runledger.infrastructure.store import WorkflowStore
 
 THREADS: Final = 4
-
-
-def _group(runtime: StoreRuntime) -> GroupCommit:
-    group = getattr(runtime.storage.events, "group", None)
-    if not isinstance(group, GroupCommit):
-        msg = f"{runtime.storage!r} does not group its commits"
-        raise TypeError(msg)
-    return group
 
 
 def _threads_rate(commands: list[Callable[[int], None]], seconds: float, first: int) -> float:
@@ -57,8 +48,8 @@ def four_writer_threads(bench: Bench) -> BenchResult:
         open_runtime(bench.scratch.new_url()) as grouped,
         open_runtime(bench.scratch.new_url()) as alone,
     ):
-        _group(alone).enabled = False
-        group = _group(grouped)
+        alone.storage.group_commits(False)
+        group = grouped.stats
         stores = {"grouped": WorkflowStore(grouped), "ungrouped": WorkflowStore(alone)}
         queues = {
             kind: [bench.queueing(store, f"t{i}") for i in range(THREADS)]
@@ -68,10 +59,10 @@ def four_writer_threads(bench: Bench) -> BenchResult:
         for turn in range(P1_SLICES):
             # Far past the last turn's numbers: every request id stays new.
             first = turn * 10_000_000
-            commits -= group.commits
+            commits -= group.batches
             requests -= group.requests
             rates["grouped"].append(_threads_rate(queues["grouped"], seconds, first))
-            commits += group.commits
+            commits += group.batches
             requests += group.requests
             rates["ungrouped"].append(_threads_rate(queues["ungrouped"], seconds, first))
             rates["one thread"].append(_threads_rate([single], seconds, first))

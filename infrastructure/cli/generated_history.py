@@ -19,10 +19,10 @@ from runledger.domain.aggregates import AggregateSet
 from runledger.domain.outbox import queue_follow_up, remove_follow_up
 from runledger.domain.run_endings import finish_run
 from runledger.domain.runs import Run
-from runledger.domain.serialisation import LedgerMapper
 from runledger.domain.settings_changes import change_settings, ensure_settings_scope
 from runledger.domain.settings_policy import check_policy
 from runledger.domain.values import HOST, Actor
+from runledger.infrastructure.commits.mapper import LedgerMapper
 
 
 class HistoryGenerator:

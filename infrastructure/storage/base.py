@@ -18,8 +18,10 @@ from eventsourcing.persistence import (
     StoredEvent,
 )
 
-from runledger.domain.ports import Fence, IndexFence, VersionFence
-from runledger.domain.serialisation import LedgerStoredEvent
+from runledger.infrastructure.commits.group_commit import GroupCommit
+from runledger.infrastructure.commits.mapper import LedgerStoredEvent
+from runledger.infrastructure.commits.ports import Fence, IndexFence, VersionFence
+from runledger.infrastructure.commits.stats import CommitStats
 
 EVENTS_TABLE = "runledger_events"
 SNAPSHOTS_TABLE = "runledger_snapshots"
@@ -154,6 +156,11 @@ class IndexedEventRecorder(Protocol):
         """The highest position, or None for an empty log."""
         ...
 
+    @property
+    def group(self) -> GroupCommit:
+        """The queue its writer threads commit through."""
+        ...
+
 
 EventsT = TypeVar("EventsT", bound=IndexedEventRecorder)
 SnapshotsT = TypeVar("SnapshotsT", bound=AggregateRecorder)
@@ -194,3 +201,12 @@ class RecorderBackedStorage(Generic[EventsT, SnapshotsT]):
         """The highest position in the log (0 when empty)."""
         position: int | None = self._events.max_notification_id()
         return position or 0
+
+    @property
+    def stats(self) -> CommitStats:
+        """The counters of this storage's commits (the application's count here too)."""
+        return self._events.group.stats
+
+    def group_commits(self, grouping: bool) -> None:
+        """Whether writer threads share transactions (False: the bench's baseline)."""
+        self._events.group.grouping = grouping

@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Final
 
 from runledger.domain.events import LedgerEvent
-from runledger.domain.ports import EventStorage
-from runledger.domain.serialisation import LedgerMapper, LedgerStoredEvent
+from runledger.infrastructure.commits.mapper import LedgerMapper, LedgerStoredEvent
+from runledger.infrastructure.commits.ports import EventStorage
 
 BATCH: Final = 1000
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from bisect import bisect_right, insort
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from threading import Event, RLock, local
+from threading import Condition, Event, RLock, get_ident
 from typing import Any
 from uuid import UUID
 
@@ -19,7 +19,9 @@ from eventsourcing.persistence import (
     Subscription,
 )
 
-from runledger.domain.ports import Fence, LogEntry, SameCommit
+from runledger.domain.ports import LogEntry
+from runledger.infrastructure.commits.group_commit import GroupCommit
+from runledger.infrastructure.commits.ports import Fence, SameCommit
 from runledger.infrastructure.storage.base import (
     FenceBrokenError,
     RecorderBackedStorage,
@@ -28,7 +30,6 @@ from runledger.infrastructure.storage.base import (
     index_columns,
     index_fences,
 )
-from runledger.infrastructure.storage.group_commit import GroupCommit
 
 
 class MemoryAggregateRecorder(AggregateRecorder):
@@ -98,8 +99,9 @@ class MemoryEventRecorder(MemoryAggregateRecorder, ApplicationRecorder):
         self._originators_by_key: dict[str, dict[UUID, None]] = {}
         self._listeners: set[Event] = set()
         self.group = GroupCommit(self._write)
-        self.holding = local()
-        """``holding.log`` is True in a thread that holds the whole log (``lock_aggregates``)."""
+        self._holds = Condition()
+        self._held: dict[UUID, int] = {}
+        """Aggregates held (``lock_aggregates``) and the thread holding each."""
 
     def insert_events(
         self,
@@ -109,11 +111,39 @@ class MemoryEventRecorder(MemoryAggregateRecorder, ApplicationRecorder):
         fences: Sequence[Fence] = (),
         **kwargs: Any,
     ) -> Sequence[int] | None:
-        # A thread holding the log writes alone: queued behind a group's leader, which waits for
-        # the log's lock, it would wait for itself.
-        if kwargs or not stored_events or getattr(self.holding, "log", False):
+        if kwargs or not stored_events or self._holding():
+            # A holder writes alone and never waits: queued behind a group whose leader
+            # waits for the holder's aggregates, it would wait for itself.
             return self._write(stored_events, same_commit, fences, **kwargs)
         return self.group.insert(stored_events, same_commit, fences)
+
+    def hold(self, aggregate_ids: Sequence[UUID]) -> None:
+        """Take these aggregates for this thread, all at once, once no other thread holds one
+        of them; writers that hold nothing wait at their insert until they are released."""
+        me = get_ident()
+        with self._holds:
+            self._holds.wait_for(lambda: all(self._held.get(i, me) == me for i in aggregate_ids))
+            for aggregate_id in aggregate_ids:
+                self._held[aggregate_id] = me
+
+    def release(self, aggregate_ids: Sequence[UUID]) -> None:
+        """Give back what ``hold`` took."""
+        with self._holds:
+            for aggregate_id in aggregate_ids:
+                self._held.pop(aggregate_id, None)
+            self._holds.notify_all()
+
+    def _holding(self) -> bool:
+        me = get_ident()
+        with self._holds:
+            return any(thread == me for thread in self._held.values())
+
+    def _wait_for_holders(self, stored_events: Sequence[StoredEvent]) -> None:
+        # Only a writer holding nothing waits, and it holds nothing while it waits: no cycle.
+        # (Not under the log's lock: a holder reads the log while it decides.)
+        ids = {as_uuid(s.originator_id) for s in stored_events}
+        with self._holds:
+            self._holds.wait_for(lambda: ids.isdisjoint(self._held))
 
     def _write(
         self,
@@ -125,6 +155,8 @@ class MemoryEventRecorder(MemoryAggregateRecorder, ApplicationRecorder):
         """The batch and the step's read models under the log's lock (``GroupCommit``: no
         flush to share here, but writers queue exactly as on the other backends)."""
         written = False
+        if not self._holding():
+            self._wait_for_holders(stored_events)
         try:
             with self._lock:
                 self._check_fences(fences, stored_events)
@@ -281,20 +313,21 @@ class MemoryStorage(RecorderBackedStorage[MemoryEventRecorder, MemoryAggregateRe
     def lock_aggregates(
         self, aggregate_ids: Sequence[UUID], *, conflicted: bool = True
     ) -> Iterator[None]:
-        """Hold the whole log for the block (every insert waits for it), when ids are given,
-        conflicted or only hot (holding costs nothing here that the log's lock does not)."""
+        """Hold the aggregates for the block (other writers of them wait at their insert),
+        conflicted or only hot (holding costs nothing here but the wait).
+
+        Not the log's lock: a holder reads through the library's repository, whose
+        per-aggregate fast-forward lock another reader may hold while it waits for the log.
+        """
         del conflicted
         if not aggregate_ids:
             yield
             return
-        # One lock for every aggregate: the fixed order is trivial, and the log's own insert
-        # lock makes any other writer wait until the block's save is done.
-        with self._events._lock:
-            self._events.holding.log = True
-            try:
-                yield
-            finally:
-                self._events.holding.log = False
+        self._events.hold(aggregate_ids)
+        try:
+            yield
+        finally:
+            self._events.release(aggregate_ids)
 
     def read_log(self, *, after: int, limit: int) -> list[LogEntry]:
         """The next stored events after ``after``, as lean tuples."""

@@ -34,7 +34,9 @@ from psycopg.rows import DictRow, tuple_row
 from psycopg.sql import SQL, Identifier, Literal
 
 from runledger.domain.errors import StorageUnavailableError, StoreNotFoundError
-from runledger.domain.ports import Fence, IndexFence, LogEntry, SameCommit, VersionFence
+from runledger.domain.ports import LogEntry
+from runledger.infrastructure.commits.group_commit import GroupCommit
+from runledger.infrastructure.commits.ports import Fence, IndexFence, SameCommit, VersionFence
 from runledger.infrastructure.storage.base import (
     EVENTS_TABLE,
     SNAPSHOTS_TABLE,
@@ -48,7 +50,6 @@ from runledger.infrastructure.storage.base import (
     index_columns,
     index_fences,
 )
-from runledger.infrastructure.storage.group_commit import GroupCommit
 from runledger.infrastructure.storage.urls import REDACTED, PostgresSettings, read_postgres_url
 from runledger.infrastructure.telemetry import TELEMETRY
 

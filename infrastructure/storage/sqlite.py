@@ -23,7 +23,9 @@ from eventsourcing.sqlite import (
     SQLiteDatastore,
 )
 
-from runledger.domain.ports import Fence, LogEntry, SameCommit
+from runledger.domain.ports import LogEntry
+from runledger.infrastructure.commits.group_commit import GroupCommit
+from runledger.infrastructure.commits.ports import Fence, SameCommit
 from runledger.infrastructure.storage.base import (
     EVENTS_TABLE,
     SNAPSHOTS_TABLE,
@@ -38,7 +40,6 @@ from runledger.infrastructure.storage.base import (
     index_fences,
 )
 from runledger.infrastructure.storage.file_locks import AggregateLocks
-from runledger.infrastructure.storage.group_commit import GroupCommit
 
 logger = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Final
 
 from runledger.domain.errors import ProjectionBuildLockedError, ProjectionVersionError
-from runledger.domain.ports import EventStorage
+from runledger.infrastructure.commits.ports import EventStorage
 from runledger.infrastructure.views.compare import (
     RowDifference,
     RowHashes,

@@ -12,7 +12,7 @@ from datetime import datetime
 
 import orjson
 
-from runledger.domain.ports import EventStorage
+from runledger.infrastructure.commits.ports import EventStorage
 from runledger.infrastructure.views.store import ViewStore
 
 

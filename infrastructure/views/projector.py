@@ -20,7 +20,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Final
+from typing import Final
 
 import orjson
 from eventsourcing.persistence import StoredEvent
@@ -31,7 +31,8 @@ from runledger.domain.errors import (
     StorageUnavailableError,
     UnknownProjectionError,
 )
-from runledger.domain.ports import EventStorage, LogEntry
+from runledger.domain.ports import LogEntry
+from runledger.infrastructure.commits.ports import EventStorage
 from runledger.infrastructure.telemetry import TELEMETRY
 from runledger.infrastructure.views.store import (
     PageCommit,
@@ -107,63 +108,6 @@ def _just_inserted(stored: StoredEvent, position: int) -> ProjectedEvent:
         version=stored.originator_version,
         data=data,
     )
-
-
-class SameCommitViews:
-    """The ``SameCommit`` step of a process that projects: the pages of its events' read
-    models, written in the events' transaction.
-
-    The projector is taken when the step is first asked (``next_position`` or ``prepare``)
-    and given back at ``settle``, by the thread that writes: with group commit that is the
-    group's leader, which may not be the thread whose command made the step. Taken only if
-    nobody here is projecting: a busy projector leaves the events to the catch-up after the
-    commit.
-    """
-
-    def __init__(self, projector: Projector) -> None:
-        self.projector = projector
-        self.written = False
-        self._pages: list[PageCommit] | None = None
-        self._held = False
-
-    def _hold(self) -> bool:
-        if not self._held:
-            self._held = self.projector.try_lock()
-        return self._held
-
-    def catch_up(self) -> None:
-        # Never waits for the projector: the caller holds its aggregates' locks, and whoever
-        # holds the projector may be waiting for one of them.
-        if not self._hold():
-            return
-        try:
-            self.projector.catch_up()
-        except Exception:
-            # Only a chance to write the views with the events is lost: they catch up after.
-            logger.exception("read models not caught up before a command's commit")
-
-    def next_position(self) -> int | None:
-        return self.projector.next_position() if self._hold() else None
-
-    def prepare(self, stored_events: Sequence[StoredEvent], positions: Sequence[int]) -> bool:
-        self._pages = self.projector.pages_for(stored_events, positions) if self._hold() else None
-        return self._pages is not None
-
-    def write(self, cursor: Any) -> bool:
-        if self._pages is None:
-            return False
-        return self.projector.views.write_with_events(cursor, self._pages)
-
-    def settle(self, written: bool) -> None:
-        pages, self._pages = self._pages, None
-        try:
-            if pages is not None:
-                self.projector.settle(pages, written=written)
-        finally:
-            if self._held:
-                self._held = False
-                self.projector.unlock()
-        self.written = written
 
 
 class ProjectionRunner:
@@ -411,8 +355,6 @@ class Projector:
         self.page_seconds = page_seconds
         self.cache_rows = cache_rows
         self.runners = {p.name: ProjectionRunner(p, views, cache_rows) for p in projections}
-        self.projected_with_events = 0
-        """Saves whose read models committed in their own transaction (``pages_for``)."""
         self._contended_until = 0.0
         """Until when (monotonic) another process is taken to project this log too."""
         self._lock = threading.RLock()
@@ -501,8 +443,6 @@ class Projector:
 
     def settle(self, pages: Sequence[PageCommit], *, written: bool) -> None:
         """``pages_for``'s pages committed with their events, or did not (forget them)."""
-        if written:
-            self.projected_with_events += 1
         for page in pages:
             runner = self.runners[page.projection.name]
             if written:

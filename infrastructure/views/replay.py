@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from runledger.domain.errors import AsOfBeyondLogError, InvalidAsOfError
-from runledger.domain.ports import EventStorage
+from runledger.infrastructure.commits.ports import EventStorage
 from runledger.infrastructure.views.memory import MemoryViewStore
 from runledger.infrastructure.views.projector import (
     DEFAULT_PAGE_SIZE,

@@ -17,12 +17,11 @@ from typing import Any
 from uuid import UUID, uuid4
 
 import psycopg
-import pytest
 from eventsourcing.persistence import IntegrityError, StoredEvent
 
-from runledger.domain.ports import EventStorage
+from runledger.infrastructure.commits.group_commit import GroupCommit
+from runledger.infrastructure.commits.ports import EventStorage
 from runledger.infrastructure.runtime import StoreRuntime
-from runledger.infrastructure.storage.group_commit import GroupCommit
 from runledger.infrastructure.storage.memory import MemoryStorage
 from runledger.infrastructure.storage.postgres import PostgresStorage
 from runledger.infrastructure.storage.sqlite import SQLiteStorage
@@ -115,12 +114,12 @@ def logged(storage: EventStorage) -> dict[int, tuple[UUID, int]]:
 
 
 def test_writers_queued_behind_a_commit_share_the_next_one(storage: EventStorage) -> None:
-    group = group_of(storage)
+    stats = storage.stats
     batches = [[event(uuid4(), 1), event(uuid4(), 1)] for _ in range(5)]
 
     leader, writers = queue_behind_a_held_leader(storage, batches)
 
-    assert (group.commits, group.requests) == (2, 6)
+    assert (stats.batches, stats.requests) == (2, 6)
     assert [w.error for w in writers] == [None] * 5
     # Each writer has its own events' positions, in the order of its batch.
     log = logged(storage)
@@ -138,8 +137,8 @@ def test_writers_queued_behind_a_commit_share_the_next_one(storage: EventStorage
 def test_a_conflict_in_a_group_fails_only_its_own_writer(storage: EventStorage) -> None:
     taken = uuid4()
     storage.events.insert_events([event(taken, 1)])
-    group = group_of(storage)
-    before = group.commits
+    stats = storage.stats
+    before = stats.batches
     first, stale, last = [event(uuid4(), 1)], [event(taken, 1)], [event(uuid4(), 1)]
 
     leader, writers = queue_behind_a_held_leader(storage, [first, stale, last])
@@ -148,7 +147,7 @@ def test_a_conflict_in_a_group_fails_only_its_own_writer(storage: EventStorage) 
     assert isinstance(writers[1].error, IntegrityError)
     assert writers[2].error is None
     # The leader alone, the failed group (nothing committed), then each writer alone.
-    assert group.commits - before == 4
+    assert stats.batches - before == 4
     expected = [event(taken, 1), *leader.batch, *first, *last]
     assert sorted(logged(storage).values()) == sorted(
         (s.originator_id, s.originator_version) for s in expected
@@ -157,7 +156,7 @@ def test_a_conflict_in_a_group_fails_only_its_own_writer(storage: EventStorage) 
 
 def test_writers_of_one_aggregate_do_not_share_a_group(storage: EventStorage) -> None:
     shared, other = uuid4(), uuid4()
-    group = group_of(storage)
+    stats = storage.stats
 
     _, writers = queue_behind_a_held_leader(
         storage, [[event(shared, 1)], [event(shared, 2)], [event(other, 1)]]
@@ -165,19 +164,19 @@ def test_writers_of_one_aggregate_do_not_share_a_group(storage: EventStorage) ->
 
     assert [w.error for w in writers] == [None, None, None]
     # The leader; the first of the aggregate alone; its second with the writer behind it.
-    assert group.commits == 3
+    assert stats.batches == 3
     assert [s.originator_version for s in storage.events.select_events(shared)] == [1, 2]
 
 
 def test_a_group_is_no_bigger_than_its_event_limit(storage: EventStorage) -> None:
-    group = group_of(storage)
+    stats = storage.stats
     wide = [[event(uuid4(), 1) for _ in range(40)] for _ in range(2)]
 
     _, writers = queue_behind_a_held_leader(storage, [*wide, [event(uuid4(), 1)]])
 
     assert [w.error for w in writers] == [None, None, None]
     # 40 + 40 events exceed the group's 64: the second wide batch starts the next group.
-    assert group.commits == 3
+    assert stats.batches == 3
     assert len(logged(storage)) == 82
 
 
@@ -225,7 +224,8 @@ def test_a_group_of_commands_writes_their_read_models_in_its_commit(
         store.create_run(f"run-{number}", workflow_name="echo", input={})
         store.bind_origin_session(f"run-{number}", "session-1")
     group = group_of(runtime.storage)
-    commits, written = group.commits, runtime.projector.projected_with_events
+    stats = runtime.stats
+    commits, written = stats.batches, stats.read_models_with_events
     queued: dict[str, str] = {}
 
     def command(number: int) -> None:
@@ -242,8 +242,8 @@ def test_a_group_of_commands_writes_their_read_models_in_its_commit(
 
     # The first command waited for the lock alone; the five behind it committed as one, and
     # both commits carried their read models.
-    assert group.commits - commits == 2
-    assert runtime.projector.projected_with_events - written == 2
+    assert stats.batches - commits == 2
+    assert stats.read_models_with_events - written == 2
     # Nothing was left to catch up: the queries read what the commits wrote.
     assert runtime.projector.next_position() == runtime.storage.max_position() + 1
     for run_id, follow_up_id in queued.items():
@@ -254,12 +254,8 @@ def test_a_group_of_commands_writes_their_read_models_in_its_commit(
 
 
 def test_many_writer_threads_lose_no_acknowledged_command(
-    runtime: StoreRuntime, store: WorkflowStore, request: pytest.FixtureRequest
+    runtime: StoreRuntime, store: WorkflowStore
 ) -> None:
-    if "memory" in request.node.name:
-        # Known bug, its own issue: on the memory store a writer holding the whole log
-        # (lock_aggregates) and the group-commit queue can still wait for each other here.
-        pytest.skip("memory store: writer threads on one hot run can deadlock (open issue)")
     writers, each = 4, 15
     for number in range(writers):
         store.create_run(f"run-{number}", workflow_name="echo", input={})

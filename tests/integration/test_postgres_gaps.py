@@ -20,10 +20,13 @@ import psycopg
 import pytest
 from eventsourcing.persistence import StoredEvent
 
-from runledger.domain.application import UnitOfWork, WorkflowRuns
+from runledger.domain.application import WorkflowRuns
+from runledger.domain.ports import CommandUnit
 from runledger.domain.runs import Run, run_aggregate_id
-from runledger.domain.serialisation import LedgerMapper
 from runledger.domain.values import HOST
+from runledger.infrastructure.commits.mapper import LedgerMapper
+from runledger.infrastructure.commits.wiring import StorageWiring
+from runledger.infrastructure.event_log import EventLog
 from runledger.infrastructure.storage.base import index_columns
 from runledger.infrastructure.storage.postgres import (
     MAX_AGGREGATE_LOCKS,
@@ -252,7 +255,8 @@ def insert_stored(connection: psycopg.Connection[tuple[object, ...]], event: Sto
 def test_event_log_stops_before_a_position_an_open_transaction_holds(
     storage: PostgresStorage, postgres_store_url: str
 ) -> None:
-    app = WorkflowRuns(storage)
+    app = WorkflowRuns(StorageWiring(storage))
+    log = EventLog(storage, app.mapper)
     first, held, later = created_events(3)
     with psycopg.connect(postgres_store_url, autocommit=True) as committer:
         first_position = insert_stored(committer, first)
@@ -261,11 +265,15 @@ def test_event_log_stops_before_a_position_an_open_transaction_holds(
         later_position = insert_stored(committer, later)
     later_run = index_columns(later)[0]
 
-    assert [e.position for e in app.event_log()] == [first_position]
-    assert app.event_log(run_id=later_run) == [], "a run's page passed an open position"
+    assert [e.position for e in log.event_log()] == [first_position]
+    assert log.event_log(run_id=later_run) == [], "a run's page passed an open position"
     holder.commit()
-    assert [e.position for e in app.event_log()] == [first_position, held_position, later_position]
-    assert [e.position for e in app.event_log(run_id=later_run)] == [later_position]
+    assert [e.position for e in log.event_log()] == [
+        first_position,
+        held_position,
+        later_position,
+    ]
+    assert [e.position for e in log.event_log(run_id=later_run)] == [later_position]
 
 
 def write_with_rollbacks(
@@ -301,10 +309,11 @@ def follow(page: Callable[[int], list[int]], until: threading.Event) -> list[int
 def test_event_log_paging_under_concurrent_writers_sees_every_committed_event_once_in_order(
     storage: PostgresStorage, postgres_store_url: str
 ) -> None:
-    app = WorkflowRuns(storage)
+    app = WorkflowRuns(StorageWiring(storage))
+    log = EventLog(storage, app.mapper)
     readers: dict[str, Callable[[int], list[int]]] = {
         "read_log": lambda after: [e.position for e in storage.read_log(after=after, limit=50)],
-        "event_log": lambda after: [e.position for e in app.event_log(after=after, limit=50)],
+        "event_log": lambda after: [e.position for e in log.event_log(after=after, limit=50)],
         "notification_log": lambda after: [
             n.id for n in app.notification_log.select(start=after + 1, limit=10)
         ],
@@ -358,10 +367,10 @@ def deadlocks(url: str) -> int:
     return count
 
 
-def toggle_all(run_ids: list[str]) -> Callable[[UnitOfWork], None]:
+def toggle_all(run_ids: list[str]) -> Callable[[CommandUnit], None]:
     """One command pausing (or resuming) every run, saved in the order given."""
 
-    def command(unit: UnitOfWork) -> None:
+    def command(unit: CommandUnit) -> None:
         for run_id in run_ids:
             run = unit.run(run_id)
             if run.paused:
@@ -375,7 +384,7 @@ def toggle_all(run_ids: list[str]) -> Callable[[UnitOfWork], None]:
 def test_two_commands_changing_the_same_runs_in_opposite_orders_never_deadlock(
     storage: PostgresStorage, postgres_store_url: str
 ) -> None:
-    setup = WorkflowRuns(storage)
+    setup = WorkflowRuns(StorageWiring(storage))
     for run_id in RUNS:
         setup.create_run(run_id, workflow_name="order", input={})
     before = deadlocks(postgres_store_url)
@@ -383,7 +392,7 @@ def test_two_commands_changing_the_same_runs_in_opposite_orders_never_deadlock(
     errors: list[BaseException] = []
 
     def race(run_ids: list[str]) -> None:
-        app = WorkflowRuns(storage)
+        app = WorkflowRuns(StorageWiring(storage))
         try:
             for _ in range(ROUNDS):
                 barrier.wait(timeout=30)
@@ -404,13 +413,13 @@ def test_two_commands_changing_the_same_runs_in_opposite_orders_never_deadlock(
     assert not errors, errors
     storage.close()
     assert deadlocks(postgres_store_url) == before, "PostgreSQL detected a deadlock"
-    reread = WorkflowRuns(PostgresStorage(postgres_store_url))
+    reread_storage = PostgresStorage(postgres_store_url)
     versions = {
-        run_id: len(reread.storage.events.select_events(run_aggregate_id(run_id)))
+        run_id: len(reread_storage.events.select_events(run_aggregate_id(run_id)))
         for run_id in RUNS
     }
     assert versions == dict.fromkeys(RUNS, 1 + 2 * ROUNDS), "a change was lost or doubled"
-    reread.storage.close()
+    reread_storage.close()
 
 
 def test_a_batch_wider_than_the_lock_cap_writes_alone_and_is_followed(

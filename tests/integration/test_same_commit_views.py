@@ -91,7 +91,7 @@ def test_views_written_with_the_commands_equal_a_rebuild_from_the_log(
 ) -> None:
     play_history(store)
 
-    assert runtime.projector.projected_with_events > 0, "no command wrote its read models"
+    assert runtime.stats.read_models_with_events > 0, "no command wrote its read models"
     written_with_commands = digests(runtime)
     runtime.rebuild_projections()
 
@@ -114,13 +114,13 @@ def test_views_written_with_the_commands_equal_those_a_worker_projects(
 ) -> None:
     with open_runtime(durable_url, clock=FakeClock()) as embedded:
         play_history(WorkflowStore(embedded))
-        assert embedded.projector.projected_with_events > 0
+        assert embedded.stats.read_models_with_events > 0
         written_with_commands = digests(embedded)
     # The same history, committed by a host that does not project, then projected by a
     # worker following the log.
     with open_runtime(second_url, clock=FakeClock(), embedded_projections=False) as host:
         play_history(WorkflowStore(host))
-        assert host.projector.projected_with_events == 0
+        assert host.stats.read_models_with_events == 0
     with open_runtime(second_url, embedded_projections=False) as worker:
         worker.catch_up()
         assert digests(worker) == written_with_commands
@@ -137,7 +137,7 @@ def test_the_events_commit_when_another_process_moved_a_view_meanwhile(
         store = WorkflowStore(writer)
         store.create_run("run-1", workflow_name="echo", input={})
         store.bind_origin_session("run-1", "session-1")
-        written_before = writer.projector.projected_with_events
+        written_before = writer.stats.read_models_with_events
         # Another process rebuilds the queue view blue/green and switches to the new slot:
         # the writer's next compare-and-set on its now retired slot fails, inside the
         # command's transaction.
@@ -152,7 +152,7 @@ def test_the_events_commit_when_another_process_moved_a_view_meanwhile(
             prompt="Still recorded",
         )
 
-        assert writer.projector.projected_with_events == written_before
+        assert writer.stats.read_models_with_events == written_before
         assert store.get_follow_up(queued.follow_up.follow_up_id) is not None
         queue = store.follow_up_queue("run-1")
         assert queue is not None
@@ -172,13 +172,13 @@ def test_the_events_commit_when_another_writer_took_the_positions_the_views_expe
         store = WorkflowStore(writer)
         store.create_run("run-1", workflow_name="echo", input={})
         store.bind_origin_session("run-1", "session-1")
-        written_before = writer.projector.projected_with_events
+        written_before = writer.stats.read_models_with_events
         # The other host's events take the positions the writer's views expect next.
         first = queue_as_session(WorkflowStore(other), "run-1", "request-1")
 
         second = queue_as_session(store, "run-1", "request-2")
 
-        assert writer.projector.projected_with_events == written_before
+        assert writer.stats.read_models_with_events == written_before
         queued = store.follow_up_queue("run-1")
         assert queued is not None
         assert [item.follow_up_id for item in queued.follow_ups] == [first, second]
@@ -209,15 +209,15 @@ def test_commands_after_views_skipped_on_their_way_still_write_them_with_the_eve
         for number in range(written_first):
             queue_as_session(store, "run-1", f"first-{number}")
         queue_as_session(others, "run-2", "other")
-        before = writer.projector.projected_with_events
+        before = writer.stats.read_models_with_events
         queue_as_session(store, "run-1", "skipped")
-        assert writer.projector.projected_with_events == before
+        assert writer.stats.read_models_with_events == before
         writes = UNPREPARED_AFTER_FAILURE + 8
 
         for number in range(writes):
             queue_as_session(store, "run-1", f"written-{number}")
 
-        assert writer.projector.projected_with_events == before + writes
+        assert writer.stats.read_models_with_events == before + writes
         queued = store.follow_up_queue("run-1")
         assert queued is not None
         assert len(queued.follow_ups) == written_first + 1 + writes
@@ -241,14 +241,14 @@ def test_writers_taking_turns_on_one_run_write_their_views_with_their_events(
         stores[0].create_run("run-1", workflow_name="echo", input={})
         stores[0].bind_origin_session("run-1", "session-1")
         queue_as_session(stores[1], "run-1", "warm-up")
-        before = [first.projector.projected_with_events, second.projector.projected_with_events]
+        before = [first.stats.read_models_with_events, second.stats.read_models_with_events]
 
         for turn in range(10):
             queue_as_session(stores[turn % 2], "run-1", f"turn-{turn}")
 
         written = [
-            first.projector.projected_with_events - before[0],
-            second.projector.projected_with_events - before[1],
+            first.stats.read_models_with_events - before[0],
+            second.stats.read_models_with_events - before[1],
         ]
         if durable_url.startswith("postgresql"):
             # All but each writer's first turn: the insert of its optimistic attempt, which

@@ -12,8 +12,8 @@ from uuid import UUID, uuid4
 import pytest
 from eventsourcing.persistence import IntegrityError, Notification, StoredEvent
 
-from runledger.domain.ports import EventStorage
-from runledger.domain.serialisation import LedgerStoredEvent
+from runledger.infrastructure.commits.mapper import LedgerStoredEvent
+from runledger.infrastructure.commits.ports import EventStorage
 
 if TYPE_CHECKING:
     from multiprocessing.synchronize import Event as ProcessEvent

@@ -285,7 +285,7 @@ def test_version_conflicts_show_as_retries_on_the_command_spans_and_in_the_metri
     # writing (a command holding the log's lock waits on a group leader waiting for it).
     with open_runtime(durable_url) as runtime:
         conflicted_on(WorkflowStore(runtime), runtime)
-        conflicts = runtime.app.conflicts
+        conflicts = runtime.stats.conflicts
 
     commands = telemetry.spans(COMMAND_SPAN)
     retries = [int(str((span.attributes or {})[RETRIES])) for span in commands]
@@ -306,7 +306,7 @@ def conflicted_on(store: WorkflowStore, runtime: StoreRuntime) -> None:
     """Four threads publishing on one run, round after round, until one conflicted."""
     started(store)
     rounds = 0
-    while runtime.app.conflicts == 0:
+    while runtime.stats.conflicts == 0:
         rounds += 1
         assert rounds <= 20, "four threads on one run never conflicted"
         barrier = threading.Barrier(4)

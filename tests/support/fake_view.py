@@ -6,7 +6,7 @@ import copy
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from runledger.domain.ports import EventStorage
+from runledger.infrastructure.commits.ports import EventStorage
 from runledger.infrastructure.runtime import StoreRuntime, open_runtime
 from runledger.infrastructure.store import WorkflowStore
 from runledger.projections.base import Key, Projection, Row, Table

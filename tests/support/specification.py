@@ -27,9 +27,9 @@ from runledger.domain.aggregates import AggregateSet
 from runledger.domain.catalogue import EVENT_CLASSES
 from runledger.domain.follow_ups import FollowUp, follow_up_aggregate_id
 from runledger.domain.runs import Run, run_aggregate_id
-from runledger.domain.serialisation import LedgerMapper
 from runledger.domain.turn_reservations import TurnReservation, turn_aggregate_id
 from runledger.domain.workflow_messages import WorkflowMessage, message_aggregate_id
+from runledger.infrastructure.commits.mapper import LedgerMapper
 
 A = TypeVar("A", bound=BaseAggregate[UUID])
 S = TypeVar("S")

@@ -135,7 +135,7 @@ def _perform(store: WorkflowStore, op: Op) -> dict[str, Any]:
             submission_id=op["submission_id"],
         )
     elif kind == "conflicts":
-        return {"conflicts": store._runtime.app.conflicts}
+        return {"conflicts": store._runtime.stats.conflicts}
     elif kind == "call":
         return _call(store, op["method"], op.get("args", []), op.get("kwargs", {}))
     elif kind == "change_settings":

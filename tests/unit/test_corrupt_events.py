@@ -19,7 +19,7 @@ from runledger.domain.catalogue import EVENT_CLASSES
 from runledger.domain.errors import CorruptEventError
 from runledger.domain.follow_ups import FollowUp
 from runledger.domain.runs import Run
-from runledger.domain.serialisation import LedgerMapper
+from runledger.infrastructure.commits.mapper import LedgerMapper
 from runledger.projections.events import projected
 from tests.unit.test_event_catalogue import EXPECTED
 

@@ -37,13 +37,13 @@ from runledger.domain.ids import (
     terminal_message_id,
 )
 from runledger.domain.runs import Run
-from runledger.domain.serialisation import LedgerMapper, LedgerStoredEvent
 from runledger.domain.session_segments import SessionSegment, segment_id_for
 from runledger.domain.settings_policy import check_policy
 from runledger.domain.settings_scopes import SettingsScope
 from runledger.domain.turn_reservations import TurnReservation
 from runledger.domain.values import SYSTEM, Actor, RunStatus
 from runledger.domain.workflow_messages import WorkflowMessage, follow_up_content
+from runledger.infrastructure.commits.mapper import LedgerMapper, LedgerStoredEvent
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 HOST = Actor("host")

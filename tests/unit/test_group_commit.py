@@ -12,8 +12,8 @@ from uuid import UUID, uuid4
 import pytest
 from eventsourcing.persistence import IntegrityError, InterfaceError, OperationalError, StoredEvent
 
-from runledger.domain.ports import Fence, SameCommit
-from runledger.infrastructure.storage.group_commit import GroupCommit
+from runledger.infrastructure.commits.group_commit import GroupCommit
+from runledger.infrastructure.commits.ports import Fence, SameCommit
 from tests.support.writer_threads import WAIT_SECONDS, Writer, finish, start_in_line
 
 
@@ -112,7 +112,7 @@ def test_a_lone_writer_commits_alone_at_once() -> None:
 
     assert group.insert([stored(), stored()], None) == [1, 2]
     assert group.insert([stored()], None) == [3]
-    assert (group.commits, group.requests, log.writes) == (2, 2, [2, 1])
+    assert (group.stats.batches, group.stats.requests, log.writes) == (2, 2, [2, 1])
 
 
 def test_writers_behind_a_commit_go_in_one_batch_and_get_their_own_positions() -> None:
@@ -201,9 +201,9 @@ def test_writers_of_one_aggregate_and_batches_past_the_limit_wait_for_the_next_g
 def test_turned_off_every_writer_commits_alone() -> None:
     log = Log()
     group = GroupCommit(log.write)
-    group.enabled = False
+    group.grouping = False
 
     behind_a_held_leader(log, group, [writer(group, [stored()]) for _ in range(3)])
 
     assert log.writes == [1, 1, 1, 1]
-    assert group.commits == group.requests == 4
+    assert group.stats.batches == group.stats.requests == 4

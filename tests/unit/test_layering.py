@@ -176,3 +176,28 @@ def test_a_layer_contains_its_submodules_but_not_lookalike_names() -> None:
     assert is_within("runledger.projections", "runledger.projections")
     assert is_within("runledger.projections.base", "runledger.projections")
     assert not is_within("runledger.projections_extra", "runledger.projections")
+
+
+LIBRARY_PERSISTENCE = ("eventsourcing.persistence", "eventsourcing.popo")
+
+
+def test_the_domain_imports_no_persistence_module_of_the_library() -> None:
+    # How a command commits lives in infrastructure/commits/; the domain sees ports only.
+    offending = sorted(
+        f"{name} imports {module}"
+        for name, path in source_files().items()
+        if is_within(name, "runledger.domain")
+        for module in imported_modules(path)
+        if any(is_within(module, library) for library in LIBRARY_PERSISTENCE)
+    )
+    assert offending == []
+
+
+def test_the_commit_machinery_lives_in_the_commits_package() -> None:
+    # The domain's application holds the commands: no unit of work, retry or save of its own.
+    tree = ast.parse((ROOT / "domain" / "application.py").read_text(encoding="utf-8"))
+    defined = {
+        node.name for node in ast.walk(tree) if isinstance(node, ast.ClassDef | ast.FunctionDef)
+    }
+    assert defined.isdisjoint({"UnitOfWork", "_save", "_take_due_snapshots", "_note_conflict"})
+    assert "time" not in imported_modules(ROOT / "domain" / "application.py")

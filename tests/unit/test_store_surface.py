@@ -11,6 +11,7 @@ from eventsourcing.application import Application
 
 from runledger.domain.application import WorkflowRuns
 from runledger.domain.errors import InvalidCallError, RunAlreadyExistsError
+from runledger.infrastructure.commits.wiring import StorageWiring
 from runledger.infrastructure.storage.memory import MemoryStorage
 from runledger.infrastructure.store import WorkflowStore, open_store
 
@@ -197,7 +198,9 @@ def test_the_application_overrides_no_private_hook_of_the_library() -> None:
 def test_on_commit_runs_once_after_each_command_that_saved_something() -> None:
     commits: list[int] = []
     storage = MemoryStorage()
-    app = WorkflowRuns(storage, on_commit=lambda: commits.append(storage.max_position()))
+    app = WorkflowRuns(
+        StorageWiring(storage, on_commit=lambda: commits.append(storage.max_position()))
+    )
 
     app.create_run("run-1", workflow_name="echo", input={})
     app.bind_origin_session("run-1", "session-1")
@@ -207,7 +210,7 @@ def test_on_commit_runs_once_after_each_command_that_saved_something() -> None:
 
 def test_on_commit_does_not_run_for_a_rejected_command_or_one_that_changed_nothing() -> None:
     commits: list[int] = []
-    app = WorkflowRuns(MemoryStorage(), on_commit=lambda: commits.append(1))
+    app = WorkflowRuns(StorageWiring(MemoryStorage(), on_commit=lambda: commits.append(1)))
     app.create_run("run-1", workflow_name="echo", input={})
     app.bind_origin_session("run-1", "session-1")
     commits.clear()

@@ -13,7 +13,7 @@ from runledger.domain.catalogue import EVENT_CLASSES
 from runledger.domain.events import upcast
 from runledger.domain.ports import LogEntry
 from runledger.domain.runs import Run
-from runledger.domain.serialisation import LedgerMapper, LedgerStoredEvent
+from runledger.infrastructure.commits.mapper import LedgerMapper, LedgerStoredEvent
 from runledger.projections.events import projected
 
 

@@ -29,7 +29,8 @@ from typing import Any, Final
 from eventsourcing.persistence import InterfaceError, OperationalError, StoredEvent
 
 from runledger.domain.errors import StorageUnavailableError
-from runledger.domain.ports import Fence, SameCommit
+from runledger.infrastructure.commits.ports import Fence, SameCommit
+from runledger.infrastructure.commits.stats import CommitStats
 from runledger.infrastructure.telemetry import TELEMETRY
 
 MAX_GROUP_EVENTS: Final = 64
@@ -69,17 +70,21 @@ class _Request:
 class GroupCommit:
     """The queue of one event log's writers; ``insert`` is the backend's insert, grouped."""
 
-    def __init__(self, write: Write, *, max_events: int = MAX_GROUP_EVENTS) -> None:
+    def __init__(
+        self,
+        write: Write,
+        *,
+        max_events: int = MAX_GROUP_EVENTS,
+        stats: CommitStats | None = None,
+    ) -> None:
         self._write = write
         self._max_events = max_events
         self._queue: deque[_Request] = deque()
         self._changed = threading.Condition()
-        self.enabled = True
+        self.grouping = True
         """False: every request commits alone (the bench's baseline for what grouping gives)."""
-        self.commits = 0
-        """Batches written (groups, and requests written alone)."""
-        self.requests = 0
-        """Requests answered; ``requests / commits`` is the mean group size."""
+        self.stats = stats or CommitStats()
+        """``batches`` and ``requests`` count here; ``requests / batches`` is the mean group."""
 
     @property
     def queued(self) -> int:
@@ -113,7 +118,7 @@ class GroupCommit:
                         member.error = member.error or RuntimeError("group commit interrupted")
                         member.done = True
                     self._queue.popleft()
-                self.requests += len(batch)
+                self.stats.requests += len(batch)
                 self._changed.notify_all()
         return request.answer()
 
@@ -124,7 +129,7 @@ class GroupCommit:
         the same version would fail the whole group, and at different ones the second could
         only follow the first.
         """
-        if not self.enabled:
+        if not self.grouping:
             return [self._queue[0]]
         batch: list[_Request] = []
         events = 0
@@ -160,7 +165,7 @@ class GroupCommit:
         except UNREACHABLE as error:
             # The storage failed (after its own retries): alone, each would fail the same way,
             # one after another.
-            self.commits += 1
+            self.stats.batches += 1
             for request in batch:
                 request.error = error
                 request.done = True
@@ -169,7 +174,7 @@ class GroupCommit:
             # Anything else may come from what one request holds (a stale version, a value
             # the database refuses): each is written alone, and only its own fails.
             return False
-        self.commits += 1
+        self.stats.batches += 1
         TELEMETRY.grouped(len(batch))
         start = 0
         for request in batch:
@@ -187,7 +192,7 @@ class GroupCommit:
             request.error = error
         else:
             TELEMETRY.grouped(1)
-        self.commits += 1
+        self.stats.batches += 1
         request.done = True
 
 
