@@ -169,7 +169,7 @@ def test_a_request_with_traceparent_continues_that_trace_into_the_command(
     )
     assert response.status_code == 201, response.text
 
-    [request] = [span for span in telemetry.spans() if span.name == "POST /runs"]
+    [request] = telemetry.ended("POST /runs")
     assert request.parent is not None
     assert request.parent.is_remote
     assert format(request.parent.span_id, "016x") == PARENT_ID

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,6 +31,16 @@ class Collected:
         """Ended spans (of ``name``), in the order they ended."""
         spans = self.exporter.get_finished_spans()
         return [span for span in spans if name is None or span.name == name]
+
+    def ended(self, name: str, count: int = 1, timeout: float = 10.0) -> list[ReadableSpan]:
+        """The ended spans named ``name``, once there are ``count`` of them.
+
+        A server's request span ends after the last byte of its response is sent, so a client
+        can hold the response before the span has ended: this waits for it."""
+        deadline = time.monotonic() + timeout
+        while len(found := self.spans(name)) < count and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return found
 
     def points(self, metric: str) -> list[tuple[dict[str, Any], Any]]:
         """``(attributes, point)`` of each data point of ``metric`` now (gauges read now)."""
