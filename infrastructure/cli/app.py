@@ -1,7 +1,7 @@
 """The ``runledger`` command line: the typer ``app`` and its thin commands.
 
 Each command hands its store to the module that does the work (``demo_story``, ``operations``,
-``runs_report``, ``bench_report``), which never imports this one. A command group
+``runs_report``, ``bench.report``), which never imports this one. A command group
 (``projections status|rebuild|verify|run``) is a ``typer.Typer`` of its own, added here with
 ``app.add_typer(group, name="projections")``. How a command ends (its exit code, and one line
 on stderr for any failure) is ``failures``'s: no command handles errors itself.
@@ -393,7 +393,7 @@ def bench(
     The rows: see the README's Performance section.
     """
     # Imported here: the bench's rows (and their HTTP client) are not every command's to load.
-    from runledger.infrastructure.cli.bench_report import ROW_IDS, print_bench, run_bench
+    from runledger.infrastructure.cli.bench.report import ROW_IDS, print_bench, run_bench
 
     chosen = _bench_rows(only, ROW_IDS)
     results = run_bench(resolve_url(url), events=events, seconds=seconds, only=chosen, quick=quick)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runledger.infrastructure.cli.bench_audit import audit_bench
+from runledger.infrastructure.cli.bench.audit import audit_bench
 
 
 def test_the_audit_bench_gives_rows_a1_and_a2_shaped_like_the_bench(tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ ROW_KEYS = {
 }
 COMMAND_BASELINES = {"raw", "ideal", "library"}
 BUILT_IN_ROWS = ["P1", "P2b", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11", "P12"]
-# bench_rows.EXTRA_ROWS: writer threads, the read models', the audit's, the server's and the
+# extra_rows.EXTRA_ROWS: writer threads, the read models', the audit's, the server's and the
 # instrumentation's rows, after the others.
 EXTRA_ROWS = ["P2t", "V1", "V2", "V3", "A1", "A2", "S1", "S2", "O1"]
 SQLITE_ROWS = [*BUILT_IN_ROWS, *EXTRA_ROWS]

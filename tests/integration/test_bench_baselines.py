@@ -11,13 +11,13 @@ from uuid import UUID
 import pytest
 from eventsourcing.application import Application
 
-from runledger.infrastructure.cli.bench import Bench, BenchResult
-from runledger.infrastructure.cli.bench_baselines import (
+from runledger.infrastructure.cli.bench.baselines import (
     EVENTS_TABLE,
     IdealCommand,
     LibraryBaseline,
     plain_connection,
 )
+from runledger.infrastructure.cli.bench.runner import Bench, BenchResult
 from tests.integration.conftest import BACKENDS
 
 DURABLE = [param for param in BACKENDS if param.values[0] != "memory"]

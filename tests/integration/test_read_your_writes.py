@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from runledger.domain.errors import ReadModelsBehindError
-from runledger.infrastructure.cli.bench_baselines import plain_connection
+from runledger.infrastructure.cli.bench.baselines import plain_connection
 from runledger.infrastructure.runtime import open_runtime
 from runledger.infrastructure.store import WorkflowStore
 from runledger.projections.follow_up_queue import FOLLOW_UPS

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from runledger.infrastructure.cli.bench import BenchResult
-from runledger.infrastructure.cli.bench_serve import command_to_sse_delta, http_queue_follow_up
+from runledger.infrastructure.cli.bench.runner import BenchResult
+from runledger.infrastructure.cli.bench.serve import command_to_sse_delta, http_queue_follow_up
 
 
 @pytest.mark.slow

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Final
 
-from runledger.infrastructure.cli.bench import P1_SLICES, Bench, BenchResult
+from runledger.infrastructure.cli.bench.runner import P1_SLICES, Bench, BenchResult
 from runledger.infrastructure.runtime import open_runtime
 from runledger.infrastructure.store import WorkflowStore
 

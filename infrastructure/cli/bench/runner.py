@@ -6,13 +6,13 @@ end), and its baseline is plain sqlite3/psycopg work on that same database with 
 durability settings, measured in the same run. Ratios are what count; machines are noisy.
 The command rows (P1, P2, P2b) report three baselines each: ``raw`` (a single-row commit),
 ``ideal`` (a hand-written transaction of the same rows) and ``library`` (the eventsourcing
-library's plain ``Application``), see ``bench_baselines``.
+library's plain ``Application``), see ``baselines``.
 
 Rows measured by other modules join through ``Bench(extra_rows=...)``: a sequence of
 ``(id, measure)`` pairs, where ``measure(bench)`` returns the row's ``BenchResult`` (or None
 when the row does not apply to ``bench.backend``) and may use ``bench.scratch.new_url()``,
 ``bench.seconds``, ``bench.events`` and ``bench.quick``. An extra row whose id is a built-in
-one replaces it. ``runledger bench`` passes ``bench_rows.EXTRA_ROWS``, the one list to extend.
+one replaces it. ``runledger bench`` passes ``extra_rows.EXTRA_ROWS``, the one list to extend.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from psycopg.sql import SQL, Identifier
 from runledger.domain.errors import InvalidStoreUrlError
 from runledger.domain.records import ViewerDeltas
 from runledger.domain.values import Actor
-from runledger.infrastructure.cli.bench_baselines import (
+from runledger.infrastructure.cli.bench.baselines import (
     IdealCommand,
     LibraryBaseline,
     collected,

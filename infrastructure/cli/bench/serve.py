@@ -23,7 +23,7 @@ from typing import Any, Final
 import httpx
 
 from runledger.domain.values import Actor
-from runledger.infrastructure.cli.bench import BenchResult, percentile
+from runledger.infrastructure.cli.bench.runner import BenchResult, percentile
 from runledger.infrastructure.store import WorkflowStore, open_store
 
 TOKEN: Final = secrets.token_urlsafe(24)
@@ -71,7 +71,7 @@ def _client(server: _Server) -> httpx.Client:
 
 
 def _text(number: int, session_id: str = "s1-local-session") -> dict[str, str]:
-    """Follow-up ``number`` of a Pi session, as bench.py's P1 queues it."""
+    """Follow-up ``number`` of a Pi session, as the runner's P1 queues it."""
     return {
         "request_id": f"request-{number}",
         "target_session_id": session_id,

@@ -24,7 +24,7 @@ from uuid import uuid4
 
 from eventsourcing.persistence import StoredEvent
 
-from runledger.infrastructure.cli.bench import Bench, BenchResult
+from runledger.infrastructure.cli.bench.runner import Bench, BenchResult
 from runledger.infrastructure.runtime import StoreRuntime, open_runtime
 from runledger.infrastructure.store import WorkflowStore
 from runledger.infrastructure.telemetry import (

@@ -10,8 +10,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from runledger.infrastructure.cli.bench import Bench, BenchResult
-from runledger.infrastructure.cli.bench_rows import EXTRA_ROWS
+from runledger.infrastructure.cli.bench.extra_rows import EXTRA_ROWS
+from runledger.infrastructure.cli.bench.runner import Bench, BenchResult
 
 ROW_IDS: Final = (
     *("P1", "P2", "P2b", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11", "P12"),

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Final
 
 from runledger.infrastructure.audit.verify_bundle import verify_bundle
-from runledger.infrastructure.cli.bench import BenchResult, Scratch
+from runledger.infrastructure.cli.bench.runner import BenchResult, Scratch
 from runledger.infrastructure.cli.generated_history import HistoryGenerator
 from runledger.infrastructure.runtime import open_runtime
 from runledger.infrastructure.store import WorkflowStore

@@ -1,11 +1,11 @@
-"""The bench rows measured outside ``bench.py``: the one list ``runledger bench`` adds.
+"""The bench rows measured outside ``runner``: the one list ``runledger bench`` adds.
 
 Each entry is ``(id, measure)``; ``measure(bench)`` returns the row's ``BenchResult``, or None
-when the row does not apply to ``bench.backend`` (see the ``bench`` module docstring). A row
-module imports ``Bench`` and ``BenchResult`` from ``bench``; this module imports the row
-modules, so ``bench`` never imports them back. Add one line per row, e.g.
-``("P3", bench_projections.rebuild_rate),`` after ``from runledger.infrastructure.cli import
-bench_projections``.
+when the row does not apply to ``bench.backend`` (see the ``runner`` module docstring). A row
+module imports ``Bench`` and ``BenchResult`` from ``runner``; this module imports the row
+modules, so ``runner`` never imports them back. Add one line per row, e.g.
+``("P3", projections.rebuild_rate),`` after ``from runledger.infrastructure.cli.bench import
+projections``.
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from collections.abc import Callable, Sequence
 from typing import Final
 from weakref import WeakKeyDictionary
 
-from runledger.infrastructure.cli import (
-    bench_audit,
-    bench_projections,
-    bench_serve,
-    bench_telemetry,
-    bench_threads,
+from runledger.infrastructure.cli.bench import (
+    audit,
+    projections,
+    serve,
+    telemetry,
+    threads,
 )
-from runledger.infrastructure.cli.bench import Bench, BenchResult, RowMeasure
+from runledger.infrastructure.cli.bench.runner import Bench, BenchResult, RowMeasure
 
 
 class _MeasuredTogether:
@@ -43,7 +43,7 @@ class _MeasuredTogether:
 
 def _audit(bench: Bench) -> list[BenchResult]:
     sizes = {"events": 2_000, "follow_ups": 200} if bench.quick else {}
-    return bench_audit.audit_bench(bench.scratch.url, **sizes)
+    return audit.audit_bench(bench.scratch.url, **sizes)
 
 
 _AUDIT = _MeasuredTogether(_audit)
@@ -55,28 +55,28 @@ def _history(bench: Bench, full: int) -> int:
 
 
 EXTRA_ROWS: Final[list[tuple[str, RowMeasure]]] = [
-    ("P2t", bench_threads.four_writer_threads),
+    ("P2t", threads.four_writer_threads),
     (
         "V1",
-        lambda bench: bench_projections.verify_all(
-            bench.scratch.new_url(), _history(bench, bench_projections.HISTORY_EVENTS)
+        lambda bench: projections.verify_all(
+            bench.scratch.new_url(), _history(bench, projections.HISTORY_EVENTS)
         ),
     ),
     (
         "V2",
-        lambda bench: bench_projections.blue_green_ratio(
-            bench.scratch.new_url(), _history(bench, bench_projections.HISTORY_EVENTS)
+        lambda bench: projections.blue_green_ratio(
+            bench.scratch.new_url(), _history(bench, projections.HISTORY_EVENTS)
         ),
     ),
     (
         "V3",
-        lambda bench: bench_projections.peak_rss(
-            bench.scratch.new_url(), _history(bench, bench_projections.RSS_EVENTS)
+        lambda bench: projections.peak_rss(
+            bench.scratch.new_url(), _history(bench, projections.RSS_EVENTS)
         ),
     ),
     ("A1", _AUDIT.row("A1")),
     ("A2", _AUDIT.row("A2")),
-    ("S1", lambda bench: bench_serve.http_queue_follow_up(bench.scratch.new_url(), bench.seconds)),
-    ("S2", lambda bench: bench_serve.command_to_sse_delta(bench.scratch.new_url(), bench.samples)),
-    ("O1", bench_telemetry.instrumentation_cost),
+    ("S1", lambda bench: serve.http_queue_follow_up(bench.scratch.new_url(), bench.seconds)),
+    ("S2", lambda bench: serve.command_to_sse_delta(bench.scratch.new_url(), bench.samples)),
+    ("O1", telemetry.instrumentation_cost),
 ]

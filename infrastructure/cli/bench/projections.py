@@ -10,7 +10,7 @@ Rows are ``bench.BenchResult``s, each measured in a scratch database of its own:
 - V3: the peak RSS of a blue/green rebuild of every read model over 1M events, measured in
   a process of its own (``resource.getrusage``); goal ≤ 500 MB.
 
-``python -m runledger.infrastructure.cli.bench_projections URL`` prints the rows as JSON.
+``python -m runledger.infrastructure.cli.bench.projections URL`` prints the rows as JSON.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from runledger.infrastructure.cli.bench import BenchResult, Scratch
+from runledger.infrastructure.cli.bench.runner import BenchResult, Scratch
 from runledger.infrastructure.cli.generated_history import HistoryGenerator
 from runledger.infrastructure.runtime import StoreRuntime, open_runtime
 
@@ -32,7 +32,7 @@ HISTORY_EVENTS: Final = 100_000
 RSS_EVENTS: Final = 1_000_000
 RATIO_GOAL: Final = 1.2
 RSS_GOAL_MB: Final = 500.0
-MODULE: Final = "runledger.infrastructure.cli.bench_projections"
+MODULE: Final = "runledger.infrastructure.cli.bench.projections"
 
 
 def _fill(url: str, events: int) -> None:
