@@ -120,7 +120,6 @@ from runledger.domain.values import (
     ExecutionMode,
     HostMessageKind,
     JsonValue,
-    MessageKind,
     ProgressStatus,
     RecoveryVerdict,
     StartStatus,
@@ -507,16 +506,6 @@ class WorkflowRuns(Application[UUID]):
                 now=unit.now,
             )
             return message.to_record()
-
-        return self.execute(command)
-
-    def cancel_pending_for_source(self, source_id: str, *, kind: MessageKind | None = None) -> int:
-        """Cancel every pending message of a source (and kind); returns how many."""
-
-        def command(unit: CommandUnit) -> int:
-            return outbox.cancel_pending_for_source(
-                unit, source_id, kind=kind, actor=HOST, now=unit.now
-            )
 
         return self.execute(command)
 

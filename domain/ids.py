@@ -60,16 +60,6 @@ def default_turn_id(workflow_message_id: str, turn_number: int) -> str:
     return "workflow-turn-" + sha256hex(f"{workflow_message_id}\0{turn_number}")[:40]
 
 
-def resource_id_for(resource_type: str, aggregate_key: str) -> str:
-    """Upstream's resource id (kept so audits can be matched against upstream stores)."""
-    return f"{resource_type}-" + sha256hex(f"{resource_type}\0{aggregate_key}")[:40]
-
-
-def session_request_id(client_id: str, idempotency_key: str) -> str:
-    """The request id the upstream host derives for a Pi session's follow-up command."""
-    return "session-" + sha256hex(f"{client_id}\0{idempotency_key}")
-
-
 def decision_subject(run_id: str, node_id: str, attempt_id: str) -> dict[str, str]:
     """What a human decision is about: one attempt of one node of a run (decision 20)."""
     return {"attemptId": attempt_id, "nodeId": node_id, "runId": run_id}

@@ -1,5 +1,5 @@
 """What the commit path counts: read by the bench and by operators through
-``StoreRuntime.commit_stats()``, never reached into."""
+``StoreRuntime.stats``, never reached into."""
 
 from __future__ import annotations
 

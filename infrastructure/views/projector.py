@@ -224,7 +224,7 @@ class ProjectionRunner:
         """Stall at the page's start with ``error``, recorded where every process sees it."""
         self.failure = f"at position {position}: {type(error).__name__}: {error}"
         self.cause = error
-        self.abandon(self._page_start)
+        self.abandon_page()
         if self.slot is not None:
             self.views.record_error(self.slot, self.failure)
 
@@ -254,6 +254,10 @@ class ProjectionRunner:
             for key, row in changes.items():
                 self._remember((table_name, key), row)
         self._uncommitted = {}
+
+    def abandon_page(self) -> None:
+        """Forget the page under way: back to the position it started from."""
+        self.abandon(self._page_start)
 
     def abandon(self, position: int) -> None:
         """Forget a page that was not committed, and everything cached: rows moved."""
@@ -306,13 +310,13 @@ def project_page(
                 # The page's slot is no longer the active one: forget the page, nothing was
                 # written; the caller goes on from the store's active slots.
                 for each in active:
-                    each.abandon(each._page_start)
+                    each.abandon_page()
                 raise
             except StorageUnavailableError:
                 # The database failed, not the projection: forget the page, so the next
                 # catch-up projects it again, rather than stalling a sound projection.
                 for each in active:
-                    each.abandon(each._page_start)
+                    each.abandon_page()
                 raise
             except Exception as error:  # a broken projection must not stop the others
                 runner.fail(error, event.position)

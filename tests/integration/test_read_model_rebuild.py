@@ -30,6 +30,7 @@ from runledger.projections.base import Key, ProjectedEvent, Row, ViewWriter
 from runledger.projections.terminal_data import TerminalDataProjection
 from tests.integration.conftest import BACKENDS
 from tests.support.clock import FakeClock
+from tests.support.outbox_commands import cancel_pending_for_source
 from tests.support.postgres import PostgresServer
 from tests.support.scenario import (
     HUMAN,
@@ -135,7 +136,7 @@ def paused_run_with_steps(store: WorkflowStore, app: WorkflowRuns) -> list[str]:
     store.resume_run(run_id)
     notify(store, "notification-steps", run_id=run_id)
     # Not in the host's API (DESIGN lists no such command): the application behind the store.
-    app.cancel_pending_for_source("notification-steps", kind="notification")
+    cancel_pending_for_source(app, "notification-steps", kind="notification")
     deliver(store, first_step.workflow_message_id, "entry-step-1", session_id=OTHER_SESSION)
     store.record_progress(run_id, status="waiting", waiting_on="approval")
     return [run_id]

@@ -32,6 +32,7 @@ from runledger.projections.base import ProjectedEvent, ViewWriter
 from runledger.projections.viewer_deltas import viewer_tail_patch, workflow_page_start
 from tests.integration.conftest import BACKENDS
 from tests.support.clock import FakeClock
+from tests.support.outbox_commands import cancel_pending_for_source
 from tests.support.postgres import PostgresServer
 from tests.support.scenario import (
     HUMAN,
@@ -580,7 +581,7 @@ def test_cancel_pending_for_source_is_read_at_once_in_the_session_outbox(
     running_run(store)
     message = notify(store, "notification-1")
 
-    runtime.app.cancel_pending_for_source("notification-1", kind="notification")
+    cancel_pending_for_source(runtime.app, "notification-1", kind="notification")
 
     assert outbox_entry(store, SESSION, message.workflow_message_id).status == "cancelled"
 

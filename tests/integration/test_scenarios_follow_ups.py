@@ -25,7 +25,7 @@ from runledger.domain.errors import (
     RunNotAcceptingChangesError,
     SentFollowUpRemovalError,
 )
-from runledger.domain.ids import follow_up_message_id, resource_id_for
+from runledger.domain.ids import follow_up_message_id
 from runledger.domain.values import Actor
 from runledger.infrastructure.store import WorkflowStore
 from tests.support.assertions import assert_rejected, payload_fields, recording, writes_nothing
@@ -51,6 +51,7 @@ from tests.support.scenario import (
     running_run,
     waiting_run,
 )
+from tests.support.upstream_ids import resource_id_for
 
 REQUEST_ID_ERROR = "Workflow request ID must be a stable identifier of at most 512 characters"
 SOURCE_ERROR = "Workflow change source must be a non-empty string of at most 128 characters"

@@ -31,6 +31,7 @@ from runledger.domain.workflow_messages import source_lookup_key
 from runledger.infrastructure.runtime import StoreRuntime
 from runledger.infrastructure.store import WorkflowStore
 from tests.support.assertions import assert_rejected, payload_fields, recording, writes_nothing
+from tests.support.outbox_commands import cancel_pending_for_source
 from tests.support.scenario import (
     OTHER_SESSION,
     RUN,
@@ -548,7 +549,7 @@ def test_d4_consistent_reads_leave_the_order_to_the_outbox(store: WorkflowStore)
 
 # -- D5: cancelling pending messages of a source --------------------------------------------
 # DESIGN's public API does not list ``cancel_pending_for_source``, so the host's store does not
-# offer it: these scenarios call it on the application behind the store (``runtime.app``).
+# offer it: these scenarios run it through the application behind the store (``runtime.app``).
 
 
 def sent_and_pending_steps(store: WorkflowStore) -> tuple[str, str]:
@@ -566,7 +567,7 @@ def test_d5_cancel_pending_for_source_cancels_only_the_pending_message(
     sent, pending = sent_and_pending_steps(store)
 
     with recording(store) as recorded:
-        count = runtime.app.cancel_pending_for_source("interaction-1", kind="step")
+        count = cancel_pending_for_source(runtime.app, "interaction-1", kind="step")
 
     assert count == 1
     assert (message(store, sent).status, message(store, pending).status) == ("sent", "cancelled")
@@ -581,7 +582,7 @@ def test_d5_cancel_without_a_kind_cancels_every_pending_message_of_the_source(
     _, pending = sent_and_pending_steps(store)
     notify(store, "notification-1")
 
-    count = runtime.app.cancel_pending_for_source("interaction-1")
+    count = cancel_pending_for_source(runtime.app, "interaction-1")
 
     assert count == 1
     assert message(store, pending).status == "cancelled"
@@ -594,7 +595,7 @@ def test_d5_cancel_for_another_kind_cancels_nothing(
     _, pending = sent_and_pending_steps(store)
 
     with writes_nothing(store):
-        count = runtime.app.cancel_pending_for_source("interaction-1", kind="followUp")
+        count = cancel_pending_for_source(runtime.app, "interaction-1", kind="followUp")
 
     assert count == 0
     assert message(store, pending).status == "pending"
@@ -604,10 +605,10 @@ def test_d5_cancelling_again_finds_nothing_pending(
     store: WorkflowStore, runtime: StoreRuntime
 ) -> None:
     sent_and_pending_steps(store)
-    runtime.app.cancel_pending_for_source("interaction-1", kind="step")
+    cancel_pending_for_source(runtime.app, "interaction-1", kind="step")
 
     with writes_nothing(store):
-        count = runtime.app.cancel_pending_for_source("interaction-1", kind="step")
+        count = cancel_pending_for_source(runtime.app, "interaction-1", kind="step")
 
     assert count == 0
 
@@ -616,7 +617,7 @@ def test_d5_branch_evidence_turns_a_cancelled_message_sent(
     store: WorkflowStore, runtime: StoreRuntime
 ) -> None:
     _, pending = sent_and_pending_steps(store)
-    runtime.app.cancel_pending_for_source("interaction-1", kind="step")
+    cancel_pending_for_source(runtime.app, "interaction-1", kind="step")
 
     sent = deliver(store, pending, "entry-2")
 
@@ -730,7 +731,7 @@ def test_d5_a_source_id_too_long_for_an_index_is_found_by_its_digest(
     # Another source whose id is the long one's digest key: never taken for it.
     other = step(store, source_lookup_key(long_source), "initial").workflow_message_id
 
-    count = runtime.app.cancel_pending_for_source(long_source, kind="step")
+    count = cancel_pending_for_source(runtime.app, long_source, kind="step")
 
     assert count == 2
     assert [message(store, m).status for m in (first, second, other)] == [

@@ -23,13 +23,13 @@ from runledger.infrastructure import open_store, verify_bundle
 from runledger.infrastructure.audit.reprojection import reproject
 from runledger.infrastructure.cli.demo_story import PLAN_ATTEMPT, PLAN_NODE
 from runledger.infrastructure.runtime import default_projections, open_runtime
-from runledger.infrastructure.storage.copy import copy_events
 from runledger.infrastructure.storage.sqlite import SQLiteStorage
 from runledger.infrastructure.views.digest import digest_rows, view_digest
 from runledger.infrastructure.views.store import ViewStore, decode_row
 from runledger.projections import settings
 from tests.fixtures.make_store_v1 import PATCHES, SETTINGS_RUN, TOKEN
 from tests.support.audit import read_lines
+from tests.support.event_copy import copy_events
 
 FIXTURE: Final = Path(__file__).resolve().parents[1] / "fixtures" / "store_v1.db"
 REVIEW_RUN: Final = f"review-{TOKEN}"

@@ -24,13 +24,12 @@ from runledger.domain.ids import (
     aggregate_id,
     follow_up_id_for,
     follow_up_message_id,
-    resource_id_for,
     restart_run_id,
-    session_request_id,
     terminal_message_id,
     terminal_source_id,
     workflow_message_id_for,
 )
+from tests.support.upstream_ids import resource_id_for, session_request_id
 
 # -- JavaScript number formatting -------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""Copying one store's event log into another, byte for byte, for moves between backends.
+"""Copying one store's event log into another, byte for byte: how the schema-upgrade tests
+carry an old store's events into a new one.
 
 Each stored event keeps its bytes (an event stored at an older ``class_version`` stays at it,
 to be upcast when read, as in the source). Only its index columns (``run_id`` and the lookup
