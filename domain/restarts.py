@@ -83,7 +83,7 @@ def check_outcome_is_new(aggregates: Aggregates, source: Run) -> None:
 
     The tree's restart children come from the store's index (``restarts_in_tree``), read
     whole: O(restarts in the tree). Runs written before that index existed are not in it, so
-    the source's own line is walked too, as it always was.
+    the source's own line is walked too.
     """
     fingerprint = source.terminal_fingerprint
     line = [source, *ancestors(source, aggregates)]

@@ -14,8 +14,8 @@ itself fails (unreachable after its retries), every request gets that error at o
 than each retrying in turn.
 
 Writer processes are not grouped here: only PostgreSQL can, by one WAL flush serving every
-commit waiting on it (the bench's P2 shows how often that happens: on a disk that flushes in
-~80 µs, hardly ever), and a SQLite file has one writer at a time by design.
+commit waiting on it (how often depends on how fast the disk flushes; the bench's P2 counts
+the WAL flushes per command), and a SQLite file has one writer at a time by design.
 """
 
 from __future__ import annotations

@@ -80,7 +80,7 @@ def listening_socket(host: str, port: int) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     # Accepted connections inherit it: without it, each answer on a kept-alive connection
-    # waited ~40 ms for the client's delayed ACK (headers and body are two writes).
+    # waits for the client's delayed ACK (headers and body are two writes).
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind((host, port))
     sock.listen(128)

@@ -1,11 +1,12 @@
 """The server's threads for the store's blocking calls: a fixed few, alive as long as it is.
 
 A SQLite store keeps one connection per thread that used it. Starlette's thread pool grows to
-40 threads under load and lets idle ones end, and each new thread opened a new connection
-while the old thread's stayed in the store (three descriptors each): clients coming and going
-made the server's descriptors grow without bound. These threads never end before the server
-does, so the store holds at most ``SERVE_THREADS`` reading connections for the server's calls;
-a call beyond them waits its turn, which also bounds how many slow reads run at once.
+40 threads under load and lets idle ones end, and each new thread would open a new connection
+while the ended thread's stays in the store (three descriptors each): clients coming and
+going would make the server's descriptors grow without bound. These threads never end before
+the server does, so the store holds at most ``SERVE_THREADS`` reading connections for the
+server's calls; a call beyond them waits its turn, which also bounds how many slow reads run
+at once.
 """
 
 from __future__ import annotations

@@ -486,8 +486,6 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
             "WHERE c.p <= %(drawn)s AND NOT EXISTS "
             "(SELECT 1 FROM {schema}.{table} AS e WHERE e.position = c.p)"
         ).format(schema=schema, table=table)
-        # Tables of the same name in other schemas of the database must not wake this log's
-        # subscribers.
         # The positions this transaction's events took, in the batch's order.
         self._select_own_positions = SQL(
             "SELECT e.position FROM unnest(%s::uuid[], %s::bigint[]) WITH ORDINALITY "

@@ -216,7 +216,7 @@ class Builds:
                 self.views.create_indexes(runner.projection, _slot(runner))
             # Live slots of the same version come to the head too, so that each pair can be
             # compared at one position: in one catch-up, which reads and decodes the log
-            # once for all of them (one each read it once per projection).
+            # once for all of them (a catch-up each would read it once per projection).
             live = [p.name for p in projections if self.projector.runner(p.name).projecting]
             if live and compare:
                 self.projector.catch_up(live)

@@ -506,8 +506,8 @@ class Projector:
         """Move past what another process projected since, before projecting it again.
 
         Processes that each project their own commands also catch up on each other's: the
-        one that commits a page first wins, and every other one used to project the page
-        in vain (reading rows one by one), wait on the winner's row locks and fail its
+        one that commits a page first wins, and every other one would project the page in
+        vain (reading rows one by one), wait on the winner's row locks and fail its
         compare-and-set. One read of the tracking tells them to skip instead.
         """
         states = {state.name: state for state in self.views.tracking()}
