@@ -256,7 +256,9 @@ class StoreRuntime(ClosedOnExit):
         """Bring every projection up to the end of the log; returns events read.
 
         A command has already committed when this runs, so a storage failure here must not
-        look like a failed command: it is logged, and the next catch-up tries again.
+        look like a failed command: it is logged and shown as each projection's
+        ``last_error`` in ``projection_status`` until a catch-up succeeds, and the next
+        catch-up tries again.
         """
         try:
             return self._catch_up(progress)
@@ -265,17 +267,21 @@ class StoreRuntime(ClosedOnExit):
             return 0
 
     def _catch_up(self, progress: Progress | None = None) -> int:
-        """``catch_up``, raising the last error once every attempt failed."""
+        """``catch_up``, raising the last error once every attempt failed (and recorded)."""
         for attempt in range(CATCH_UP_ATTEMPTS):
             try:
-                return self.projector.catch_up(progress=progress)
-            except Exception:
+                read = self.projector.catch_up(progress=progress)
+            except Exception as error:
                 if attempt + 1 == CATCH_UP_ATTEMPTS:
+                    self.projector.record_catch_up(error)
                     raise
                 # A failed page is forgotten by the projector; a busy or briefly unreachable
                 # database usually lets the next attempt through.
                 logger.exception("projection catch-up failed (attempt %d)", attempt + 1)
                 time.sleep(0.01 * (attempt + 1))
+            else:
+                self.projector.record_catch_up(None)
+                return read
         return 0
 
     def _catch_up_to_read(self) -> None:
@@ -376,6 +382,8 @@ class StoreRuntime(ClosedOnExit):
                 error = ProjectionVersionError(
                     name, runner.outdated.version, runner.projection.version, name
                 ).message
+            if error is None:
+                error = runner.catch_up_error
             statuses.append(
                 ProjectionStatus(
                     name=name,

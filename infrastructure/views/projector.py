@@ -132,6 +132,9 @@ class ProjectionRunner:
         self.position = 0
         self.failure: str | None = None
         self.cause: Exception | None = None
+        self.catch_up_error: str | None = None
+        """Why this process's last catch-up failed, until one succeeds: not a stall (the
+        projection is sound, the next catch-up tries again), so it stays out of the tracking."""
         self.slot: TrackingState | None = None
         self.outdated: TrackingState | None = None
         """The active slot when it holds another version than this code's."""
@@ -476,6 +479,16 @@ class Projector:
                 runner = self.runner(name)
                 runner.abandon(0)
                 runner.start()
+
+    def record_catch_up(self, error: Exception | None) -> None:
+        """How the last catch-up of every projection ended (``error``, or None: it succeeded),
+        for each projecting runner's ``catch_up_error``."""
+        for runner in self.runners.values():
+            runner.catch_up_error = (
+                f"catch-up failed at position {runner.position}: {type(error).__name__}: {error}"
+                if error is not None and runner.projecting
+                else None
+            )
 
     def recheck_failures(self, names: Sequence[str]) -> None:
         """Forget failures that another process has rebuilt away."""
