@@ -46,7 +46,6 @@ from runledger.infrastructure.telemetry import (
     TELEMETRY,
     VERIFY_SPAN,
 )
-from runledger.infrastructure.views.builds import BuildOutcome, Builds, VerifyOutcome
 from runledger.infrastructure.views.digest import view_digest
 from runledger.infrastructure.views.lag import ProjectionLag, projection_lags
 from runledger.infrastructure.views.projector import (
@@ -54,7 +53,14 @@ from runledger.infrastructure.views.projector import (
     ProjectionRunner,
     Projector,
 )
-from runledger.infrastructure.views.rebuild import die_with_parent, rebuild_in_processes, split
+from runledger.infrastructure.views.rebuild import (
+    BuildOutcome,
+    Builds,
+    VerifyOutcome,
+    die_with_parent,
+    rebuild_in_processes,
+    split,
+)
 from runledger.infrastructure.views.replay import check_as_of, replay
 from runledger.infrastructure.views.store import ViewReaderBase, ViewStore
 from runledger.projections import (
@@ -459,12 +465,15 @@ class StoreRuntime(ClosedOnExit):
         compare: bool = True,
     ) -> list[BuildOutcome]:
         """Build each projection (default: all) beside its active slot, compare, and switch
-        when equal (or on ``accept``); see ``views.builds``. Without ``compare`` the live
+        when equal (or on ``accept``); see ``views.rebuild``. Without ``compare`` the live
         models are replaced without being caught up or read (``rebuild_projections``).
 
         With ``processes`` > 1 (SQLite and PostgreSQL) the projections are split over that
         many processes, each replaying the log into its group's tables. The processes are
         spawned, so a script calling this needs the usual ``if __name__ == "__main__":``.
+
+        The one way a store rebuilds: ``rebuild_projection``, ``rebuild_projections`` and each
+        process of a split rebuild (``rebuild_group``) come here.
         """
         chosen = list(names) if names else self.projection_names()
         for name in chosen:
@@ -609,7 +618,7 @@ def rebuild_group(url: str, names: list[str], messages: Any, options: dict[str, 
     die_with_parent()
     try:
         with open_runtime(url, embedded_projections=False, projections=names) as runtime:
-            outcomes = runtime.builds.rebuild(
+            outcomes = runtime.rebuild_blue_green(
                 names, progress=lambda n: messages.put(("page", n)), **options
             )
         messages.put(("done", [outcome.as_json() for outcome in outcomes]))

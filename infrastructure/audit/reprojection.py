@@ -17,13 +17,12 @@ from typing import Any, Final
 from runledger.domain.ports import LogEntry
 from runledger.infrastructure.views.digest import view_digest
 from runledger.infrastructure.views.memory import MemoryViewStore
-from runledger.infrastructure.views.projector import ProjectionRunner, project_page
+from runledger.infrastructure.views.projector import project_page
+from runledger.infrastructure.views.replay import scratch_runners
 from runledger.infrastructure.views.store import ViewReaderBase
 from runledger.projections.base import Projection
 
 PAGE_SIZE: Final = 1000
-# Every row a re-projection makes stays cached: the runner never asks the (empty) store.
-_CACHE_ROWS: Final = 1 << 62
 
 
 @dataclass(frozen=True)
@@ -61,11 +60,7 @@ def reproject(
     progress: Callable[[int], None] | None = None,
 ) -> Reprojection:
     """Project ``entries`` (in log order) into fresh memory views, page by page."""
-    views = MemoryViewStore()
-    runners = [ProjectionRunner(projection, views, _CACHE_ROWS) for projection in projections]
-    for runner in runners:
-        runner.start()
-        runner.authoritative = True
+    views, runners = scratch_runners(projections)
     count = 0
     pages = iter(entries)
     while page := list(itertools.islice(pages, PAGE_SIZE)):

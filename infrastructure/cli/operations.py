@@ -28,7 +28,7 @@ from runledger.infrastructure.cli.render import (
     table_diff_table,
 )
 from runledger.infrastructure.runtime import StoreRuntime
-from runledger.infrastructure.views.builds import BuildOutcome, VerifyOutcome
+from runledger.infrastructure.views.rebuild import BuildOutcome, VerifyOutcome
 from runledger.infrastructure.views.worker import ProjectionWorker
 
 

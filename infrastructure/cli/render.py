@@ -27,8 +27,8 @@ from runledger.domain.records import (
     WorkflowMessageRecord,
 )
 from runledger.infrastructure.audit.summaries import summarise as audit_summary
-from runledger.infrastructure.views.builds import BuildOutcome
 from runledger.infrastructure.views.compare import RowDifference, TableDiff
+from runledger.infrastructure.views.rebuild import BuildOutcome
 
 SUMMARY_WIDTH: Final = 60
 WIDE_LOG: Final = 110

@@ -1,8 +1,27 @@
-"""Rebuilding several projections on several cores at once.
+"""Rebuilding read models: blue/green rebuilds and verification while commands keep flowing,
+in this process or in several at once.
 
-A rebuild is CPU-bound Python, so threads would share one core. Each group of projections is
-replayed by a process of its own, reading the log itself and committing its own pages; the
-groups touch disjoint tables and tracking rows, so they never conflict.
+A build takes the projection's lock (``ViewStore.try_lock``: a lock row with owner and lease,
+so only one build of a projection runs at a time, across processes and hosts), replays the
+log into a new building slot beside the active one (live pages keep going to the active
+slot meanwhile), catches up to the head, and compares:
+
+- same version as the active slot: both are brought to one log position and their rows (what
+  the digest covers) must be equal before the switch (a live slot that stalled is not
+  compared: the rebuild is its repair); a difference names the first differing rows and
+  switches only on ``accept``;
+- another version: a row-level summary (added, removed, changed per table) is reported, and
+  the switch needs ``accept``.
+
+The switch is one transaction of the view store. A build that crashed leaves its slot
+``building`` and the old one answering; the next build of the same version resumes it
+(``restart`` starts it afresh). ``verify`` replays into memory and compares with the live
+slot at the live slot's position, without a lock and without writing anything.
+
+Several processes (``rebuild_in_processes``): a rebuild is CPU-bound Python, so threads would
+share one core. Each group of projections is replayed by a process of its own, reading the
+log itself and committing its own pages; the groups touch disjoint tables and tracking rows,
+so they never conflict.
 
 A group's process dies with the process that started it (``die_with_parent``): an operator who
 kills a rebuild means stop, so no build goes on, and no switch happens, after the parent is
@@ -20,10 +39,42 @@ import queue
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Final
 
-from runledger.domain.errors import RebuildFailedError
+from runledger.domain.errors import (
+    ProjectionBuildLockedError,
+    ProjectionVersionError,
+    RebuildFailedError,
+)
+from runledger.infrastructure.commits.ports import EventStorage
+from runledger.infrastructure.views.compare import (
+    RowDifference,
+    RowHashes,
+    TableDiff,
+    compare_hashes,
+    differences,
+    dump,
+    dump_digest,
+    keys_of,
+    raw_summary,
+    row_hashes,
+    summary,
+)
+from runledger.infrastructure.views.projector import (
+    DEFAULT_PAGE_SECONDS,
+    DEFAULT_PAGE_SIZE,
+    Progress,
+    ProjectionRunner,
+    Projector,
+    run_pages,
+)
+from runledger.infrastructure.views.replay import replay
+from runledger.infrastructure.views.sql import lock_owner
+from runledger.infrastructure.views.store import TrackingConflictError, TrackingState, ViewStore
+from runledger.projections.base import Projection, Table
 
 # Relative cost of replaying each projection, measured with cProfile on generated histories.
 WEIGHTS: Final = {"viewer_deltas": 3, "session_outbox": 2, "follow_up_queue": 2, "terminal_data": 1}
@@ -123,3 +174,420 @@ def rebuild_in_processes(
         # A WorkflowError, so the CLI reports it (a corrupt event among them) and exits 1.
         raise RebuildFailedError("; ".join(errors), corrupt=corrupt)
     return [outcome for outcomes in finished for outcome in outcomes]
+
+
+DEFAULT_LEASE_SECONDS: Final = 60.0
+"""How long a build's lock holds without a renewal; a build renews it every few pages."""
+LOCK_POLL_SECONDS: Final = 0.2
+FIRST_DIFFERENCES: Final = 5
+BUILD_CACHE_ROWS: Final = 2_000
+"""Rows a build keeps decoded: a model's rows can be kilobytes each (viewer deltas)."""
+
+
+@dataclass(frozen=True)
+class BuildOutcome:
+    """What one blue/green rebuild of a projection did."""
+
+    name: str
+    version: int
+    active_version: int | None
+    """The version that was active when the build compared (None: nothing was active)."""
+    slot: int
+    read: int
+    position: int
+    """The log position the two copies were compared at (the build's, for another version)."""
+    live_position: int | None
+    compared: str
+    """``rows`` (same version), ``summary`` (another version) or ``skipped`` (live stalled)."""
+    equal: bool
+    switched: bool
+    dropped: list[int] = field(default_factory=list)
+    live_digest: str | None = None
+    rebuilt_digest: str | None = None
+    """Left out (None) by rebuilds, which compare the rows themselves; ``verify`` gives them."""
+    first_differences: list[RowDifference] = field(default_factory=list)
+    tables: list[TableDiff] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        """Plain JSON values, as ``projections rebuild --json`` prints them."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> BuildOutcome:
+        """The outcome ``as_json`` gave (a rebuild process reports it this way)."""
+        values = dict(data)
+        values["first_differences"] = [RowDifference(**d) for d in data["first_differences"]]
+        values["tables"] = [TableDiff(**d) for d in data["tables"]]
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class VerifyOutcome:
+    """What ``verify`` found: the live slot against a scratch replay at the same position."""
+
+    name: str
+    version: int
+    position: int
+    equal: bool
+    live_digest: str
+    rebuilt_digest: str
+    first_differences: list[RowDifference]
+    tables: list[TableDiff]
+
+    def as_json(self) -> dict[str, Any]:
+        """Plain JSON values, as ``projections verify --json`` prints them."""
+        return asdict(self)
+
+
+class _Lock:
+    """The build locks of some projections, renewed while the build runs."""
+
+    def __init__(self, views: ViewStore, names: Sequence[str], lease_seconds: float) -> None:
+        self.views = views
+        self.names = sorted(names)
+        self.lease_seconds = lease_seconds
+        self.owner = lock_owner()
+        self._renewed = 0.0
+
+    def take(self, *, wait: bool) -> None:
+        taken: list[str] = []
+        try:
+            for name in self.names:
+                while (holder := self._try(name)) is not None:
+                    if not wait:
+                        raise ProjectionBuildLockedError(name, holder)
+                    time.sleep(LOCK_POLL_SECONDS)
+                taken.append(name)
+        except BaseException:
+            for name in taken:
+                self.views.unlock(name, self.owner)
+            raise
+        self._renewed = time.monotonic()
+
+    def _try(self, name: str) -> str | None:
+        return self.views.try_lock(name, self.owner, lease_seconds=self.lease_seconds)
+
+    def renew(self) -> None:
+        """Extend the lease now and then; a lock lost meanwhile stops the build."""
+        if time.monotonic() - self._renewed < self.lease_seconds / 4:
+            return
+        for name in self.names:
+            holder = self._try(name)
+            if holder is not None:
+                raise ProjectionBuildLockedError(name, holder)
+        self._renewed = time.monotonic()
+
+    def release(self) -> None:
+        for name in self.names:
+            self.views.unlock(name, self.owner)
+
+
+class Builds:
+    """Blue/green rebuilds and verification over one store's storage, views and projector."""
+
+    def __init__(
+        self,
+        storage: EventStorage,
+        views: ViewStore,
+        projector: Projector,
+        *,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    ) -> None:
+        self.storage = storage
+        self.views = views
+        self.projector = projector
+        self.lease_seconds = lease_seconds
+
+    def rebuild(
+        self,
+        names: Sequence[str],
+        *,
+        accept: bool = False,
+        drop_old: bool = False,
+        restart: bool = False,
+        wait: bool = False,
+        progress: Progress | None = None,
+        on_page: Callable[[], None] | None = None,
+        only_outdated: bool = False,
+        compare: bool = True,
+    ) -> list[BuildOutcome]:
+        """Build, compare and (when allowed) switch each named projection, together.
+
+        ``on_page`` runs after every committed page of the build (the tests stop a build
+        half-way through with it). Without ``compare`` (a caller that accepts and replaces
+        the live models outright) the live slots are neither caught up nor read: their
+        outcomes say ``compared="skipped"``.
+        """
+        lock = _Lock(self.views, names, self.lease_seconds)
+        lock.take(wait=wait)
+        try:
+            projections = [self.projector.runner(name).projection for name in names]
+            if only_outdated:
+                # Another process may have built this version while we waited for the lock.
+                projections = [p for p in projections if self._outdated(p)]
+            runners = [self._begin(projection, restart=restart) for projection in projections]
+
+            def paged(count: int) -> None:
+                lock.renew()
+                if progress is not None:
+                    progress(count)
+                if on_page is not None:
+                    on_page()
+
+            read = self._run(runners, until=None, progress=paged)
+            for runner in runners:
+                self.views.create_indexes(runner.projection, _slot(runner))
+            # Live slots of the same version come to the head too, so that each pair can be
+            # compared at one position: in one catch-up, which reads and decodes the log
+            # once for all of them (a catch-up each would read it once per projection).
+            live = [p.name for p in projections if self.projector.runner(p.name).projecting]
+            if live and compare:
+                self.projector.catch_up(live)
+            return [
+                self._finish(
+                    runner, read, accept=accept or not compare, drop_old=drop_old, compare=compare
+                )
+                for runner in runners
+            ]
+        finally:
+            lock.release()
+
+    def _outdated(self, projection: Projection) -> bool:
+        active = self.views.registry(projection.name).active
+        return active is None or active.version < projection.version
+
+    def plain_rebuild(self, names: Sequence[str]) -> int:
+        """Replay the log into new slots beside the active ones, then drop them: a rebuild's
+        bare cost, nothing compared or switched (benchmarks set blue/green against it)."""
+        projections = [self.projector.runner(name).projection for name in names]
+        lock = _Lock(self.views, names, self.lease_seconds)
+        lock.take(wait=False)
+        try:
+            runners = [self._begin(projection, restart=True) for projection in projections]
+            read = self._run(runners, until=None, progress=lambda _: lock.renew())
+            for runner in runners:
+                self.views.create_indexes(runner.projection, _slot(runner))
+            for runner in runners:
+                self.views.drop_slot(_slot(runner))
+            return read
+        finally:
+            lock.release()
+
+    def upgrade(self, *, wait: bool = True) -> list[BuildOutcome]:
+        """Build and switch every projection whose active slot holds an older version."""
+        names = [
+            runner.name
+            for runner in self.projector.runners.values()
+            if runner.outdated is not None and runner.outdated.version < runner.projection.version
+        ]
+        if not names:
+            return []
+        outcomes = self.rebuild(names, accept=True, wait=wait, only_outdated=True)
+        self.projector.reload(names)
+        return outcomes
+
+    def _begin(self, projection: Projection, *, restart: bool) -> ProjectionRunner:
+        slot = self.views.begin_build(projection, restart=restart)
+        runner = ProjectionRunner(projection, self.views, BUILD_CACHE_ROWS, slot=slot)
+        # A fresh slot is empty: until its cache overflows, a miss means "no row".
+        runner.authoritative = slot.position == 0
+        return runner
+
+    def _run(
+        self, runners: Sequence[ProjectionRunner], *, until: int | None, progress: Progress | None
+    ) -> int:
+        read = run_pages(
+            self.storage,
+            self.views,
+            runners,
+            page_size=DEFAULT_PAGE_SIZE,
+            page_seconds=DEFAULT_PAGE_SECONDS,
+            progress=progress,
+            should_stop=None,
+            until=until,
+            on_conflict=_lost,
+        )
+        for runner in runners:
+            if runner.failure is not None:
+                raise runner.stall_error()
+        return read
+
+    def _finish(
+        self, runner: ProjectionRunner, read: int, *, accept: bool, drop_old: bool, compare: bool
+    ) -> BuildOutcome:
+        projection = runner.projection
+        with self.views.consistent():
+            active = self.views.registry(projection.name).active
+            live_hashes = (
+                self._hashes(projection, active)
+                if compare and active is not None and active.version == projection.version
+                else None
+            )
+        building = _slot(runner)
+        if active is not None and active.position > building.position:
+            self._run([runner], until=active.position, progress=None)
+            building = _slot(runner)
+        outcome = self._compare(projection, active, building, live_hashes, read, compare=compare)
+        if not (outcome.equal or outcome.compared == "skipped" or accept):
+            return outcome
+        self.views.switch(projection, building)
+        self.projector.reload([projection.name])
+        dropped = []
+        if drop_old:
+            for retired in self.views.retired_slots(projection.name):
+                self.views.drop_slot(retired)
+                dropped.append(retired.slot)
+        return replace(outcome, switched=True, dropped=dropped)
+
+    def _hashes(self, projection: Projection, slot: TrackingState) -> dict[str, RowHashes]:
+        return {
+            table.name: row_hashes(table, self.views.stream_rows(table, slot))
+            for table in projection.tables
+        }
+
+    def _compare(
+        self,
+        projection: Projection,
+        active: TrackingState | None,
+        building: TrackingState,
+        live_hashes: dict[str, RowHashes] | None,
+        read: int,
+        *,
+        compare: bool = True,
+    ) -> BuildOutcome:
+        common: dict[str, Any] = {
+            "name": projection.name,
+            "version": projection.version,
+            "active_version": None if active is None else active.version,
+            "slot": building.slot,
+            "read": read,
+            "position": building.position,
+            "live_position": None if active is None else active.position,
+            "switched": False,
+        }
+        if (
+            not compare
+            or active is None
+            or (live_hashes is not None and active.last_error is not None)
+        ):
+            return BuildOutcome(compared="skipped", equal=False, **common)
+        if live_hashes is None:
+            return BuildOutcome(
+                compared="summary",
+                equal=False,
+                tables=self._version_summary(projection, active, building),
+                **common,
+            )
+        # Equal rows are what equal digests mean: the rows as stored are compared by a hash
+        # each (a row may be kilobytes of JSON), and only differing ones are read again.
+        tables: list[TableDiff] = []
+        differing: list[tuple[Table, list[Any]]] = []
+        for table in projection.tables:
+            with self.views.consistent():
+                compared = compare_hashes(
+                    table,
+                    live_hashes[table.name],
+                    self.views.stream_rows(table, building),
+                    limit=FIRST_DIFFERENCES,
+                )
+            tables.append(compared.diff)
+            keys = compared.differing
+            if compared.removed and len(keys) < FIRST_DIFFERENCES:
+                with self.views.consistent():
+                    rows = self.views.stream_rows(table, active)
+                    keys += keys_of(table, rows, compared.removed, FIRST_DIFFERENCES - len(keys))
+            differing.extend((table, key) for key in keys[: FIRST_DIFFERENCES - len(differing)])
+        equal = not any(d.added or d.removed or d.changed for d in tables)
+        return BuildOutcome(
+            compared="rows",
+            equal=equal and active.position == building.position,
+            first_differences=[
+                self._difference(projection, table, key, active, building)
+                for table, key in differing
+            ],
+            tables=tables,
+            **common,
+        )
+
+    def _difference(
+        self,
+        projection: Projection,
+        table: Table,
+        key: list[Any],
+        active: TrackingState,
+        building: TrackingState,
+    ) -> RowDifference:
+        values = tuple(key)
+        live = self.views.reader({projection.name: active}).get(table, values)
+        rebuilt = self.views.reader({projection.name: building}).get(table, values)
+        return RowDifference(table.name, list(values), live, rebuilt)
+
+    def _version_summary(
+        self, projection: Projection, active: TrackingState, building: TrackingState
+    ) -> list[TableDiff]:
+        with self.views.consistent():
+            old = {name: self.views.raw_rows(name, active) or [] for name in active.tables}
+        new = {
+            table.name: self.views.raw_rows(table.name, building) or []
+            for table in projection.tables
+        }
+        return raw_summary(old, new, {table.name: table.key for table in projection.tables})
+
+    def verify(self, name: str, *, progress: Progress | None = None) -> VerifyOutcome:
+        """Replay the projection into memory up to the live slot's position and compare."""
+        live = self.projector.runner(name)
+        projection = live.projection
+        if live.projecting:
+            self.projector.catch_up([name])
+        elif live.failure is not None:
+            raise live.stall_error()
+        with self.views.consistent():
+            active = self.views.registry(name).active
+            if active is None or active.version != projection.version:
+                raise _other_version(projection, active)
+            live_rows = dump(projection, self.views.reader({name: active}))
+        scratch = replay(self.storage, [projection], until=active.position, progress=progress)
+        rebuilt_rows = dump(projection, scratch)
+        live_digest = dump_digest(projection, live_rows)
+        # Equal rows give equal digests: the canonical JSON of one copy is enough then.
+        equal = live_rows == rebuilt_rows
+        rebuilt_digest = live_digest if equal else dump_digest(projection, rebuilt_rows)
+        return VerifyOutcome(
+            name=name,
+            version=projection.version,
+            position=active.position,
+            equal=equal,
+            live_digest=live_digest,
+            rebuilt_digest=rebuilt_digest,
+            first_differences=differences(live_rows, rebuilt_rows),
+            tables=[diff for diff in summary(live_rows, rebuilt_rows) if diff != _same(diff)],
+        )
+
+
+def _same(diff: TableDiff) -> TableDiff:
+    return TableDiff(diff.table, 0, 0, 0)
+
+
+def _other_version(projection: Projection, active: TrackingState | None) -> Exception:
+    stored = None if active is None else active.version
+    return ProjectionVersionError(projection.name, stored, projection.version, projection.name)
+
+
+def _slot(runner: ProjectionRunner) -> TrackingState:
+    slot = runner.slot
+    if slot is None:
+        raise RuntimeError(f"the build of {runner.name} has no slot")
+    return TrackingState(
+        slot.name,
+        slot.version,
+        runner.position,
+        slot.last_error,
+        slot.slot,
+        slot.state,
+        slot.tables,
+    )
+
+
+def _lost(runners: Sequence[ProjectionRunner]) -> None:
+    # Only the lock holder writes a building slot: another writer means the lock was lost.
+    raise TrackingConflictError(runners[0].name if runners else "?", -1, -1)

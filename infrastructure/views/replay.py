@@ -2,12 +2,15 @@
 
 Time travel (``as_of``) and ``projections verify`` read from one. It never touches the live
 model: the rows go to a ``MemoryViewStore`` of its own, through the same runners, decoding
-and upcasting (``projections.events.projected``) as live projection.
+and upcasting (``projections.events.projected``) as live projection. An audit's
+re-projection of a run's events (``audit.reprojection``) starts from the same scratch
+runners (``scratch_runners``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Final
 
 from runledger.domain.errors import AsOfBeyondLogError, InvalidAsOfError
 from runledger.infrastructure.commits.ports import EventStorage
@@ -23,6 +26,8 @@ from runledger.projections.base import Projection
 
 SCRATCH_PAGE_SECONDS = 1.0
 """Pages of a scratch replay commit to memory: only the page size bounds them."""
+SCRATCH_CACHE_ROWS: Final = 1 << 62
+"""Every row a scratch replay makes stays cached: the runner never asks the (empty) store."""
 
 
 def check_as_of(as_of: object, head: int) -> int:
@@ -32,6 +37,21 @@ def check_as_of(as_of: object, head: int) -> int:
     if as_of > head:
         raise AsOfBeyondLogError(as_of, head)
     return as_of
+
+
+def scratch_runners(
+    projections: Sequence[Projection],
+) -> tuple[MemoryViewStore, list[ProjectionRunner]]:
+    """Fresh memory views, and a runner for each projection that knows every row there is."""
+    views = MemoryViewStore()
+    runners = []
+    for projection in projections:
+        runner = ProjectionRunner(
+            projection, views, SCRATCH_CACHE_ROWS, slot=views.ensure(projection)
+        )
+        runner.authoritative = True
+        runners.append(runner)
+    return views, runners
 
 
 def _conflict(runners: Sequence[ProjectionRunner]) -> None:
@@ -51,12 +71,7 @@ def replay(
     A projection that stalls on the way raises its error: a scratch model short of ``until``
     would answer as if the log ended earlier.
     """
-    views = MemoryViewStore()
-    runners = []
-    for projection in projections:
-        runner = ProjectionRunner(projection, views, 10**12, slot=views.ensure(projection))
-        runner.authoritative = True
-        runners.append(runner)
+    views, runners = scratch_runners(projections)
     run_pages(
         storage,
         views,

@@ -16,7 +16,7 @@ import pytest
 from runledger.infrastructure.cli.generated_history import HistoryGenerator
 from runledger.infrastructure.runtime import StoreRuntime, open_runtime
 from runledger.infrastructure.store import WorkflowStore
-from runledger.infrastructure.views import builds
+from runledger.infrastructure.views import rebuild
 
 EVENTS = 1_500
 
@@ -90,7 +90,7 @@ def test_a_rebuild_through_a_tiny_row_cache_gives_the_same_digests(
     history: StoreRuntime, reference: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Past its cache a build asks the view store for rows it evicted, as on a big store.
-    monkeypatch.setattr(builds, "BUILD_CACHE_ROWS", 10)
+    monkeypatch.setattr(rebuild, "BUILD_CACHE_ROWS", 10)
 
     history.rebuild_projections()
 
