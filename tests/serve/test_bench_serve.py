@@ -1,4 +1,4 @@
-"""The serve benchmark rows run against the real command and have bench.py's row shape."""
+"""The serve benchmark rows run against the real command and have the bench runner's row shape."""
 
 from __future__ import annotations
 
