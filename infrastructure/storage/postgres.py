@@ -345,6 +345,24 @@ SAME_COMMIT_SAVEPOINT: Final = b"SAVEPOINT runledger_same_commit"
 SAME_COMMIT_RELEASE: Final = b"RELEASE SAVEPOINT runledger_same_commit"
 SAME_COMMIT_ROLLBACK: Final = b"ROLLBACK TO SAVEPOINT runledger_same_commit"
 
+PIPELINE_MAX_BYTES: Final = 4 * 1024 * 1024
+"""The most payload a transaction sends as one pipeline. psycopg's pipeline sync (3.3, C and
+Python) stops writing once its queue is empty even when libpq still holds unsent bytes, so a
+statement of about 16 MiB or more never reaches the server and both sides wait for ever.
+Above this size the statements go one at a time: a few round trips, beside megabytes."""
+
+
+@contextmanager
+def pipelined(conn: Connection[Any], payload_bytes: int) -> Iterator[psycopg.Pipeline | None]:
+    """A pipeline for a transaction of ``payload_bytes``, or None (statements sent one by
+    one) for one too large to pipeline safely (see ``PIPELINE_MAX_BYTES``)."""
+    if payload_bytes > PIPELINE_MAX_BYTES:
+        yield None
+        return
+    with conn.pipeline() as pipeline:
+        yield pipeline
+
+
 MOVED_SQLSTATE: Final = "RLPM1"
 """The SQLSTATE of a view store's tracking compare-and-set that found a projection moved."""
 NOT_AT_POSITIONS_SQLSTATE: Final = "RLPM2"
@@ -644,7 +662,11 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
         written = False
         # An error inside a pipeline surfaces at its sync (or any statement after it); it
         # propagates out of the pipeline block, which leaving normally would not allow.
-        with conn.pipeline() as pipeline, conn.cursor() as insert, conn.cursor() as curs:
+        with (
+            pipelined(conn, sum(len(s.state) for s in stored_events)) as pipeline,
+            conn.cursor() as insert,
+            conn.cursor() as curs,
+        ):
             if not begun:
                 curs.execute(b"BEGIN")
             self._insert_stored_events(insert, stored_events, fences)
@@ -660,7 +682,8 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
                 written = step.write(curs)
                 curs.execute(SAME_COMMIT_RELEASE)
             curs.execute(b"COMMIT")
-            pipeline.sync()
+            if pipeline is not None:
+                pipeline.sync()
             positions = [row["notification_id"] for row in insert.fetchall()]
         return positions, written
 
