@@ -489,8 +489,9 @@ class StoreRuntime(ClosedOnExit):
                 )
         with self.projector.paused():
             try:
+                projections = [self.projector.runner(name).projection for name in chosen]
                 reported = rebuild_in_processes(
-                    rebuild_group, self.url, split(chosen, workers), progress, options
+                    rebuild_group, self.url, split(projections, workers), progress, options
                 )
             finally:
                 # Even a failed rebuild moved the views: take their slots, positions, stalls.

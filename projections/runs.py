@@ -55,6 +55,7 @@ RUNS: Final = Table(
         ("origin_session_id", "position"),
         ("root_run_id", "position"),
     ),
+    owner="run_id",
 )
 
 

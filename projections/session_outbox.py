@@ -31,6 +31,7 @@ RUNS: Final = Table(
     ),
     key=("run_id",),
     indexes=(("parent_run_id",), ("origin_session_id", "status")),
+    owner="run_id",
 )
 """What eligibility needs of a run: status, pause, lineage, origin and terminal message."""
 
@@ -45,6 +46,7 @@ FOLLOW_UPS: Final = Table(
     ),
     key=("follow_up_id",),
     indexes=(("run_id", "state", "follow_up_order"),),
+    owner="run_id",
 )
 """Each follow-up's state, its order within its run and its message."""
 
@@ -71,6 +73,8 @@ MESSAGES: Final = Table(
         ("target_session_id", "session_order"),
         ("target_session_id", "status", "session_order"),
     ),
+    owner="run_id",
+    session_order=("target_session_id", "session_order"),
 )
 """Every workflow message with its session order, status and latest turn."""
 
@@ -78,6 +82,8 @@ SESSIONS: Final = Table(
     "rl_so_sessions",
     columns=(("target_session_id", "text"), ("last_order", "int")),
     key=("target_session_id",),
+    # A counter per Pi session, shared by every run that targets it.
+    owner=None,
 )
 """The highest order given in each session, so the next message gets one more."""
 
@@ -269,6 +275,7 @@ class SessionOutboxProjection:
     name: ClassVar[str] = "session_outbox"
     version: ClassVar[int] = 1
     tables: ClassVar[Sequence[Table]] = (RUNS, FOLLOW_UPS, MESSAGES, SESSIONS)
+    rebuild_weight: ClassVar[int] = 2
     topics: ClassVar[frozenset[str]] = frozenset(HANDLERS)
 
     def apply(self, event: ProjectedEvent, view: ViewWriter) -> None:

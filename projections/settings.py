@@ -45,6 +45,8 @@ SCOPES: Final = Table(
     ),
     key=("scope_id",),
     indexes=(("active_run_id",),),
+    # A scope belongs to the run it is active on (it only ever moves within a tree).
+    owner="active_run_id",
 )
 
 CHANGES: Final = Table(
@@ -65,6 +67,7 @@ CHANGES: Final = Table(
         ("accepted_at", "text"),
     ),
     key=("scope_id", "change_number"),
+    owner="run_id",
 )
 """One row per accepted change, with the value after it (``settings``) and the JSON pointers
 it wrote (``changed_paths``, from ``settings.changed`` version 2)."""

@@ -141,6 +141,7 @@ RUNS = Table(
         ("session", "json"),
     ),
     key=("run_id",),
+    owner="run_id",
 )
 """One row per run: its viewer revision and everything the next delta is computed from
 (``settings`` lists every scope active on the run, ordered by mount path and invocation;
@@ -159,6 +160,7 @@ REVISIONS = Table(
     ),
     key=("run_id", "slot"),
     indexes=(("run_id", "revision"),),
+    owner="run_id",
 )
 """The retained revisions of a run as a ring: slot = revision % 256. ``deltas`` lists them
 in delta-index order, each one of ``"settings"`` and ``"follow-ups"`` (the inspector targets,
@@ -570,6 +572,7 @@ class ViewerDeltasProjection:
     name: ClassVar[str] = "viewer_deltas"
     version: ClassVar[int] = 4
     tables: ClassVar[Sequence[Table]] = (RUNS, REVISIONS)
+    rebuild_weight: ClassVar[int] = 3
     topics: ClassVar[frozenset[str]] = frozenset(
         {
             Run.Created.TOPIC,
