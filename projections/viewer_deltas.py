@@ -32,7 +32,15 @@ from runledger.domain.runs import Run
 from runledger.domain.session_segments import SessionSegment
 from runledger.domain.settings_scopes import SettingsScope
 from runledger.domain.values import ViewerTargetType
-from runledger.projections.base import ProjectedEvent, Row, Table, ViewReader, ViewWriter
+from runledger.projections.base import (
+    HandledProjection,
+    Handler,
+    ProjectedEvent,
+    Row,
+    Table,
+    ViewReader,
+    ViewWriter,
+)
 
 VIEWER_PAGE_SIZE: Final = 256
 VIEWER_DELTA_RETENTION: Final = 256
@@ -57,10 +65,6 @@ trace event for a queued follow-up."""
 
 FOLLOW_UP_CHANGES: Final[frozenset[str]] = frozenset(
     {FollowUp.Queued.TOPIC, FollowUp.Removed.TOPIC, FollowUp.Cancelled.TOPIC}
-)
-
-SETTINGS_CHANGES: Final[frozenset[str]] = frozenset(
-    {SettingsScope.Created.TOPIC, SettingsScope.Changed.TOPIC, SettingsScope.Moved.TOPIC}
 )
 
 # Stored event fields that are not the event's own facts, so not part of a trace payload
@@ -565,7 +569,128 @@ def _session_change(run: Row, event: ProjectedEvent) -> list[dict[str, Any]]:
     return deltas
 
 
-class ViewerDeltasProjection:
+def _run(view: ViewWriter, run_id: str) -> Row:
+    run = view.get(RUNS, (run_id,))
+    if run is None:
+        raise ViewerProjectionMissingError(run_id)
+    return run
+
+
+def _record(
+    view: ViewWriter,
+    run: Row,
+    event: ProjectedEvent,
+    deltas: list[Any],
+    undo: dict[str, Any],
+) -> None:
+    revision: int = run["revision"] + 1
+    run["revision"] = revision
+    run["retained_from"] = max(1, revision - VIEWER_DELTA_RETENTION + 1)
+    run["updated_at"] = event.recorded_at
+    view.put(RUNS, run)
+    # Overwrites revision - 256, which has just left retention.
+    view.put(
+        REVISIONS,
+        {
+            "run_id": run["run_id"],
+            "slot": revision % VIEWER_DELTA_RETENTION,
+            "revision": revision,
+            "recorded_at": event.recorded_at,
+            "deltas": deltas,
+            "undo": undo,
+        },
+    )
+
+
+def _run_created(event: ProjectedEvent, view: ViewWriter) -> None:
+    status: str = event["status"]
+    view.put(
+        RUNS,
+        {
+            "run_id": event["run_id"],
+            "revision": 1,
+            "retained_from": 1,
+            "updated_at": event.recorded_at,
+            # run.created is trace item 1 although revision 1 carries no delta: a viewer
+            # starts from a snapshot that already shows it.
+            "trace_total": 1,
+            "graph": _graph_state(status, event.recorded_at if status == "waiting" else None),
+            "follow_ups": [],
+            "follow_up_total": 0,
+            "settings": [],
+            "session": {"segments": {}, "entries": 0, "events": 0},
+        },
+    )
+
+
+def _run_written(event: ProjectedEvent, view: ViewWriter) -> None:
+    run = _run(view, event["run_id"])
+    before = run["graph"]
+    graph = _evolved_graph(before, event)
+    run["graph"] = graph
+    old_total: int = run["trace_total"]
+    run["trace_total"] = old_total + 1
+    deltas = [
+        # traceSeq is the run's aggregate version, as upstream's run resource revision.
+        {"graph": event.version},
+        {
+            "target_type": "timeline",
+            "target_key": "trace:tail",
+            "patch": viewer_tail_patch(old_total, [_trace_item(event, old_total + 1)]),
+        },
+    ]
+    _record(view, run, event, deltas, _graph_undo(before, graph))
+
+
+def _follow_up_changed(event: ProjectedEvent, view: ViewWriter) -> None:
+    run = _run(view, event["run_id"])
+    window, undo = _evolved_follow_ups(run["follow_ups"], event)
+    run["follow_ups"] = window
+    if event.wire_name == FollowUp.Queued.TOPIC:
+        run["follow_up_total"] += 1
+    _record(view, run, event, list(INSPECTOR_DELTAS), undo)
+
+
+def _scope_created(event: ProjectedEvent, view: ViewWriter) -> None:
+    run = _run(view, event["run_id"])
+    undo = _settings_changed(run, _with_scope(run["settings"], _settings_item(event, 0)))
+    _record(view, run, event, list(INSPECTOR_DELTAS), undo)
+
+
+def _scope_changed(event: ProjectedEvent, view: ViewWriter) -> None:
+    run = _run(view, event["run_id"])
+    undo = _settings_changed(run, _changed_scopes(run["settings"], event))
+    _record(view, run, event, list(INSPECTOR_DELTAS), undo)
+
+
+def _scope_moved(event: ProjectedEvent, view: ViewWriter) -> None:
+    """The child gains the scope and the parent loses it: a revision for each."""
+    child = _run(view, event["run_id"])
+    item = _settings_item(event, event["change_number"])
+    undo = _settings_changed(child, _with_scope(child["settings"], item))
+    _record(view, child, event, list(INSPECTOR_DELTAS), undo)
+    parent = _run(view, event["from_run_id"])
+    undo = _settings_changed(parent, _without_scope(parent["settings"], event["scope_id"]))
+    _record(view, parent, event, list(INSPECTOR_DELTAS), undo)
+
+
+def _session_changed(event: ProjectedEvent, view: ViewWriter) -> None:
+    run = _run(view, event["run_id"])
+    _record(view, run, event, _session_change(run, event), {})
+
+
+_HANDLERS: Final[Mapping[str, Handler]] = {
+    Run.Created.TOPIC: _run_created,
+    **dict.fromkeys(RUN_WRITES, _run_written),
+    **dict.fromkeys(FOLLOW_UP_CHANGES, _follow_up_changed),
+    SettingsScope.Created.TOPIC: _scope_created,
+    SettingsScope.Changed.TOPIC: _scope_changed,
+    SettingsScope.Moved.TOPIC: _scope_moved,
+    **dict.fromkeys(SESSION_CHANGES, _session_changed),
+}
+
+
+class ViewerDeltasProjection(HandledProjection):
     """Presentation revisions per run with their graph, timeline, inspector and conversation
     deltas."""
 
@@ -573,129 +698,7 @@ class ViewerDeltasProjection:
     version: ClassVar[int] = 4
     tables: ClassVar[Sequence[Table]] = (RUNS, REVISIONS)
     rebuild_weight: ClassVar[int] = 3
-    topics: ClassVar[frozenset[str]] = frozenset(
-        {
-            Run.Created.TOPIC,
-            *RUN_WRITES,
-            *FOLLOW_UP_CHANGES,
-            *SETTINGS_CHANGES,
-            *SESSION_CHANGES,
-        }
-    )
-
-    def apply(self, event: ProjectedEvent, view: ViewWriter) -> None:
-        name = event.wire_name
-        if name == Run.Created.TOPIC:
-            self._open(event, view)
-            return
-        run = self._run(view, event["run_id"])
-        undo: dict[str, Any] = {}
-        deltas: list[Any] = list(INSPECTOR_DELTAS)
-        if name in RUN_WRITES:
-            deltas, undo = self._run_write(run, event)
-        elif name in FOLLOW_UP_CHANGES:
-            undo = self._follow_up_change(run, event)
-        elif name == SettingsScope.Created.TOPIC:
-            undo = _settings_changed(run, _with_scope(run["settings"], _settings_item(event, 0)))
-        elif name == SettingsScope.Changed.TOPIC:
-            undo = _settings_changed(run, _changed_scopes(run["settings"], event))
-        elif name == SettingsScope.Moved.TOPIC:
-            self._scope_moved(view, run, event)
-            return
-        elif name in SESSION_CHANGES:
-            deltas = _session_change(run, event)
-        else:
-            return
-        self._record(view, run, event, deltas, undo)
-
-    @staticmethod
-    def _run(view: ViewWriter, run_id: str) -> Row:
-        run = view.get(RUNS, (run_id,))
-        if run is None:
-            raise ViewerProjectionMissingError(run_id)
-        return run
-
-    def _scope_moved(self, view: ViewWriter, child: Row, event: ProjectedEvent) -> None:
-        """The child gains the scope and the parent loses it: a revision for each."""
-        item = _settings_item(event, event["change_number"])
-        undo = _settings_changed(child, _with_scope(child["settings"], item))
-        self._record(view, child, event, list(INSPECTOR_DELTAS), undo)
-        parent = self._run(view, event["from_run_id"])
-        undo = _settings_changed(parent, _without_scope(parent["settings"], event["scope_id"]))
-        self._record(view, parent, event, list(INSPECTOR_DELTAS), undo)
-
-    @staticmethod
-    def _open(event: ProjectedEvent, view: ViewWriter) -> None:
-        status: str = event["status"]
-        view.put(
-            RUNS,
-            {
-                "run_id": event["run_id"],
-                "revision": 1,
-                "retained_from": 1,
-                "updated_at": event.recorded_at,
-                # run.created is trace item 1 although revision 1 carries no delta: a viewer
-                # starts from a snapshot that already shows it.
-                "trace_total": 1,
-                "graph": _graph_state(status, event.recorded_at if status == "waiting" else None),
-                "follow_ups": [],
-                "follow_up_total": 0,
-                "settings": [],
-                "session": {"segments": {}, "entries": 0, "events": 0},
-            },
-        )
-
-    @staticmethod
-    def _run_write(run: Row, event: ProjectedEvent) -> tuple[list[Any], dict[str, Any]]:
-        before = run["graph"]
-        graph = _evolved_graph(before, event)
-        run["graph"] = graph
-        old_total: int = run["trace_total"]
-        run["trace_total"] = old_total + 1
-        deltas = [
-            # traceSeq is the run's aggregate version, as upstream's run resource revision.
-            {"graph": event.version},
-            {
-                "target_type": "timeline",
-                "target_key": "trace:tail",
-                "patch": viewer_tail_patch(old_total, [_trace_item(event, old_total + 1)]),
-            },
-        ]
-        return deltas, _graph_undo(before, graph)
-
-    @staticmethod
-    def _follow_up_change(run: Row, event: ProjectedEvent) -> dict[str, Any]:
-        window, undo = _evolved_follow_ups(run["follow_ups"], event)
-        run["follow_ups"] = window
-        if event.wire_name == FollowUp.Queued.TOPIC:
-            run["follow_up_total"] += 1
-        return undo
-
-    @staticmethod
-    def _record(
-        view: ViewWriter,
-        run: Row,
-        event: ProjectedEvent,
-        deltas: list[Any],
-        undo: dict[str, Any],
-    ) -> None:
-        revision: int = run["revision"] + 1
-        run["revision"] = revision
-        run["retained_from"] = max(1, revision - VIEWER_DELTA_RETENTION + 1)
-        run["updated_at"] = event.recorded_at
-        view.put(RUNS, run)
-        # Overwrites revision - 256, which has just left retention.
-        view.put(
-            REVISIONS,
-            {
-                "run_id": run["run_id"],
-                "slot": revision % VIEWER_DELTA_RETENTION,
-                "revision": revision,
-                "recorded_at": event.recorded_at,
-                "deltas": deltas,
-                "undo": undo,
-            },
-        )
+    handlers = _HANDLERS
 
 
 @dataclass(frozen=True, slots=True)
