@@ -568,6 +568,24 @@ class InvalidViewerCursorError(WorkflowError):
     template = "Viewer cursor must be a non-negative integer"
 
 
+# Faults of the viewer projection's own state, never of a caller's input, so not
+# WorkflowErrors: a projection stalls on them and the CLI reports them as internal faults.
+
+
+class ViewerPageTotalError(ValueError):
+    """A tail patch was asked for with an old total that is not a non-negative integer."""
+
+    def __init__(self) -> None:
+        super().__init__("Viewer page total must be a non-negative integer")
+
+
+class ViewerProjectionMissingError(LookupError):
+    """An event names a run whose ``run.created`` this projection never saw."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"Viewer projection does not exist for workflow run: {run_id}")
+
+
 class InvalidPageError(WorkflowError):
     code = "query.invalid-page"
     template = "Workflow {} must be a non-negative integer"

@@ -34,9 +34,16 @@ MAX_COUNT: Final[int] = 2**63 - 1
 """The largest position, limit or offset: what every backend's 64-bit integers hold."""
 
 
-def is_count(value: object) -> TypeGuard[int]:
-    """A page position, limit or offset: a non-negative int (not a bool) every backend holds."""
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT
+def is_count(value: object, at_most: int | None = MAX_COUNT) -> TypeGuard[int]:
+    """A non-negative int, not a bool, of at most ``at_most``: by default a page position,
+    limit or offset every backend holds; ``None`` for upstream's unbounded counts."""
+    # bool is an int subclass; upstream's Number.isInteger(true) is false, keep that.
+    return (
+        isinstance(value, int)
+        and not isinstance(value, bool)
+        and value >= 0
+        and (at_most is None or value <= at_most)
+    )
 
 
 ActorType = Literal[

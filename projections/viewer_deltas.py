@@ -25,13 +25,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
-from runledger.domain.errors import InvalidViewerCursorError, RunNotFoundError
+from runledger.domain.errors import (
+    InvalidViewerCursorError,
+    RunNotFoundError,
+    ViewerPageTotalError,
+    ViewerProjectionMissingError,
+)
 from runledger.domain.follow_ups import FollowUp
 from runledger.domain.records import SnapshotRequired, ViewerDelta, ViewerDeltas
 from runledger.domain.runs import Run
 from runledger.domain.session_segments import SessionSegment
 from runledger.domain.settings_scopes import SettingsScope
-from runledger.domain.values import ViewerTargetType
+from runledger.domain.values import ViewerTargetType, is_count
 from runledger.projections.base import (
     HandledProjection,
     Handler,
@@ -74,28 +79,9 @@ _ENVELOPE_FIELDS: Final = frozenset({"timestamp", "actor", "run_id", "originator
 _COMPACTED_FIELDS: Final = (("input", "inputStored"), ("final_output", "finalOutputStored"))
 
 
-class ViewerPageTotalError(ValueError):
-    """A tail patch was asked for with an old total that is not a non-negative integer."""
-
-    def __init__(self) -> None:
-        super().__init__("Viewer page total must be a non-negative integer")
-
-
-class ViewerProjectionMissingError(LookupError):
-    """An event names a run whose ``run.created`` this projection never saw."""
-
-    def __init__(self, run_id: str) -> None:
-        super().__init__(f"Viewer projection does not exist for workflow run: {run_id}")
-
-
-def _is_count(value: object) -> bool:
-    # bool is an int subclass; upstream's Number.isInteger(true) is false, keep that.
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
 def viewer_tail_patch(old_total: int, items: Sequence[Any]) -> list[Op]:
     """Ops that append ``items`` to a windowed list showing its last 256 items (§7.2)."""
-    if not _is_count(old_total):
+    if not is_count(old_total, None):
         raise ViewerPageTotalError()
     if not items:
         return []
@@ -117,9 +103,9 @@ def viewer_tail_patch(old_total: int, items: Sequence[Any]) -> list[Op]:
 
 def workflow_page_start(total: int, cursor: int | None = None) -> int:
     """Start of the 256-item page a viewer shows: the last page, or one around ``cursor``."""
-    if not _is_count(total):
+    if not is_count(total, None):
         raise ViewerPageTotalError()
-    if cursor is not None and not _is_count(cursor):
+    if cursor is not None and not is_count(cursor, None):
         raise InvalidViewerCursorError()
     if total <= VIEWER_PAGE_SIZE:
         return 0
@@ -784,7 +770,8 @@ def viewer_deltas(
     reader: ViewReader, run_id: str, *, after_revision: int
 ) -> ViewerDeltas | SnapshotRequired:
     """The deltas after ``after_revision``, or ``snapshot_required`` when they are gone (§7.1)."""
-    if not _is_count(after_revision):
+    # Any integer revision is a cursor upstream: one beyond the head gets a snapshot.
+    if not is_count(after_revision, None):
         raise InvalidViewerCursorError()
     run = reader.get(RUNS, (run_id,))
     if run is None:
