@@ -54,7 +54,7 @@ def check_request_id(request_id: object) -> str:
 def check_source(source: object) -> str:
     """Upstream §4.2 step 2: non-empty after trimming, at most 128 characters."""
     if not isinstance(source, str) or not source.strip() or len(source) > MAX_SOURCE_LENGTH:
-        raise InvalidSourceError()
+        raise InvalidSourceError(limit=MAX_SOURCE_LENGTH)
     return source
 
 
@@ -63,7 +63,7 @@ def check_prompt(prompt: object) -> str:
     if not isinstance(prompt, str) or not prompt.strip():
         raise EmptyPromptError()
     if len(prompt.encode("utf-8", "surrogatepass")) > MAX_PROMPT_BYTES:
-        raise PromptTooLargeError()
+        raise PromptTooLargeError(limit=MAX_PROMPT_BYTES)
     return prompt
 
 

@@ -131,9 +131,9 @@ def check_event_record(record: dict[str, Any], expected_seq: int) -> None:
     if record["type"] == "assistant_event" and str(payload.get("type", "")).endswith("_delta"):
         raise IncrementalSessionEventError()
     if seq != expected_seq:
-        raise UnexpectedSessionEventSeqError(expected_seq, seq)
+        raise UnexpectedSessionEventSeqError(expected=expected_seq, got=seq)
     if exceeds_event_limit(record):
-        raise SessionEventTooLargeError(MAX_EVENT_BYTES)
+        raise SessionEventTooLargeError(limit=MAX_EVENT_BYTES)
 
 
 def exceeds_event_limit(record: dict[str, Any]) -> bool:

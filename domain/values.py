@@ -127,7 +127,7 @@ class Actor:
         if not isinstance(self.type, str):
             raise InvalidActorError()
         if self.type not in ACTOR_TYPES:
-            raise UnknownActorTypeError(self.type, ACTOR_TYPES)
+            raise UnknownActorTypeError(actor_type=self.type, known=ACTOR_TYPES)
         if self.id is not None and not isinstance(self.id, str):
             raise InvalidActorError()
 

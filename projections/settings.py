@@ -171,7 +171,7 @@ def settings_scope_at_change(
     if scope is None:
         return None
     if number > scope["change_number"]:
-        raise SettingsChangeMissingError(number, scope_id)
+        raise SettingsChangeMissingError(change_number=number, scope_id=scope_id)
     if number == scope["change_number"]:
         return _record(scope)
     if number == 0:
@@ -185,7 +185,7 @@ def settings_scope_at_change(
         )
     change = reader.get(CHANGES, (scope_id, number))
     if change is None:
-        raise SettingsChangeMissingError(number, scope_id)
+        raise SettingsChangeMissingError(change_number=number, scope_id=scope_id)
     return _record(
         scope,
         active_run_id=change["run_id"],
