@@ -80,7 +80,7 @@ class UnknownActorTypeError(WorkflowError):
     code = "actor.unknown-type"
     template = "Unknown saved actor type: {actor_type}{known}"
 
-    def __init__(self, actor_type: object, known: tuple[str, ...] = ()) -> None:
+    def __init__(self, actor_type: str, known: tuple[str, ...] = ()) -> None:
         # Upstream's message for a stored actor; a caller's Actor also hears the valid types.
         listed = f" (actor types: {', '.join(known)})" if known else ""
         super().__init__(actor_type=actor_type, known=listed)
@@ -119,7 +119,7 @@ class InvalidArgumentTypeError(WorkflowError):
     code = "argument.wrong-type"
     template = "Workflow argument {name} must be {expected}, not {kind}"
 
-    def __init__(self, name: object, expected: str, kind: object) -> None:
+    def __init__(self, name: str, expected: str, kind: str) -> None:
         super().__init__(name=name, expected=expected, kind=kind)
 
 
@@ -137,7 +137,7 @@ class InvalidTextError(WorkflowError):
         "Workflow argument {name} must be Unicode text without lone surrogates or NUL characters"
     )
 
-    def __init__(self, name: object) -> None:
+    def __init__(self, name: str) -> None:
         super().__init__(name=name)
 
 
@@ -145,7 +145,7 @@ class ValueTooDeepError(WorkflowError):
     code = "json.too-deep"
     template = "Workflow argument {name} is nested more than {limit} levels deep"
 
-    def __init__(self, name: object, limit: int) -> None:
+    def __init__(self, name: str, limit: int) -> None:
         super().__init__(name=name, limit=limit)
 
 
@@ -155,7 +155,7 @@ class ValueTooLargeError(WorkflowError):
         "Workflow argument {name} holds more than {values} values or {text_bytes} bytes of text"
     )
 
-    def __init__(self, name: object, values: int, text_bytes: int) -> None:
+    def __init__(self, name: str, values: int, text_bytes: int) -> None:
         super().__init__(name=name, values=values, text_bytes=text_bytes)
 
 
@@ -163,7 +163,7 @@ class KeyTooLongError(WorkflowError):
     code = "text.key-too-long"
     template = "Workflow argument {name} is longer than {limit} bytes of UTF-8"
 
-    def __init__(self, name: object, limit: int) -> None:
+    def __init__(self, name: str, limit: int) -> None:
         super().__init__(name=name, limit=limit)
 
 
@@ -190,7 +190,7 @@ class InvalidRunFieldError(WorkflowError):
     code = "run.invalid-field"
     template = "Workflow run {field} must be {expected}"
 
-    def __init__(self, field: object, expected: str) -> None:
+    def __init__(self, field: str, expected: str) -> None:
         super().__init__(field=field, expected=expected)
 
 
@@ -394,7 +394,7 @@ class InvalidTurnBehaviourError(WorkflowError):
     code = "workflow-message.invalid-turn-behavior"
     template = "Workflow message kind {kind} has invalid turn behavior"
 
-    def __init__(self, kind: object) -> None:
+    def __init__(self, kind: str) -> None:
         super().__init__(kind=kind)
 
 
@@ -410,7 +410,7 @@ class InvalidMessageIdentityError(WorkflowError):
     code = "workflow-message.invalid-identity"
     template = "Workflow message {field} must be a non-empty string"
 
-    def __init__(self, field: object) -> None:
+    def __init__(self, field: str) -> None:
         super().__init__(field=field)
 
 
@@ -563,7 +563,7 @@ class InvalidStoreLocationError(WorkflowError):
         "not {kind}"
     )
 
-    def __init__(self, kind: object) -> None:
+    def __init__(self, kind: str) -> None:
         super().__init__(kind=kind)
 
 
@@ -691,7 +691,7 @@ class InvalidUpdateFieldError(WorkflowError):
     code = "update.invalid-field"
     template = "Workflow update {field} must be {expected}"
 
-    def __init__(self, field: object, expected: str) -> None:
+    def __init__(self, field: str, expected: str) -> None:
         super().__init__(field=field, expected=expected)
 
 
@@ -725,7 +725,7 @@ class InvalidPageError(WorkflowError):
     code = "query.invalid-page"
     template = "Workflow {name} must be a non-negative integer"
 
-    def __init__(self, name: object) -> None:
+    def __init__(self, name: str) -> None:
         super().__init__(name=name)
 
 
@@ -733,7 +733,7 @@ class UnknownProjectionError(WorkflowError):
     code = "projection.unknown"
     template = "Unknown projection: {name}; known projections: {known}"
 
-    def __init__(self, name: object, known: str) -> None:
+    def __init__(self, name: str, known: str) -> None:
         super().__init__(name=name, known=known)
 
 
@@ -746,7 +746,7 @@ class ProjectionStalledError(WorkflowError):
     code = "projection.stalled"
     template = "Projection {name} stopped {failure}; fix the cause and rebuild it"
 
-    def __init__(self, name: object, failure: object) -> None:
+    def __init__(self, name: str, failure: object) -> None:
         super().__init__(name=name, failure=failure)
 
 
@@ -768,7 +768,7 @@ class UnknownStoredEventError(WorkflowError):
     code = "store.unknown-event"
     template = "Stored event topic {topic!r} is not in the runledger event catalogue"
 
-    def __init__(self, topic: object) -> None:
+    def __init__(self, topic: str) -> None:
         super().__init__(topic=topic)
 
 
@@ -905,7 +905,7 @@ class InvalidDecisionFieldError(WorkflowError):
     code = "decision.invalid-field"
     template = "Human decision {field} must be a non-empty string of at most {limit} characters"
 
-    def __init__(self, field: object, limit: int) -> None:
+    def __init__(self, field: str, limit: int) -> None:
         super().__init__(field=field, limit=limit)
 
 
@@ -913,7 +913,7 @@ class InvalidDecisionFlagError(WorkflowError):
     code = "decision.invalid-flag"
     template = "Human decision option {option} must be True or False"
 
-    def __init__(self, option: object) -> None:
+    def __init__(self, option: str) -> None:
         super().__init__(option=option)
 
 
@@ -924,7 +924,7 @@ class InvalidDecisionJsonError(WorkflowError):
         "and {size} bytes"
     )
 
-    def __init__(self, field: object, depth: int, size: int) -> None:
+    def __init__(self, field: str, depth: int, size: int) -> None:
         super().__init__(field=field, depth=depth, size=size)
 
 
@@ -1057,7 +1057,7 @@ class InvalidEffectLabelError(WorkflowError):
     code = "effect.invalid-label"
     template = "Managed effect {label} must be nonempty text of at most {limit} characters"
 
-    def __init__(self, label: object, limit: int) -> None:
+    def __init__(self, label: str, limit: int) -> None:
         super().__init__(label=label, limit=limit)
 
 
@@ -1194,7 +1194,7 @@ class InvalidAuditArgumentError(WorkflowError):
     code = "audit.invalid-argument"
     template = "Audit {name} must be {expected}"
 
-    def __init__(self, name: object, expected: str) -> None:
+    def __init__(self, name: str, expected: str) -> None:
         super().__init__(name=name, expected=expected)
 
 
