@@ -26,7 +26,7 @@ from runledger.domain.errors import (
     ValueTooLargeError,
     WorkflowError,
 )
-from runledger.domain.follow_ups import MAX_SOURCE_LENGTH
+from runledger.domain.follow_ups import MAX_REQUEST_ID_LENGTH, MAX_SOURCE_LENGTH
 from runledger.domain.values import (
     MAX_ARGUMENT_TEXT_BYTES,
     MAX_ARGUMENT_VALUES,
@@ -40,7 +40,7 @@ UPSTREAM_ERRORS: Final[Mapping[str, Callable[[object], WorkflowError]]] = {
     "run_id": InvalidRunIdError,
     "parent_run_id": InvalidRunIdError,
     "source_run_id": InvalidRunIdError,
-    "request_id": lambda _: InvalidRequestIdError(),
+    "request_id": lambda _: InvalidRequestIdError(limit=MAX_REQUEST_ID_LENGTH),
     "source": lambda _: InvalidSourceError(limit=MAX_SOURCE_LENGTH),
     "actor": lambda _: InvalidActorError(),
     "content": lambda _: InvalidMessageContentError(),

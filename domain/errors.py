@@ -65,7 +65,10 @@ class WorkflowError(Exception):
 
 class InvalidRequestIdError(WorkflowError):
     code = "request.invalid-id"
-    template = "Workflow request ID must be a stable identifier of at most 512 characters"
+    template = "Workflow request ID must be a stable identifier of at most {limit} characters"
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(limit=limit)
 
 
 class InvalidSourceError(WorkflowError):

@@ -14,8 +14,10 @@ from runledger.domain.effects import MAX_LABEL_LENGTH, check_label
 from runledger.domain.errors import WorkflowError
 from runledger.domain.follow_ups import (
     MAX_PROMPT_BYTES,
+    MAX_REQUEST_ID_LENGTH,
     MAX_SOURCE_LENGTH,
     check_prompt,
+    check_request_id,
     check_source,
 )
 from runledger.domain.human_decisions import (
@@ -117,6 +119,11 @@ def raised(check: Callable[[], object]) -> str:
             f"{MAX_SOURCE_LENGTH} characters",
         ),
         (
+            lambda: check_request_id("x" * (MAX_REQUEST_ID_LENGTH + 1)),
+            "Workflow request ID must be a stable identifier of at most "
+            f"{MAX_REQUEST_ID_LENGTH} characters",
+        ),
+        (
             lambda: check_label("type", "x" * (MAX_LABEL_LENGTH + 1)),
             f"Managed effect type must be nonempty text of at most {MAX_LABEL_LENGTH} characters",
         ),
@@ -135,7 +142,7 @@ def raised(check: Callable[[], object]) -> str:
             f"Lease duration must be at most {MAX_LEASE_MS} milliseconds",
         ),
     ],
-    ids=["prompt", "source", "effect-label", "decision-id", "decision-json", "lease"],
+    ids=["prompt", "source", "request-id", "effect-label", "decision-id", "decision-json", "lease"],
 )
 def test_a_limits_message_quotes_the_constant_the_check_uses(
     check: Callable[[], object], message: str
