@@ -338,10 +338,12 @@ class StoreRuntime(ClosedOnExit):
         if runner.outdated is not None:
             projection = runner.projection
             raise ProjectionVersionError(
-                runner.name, runner.outdated.version, projection.version, runner.name
+                name=runner.name,
+                stored_version=runner.outdated.version,
+                code_version=projection.version,
             )
         if runner.failure is not None:
-            raise ProjectionStalledError(runner.name, runner.failure)
+            raise ProjectionStalledError(name=runner.name, failure=runner.failure)
 
     def read_model_digest(self, name: str, *, as_of: int | None = None) -> str:
         """The digest of the read model: live (once current), or as of a log position."""
@@ -374,7 +376,9 @@ class StoreRuntime(ClosedOnExit):
             error = None if active is None else active.last_error
             if runner.outdated is not None and error is None:
                 error = ProjectionVersionError(
-                    name, runner.outdated.version, runner.projection.version, name
+                    name=name,
+                    stored_version=runner.outdated.version,
+                    code_version=runner.projection.version,
                 ).message
             statuses.append(
                 ProjectionStatus(
@@ -489,8 +493,9 @@ class StoreRuntime(ClosedOnExit):
                 )
         with self.projector.paused():
             try:
+                projections = [self.projector.runner(name).projection for name in chosen]
                 reported = rebuild_in_processes(
-                    rebuild_group, self.url, split(chosen, workers), progress, options
+                    rebuild_group, self.url, split(projections, workers), progress, options
                 )
             finally:
                 # Even a failed rebuild moved the views: take their slots, positions, stalls.

@@ -132,7 +132,7 @@ class _Lock:
             for name in self.names:
                 while (holder := self._try(name)) is not None:
                     if not wait:
-                        raise ProjectionBuildLockedError(name, holder)
+                        raise ProjectionBuildLockedError(name=name, holder=holder)
                     time.sleep(LOCK_POLL_SECONDS)
                 taken.append(name)
         except BaseException:
@@ -151,7 +151,7 @@ class _Lock:
         for name in self.names:
             holder = self._try(name)
             if holder is not None:
-                raise ProjectionBuildLockedError(name, holder)
+                raise ProjectionBuildLockedError(name=name, holder=holder)
         self._renewed = time.monotonic()
 
     def release(self) -> None:
@@ -447,7 +447,9 @@ def _same(diff: TableDiff) -> TableDiff:
 
 def _other_version(projection: Projection, active: TrackingState | None) -> Exception:
     stored = None if active is None else active.version
-    return ProjectionVersionError(projection.name, stored, projection.version, projection.name)
+    return ProjectionVersionError(
+        name=projection.name, stored_version=stored, code_version=projection.version
+    )
 
 
 def _slot(runner: ProjectionRunner) -> TrackingState:

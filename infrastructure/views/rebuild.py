@@ -24,19 +24,18 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from runledger.domain.errors import RebuildFailedError
-
-# Relative cost of replaying each projection, measured with cProfile on generated histories.
-WEIGHTS: Final = {"viewer_deltas": 3, "session_outbox": 2, "follow_up_queue": 2, "terminal_data": 1}
+from runledger.projections.base import Projection
 
 
-def split(names: Sequence[str], groups: int) -> list[list[str]]:
-    """Spread projections over ``groups`` with the heaviest first, each to the lightest group."""
+def split(projections: Sequence[Projection], groups: int) -> list[list[str]]:
+    """Spread projections over ``groups`` with the heaviest first, each to the lightest group;
+    each group by name."""
     buckets: list[list[str]] = [[] for _ in range(groups)]
     loads = [0] * groups
-    for name in sorted(names, key=lambda n: -WEIGHTS.get(n, 1)):
+    for projection in sorted(projections, key=lambda p: -p.rebuild_weight):
         lightest = loads.index(min(loads))
-        buckets[lightest].append(name)
-        loads[lightest] += WEIGHTS.get(name, 1)
+        buckets[lightest].append(projection.name)
+        loads[lightest] += projection.rebuild_weight
     return [bucket for bucket in buckets if bucket]
 
 
