@@ -33,8 +33,7 @@ from eventsourcing.persistence import PersistenceError
 from eventsourcing.postgres import PostgresDatastore
 from psycopg.rows import tuple_row
 
-from runledger.infrastructure.storage.postgres import MOVED_SQLSTATE
-from runledger.infrastructure.storage.sqlite import create_private_file
+from runledger.infrastructure.databases import MOVED_SQLSTATE, create_private_file, psycopg_cause
 from runledger.infrastructure.views.store import (
     LEGACY_SLOT,
     EncodedRow,
@@ -845,10 +844,8 @@ class SQLiteViewStore(SqlViewStore):
 
 def _moved_projection(error: BaseException) -> str | None:
     """The projection named by our 'position moved' error, or None for any other error."""
-    cause = error.__cause__ or error.__context__
-    while cause is not None and not isinstance(cause, psycopg.Error):
-        cause = cause.__cause__ or cause.__context__
-    if isinstance(cause, psycopg.Error) and cause.sqlstate == MOVED_SQLSTATE and cause.diag:
+    cause = psycopg_cause(error)
+    if cause is not None and cause.sqlstate == MOVED_SQLSTATE and cause.diag:
         return cause.diag.message_detail
     return None
 
