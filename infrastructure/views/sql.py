@@ -2,11 +2,12 @@
 statements generated from the projections' ``Table`` declarations, and the logic of slots,
 the build lock, pages and reads.
 
-The statements are written once, as templates, and each backend's ``Dialect`` composes them:
-``{}`` takes an identifier or fragment, ``{mark}`` a parameter. Only the dialect (placeholders,
-types, schema, how a writer takes its lock) differs. A page is one transaction that first
-locks and checks every tracking row it moves, then writes all rows with ``executemany``. Reads
-are single statements, without an explicit transaction.
+The statements are written once, as templates, and each backend's ``Dialect`` composes them
+(``{}`` takes an identifier or fragment, ``{mark}`` a parameter): plain text on SQLite,
+``psycopg.sql`` on PostgreSQL. Each backend's module (``sqlite.py``, ``postgres.py``) brings
+its dialect, connections, how a writer takes its lock, and its page commit. A page is one
+transaction that first locks and checks every tracking row it moves, then writes all rows
+with ``executemany``. Reads are single statements, without an explicit transaction.
 
 Each projection's tables exist once per slot (``ViewStore.physical_name``); the registry
 (``runledger_view_registry``) names the active and the building slot and holds the build
@@ -50,6 +51,8 @@ SLOTS_TABLE: Final = "runledger_view_slots"
 LEGACY_TRACKING_TABLE: Final = "runledger_projections"
 """Where views were tracked before slots: its rows are adopted as slot 0 on first open."""
 STREAM_BATCH: Final = 2000
+SCAN_STATEMENTS: Final = 512
+"""Scan statements a store keeps, by shape, before it starts again."""
 MAX_IDENTIFIER: Final = 63
 """PostgreSQL cuts longer names, so a longer index name is shortened with a hash of it."""
 
@@ -174,39 +177,43 @@ def _index_ddl(table: Table, dialect: Dialect[S], physical: str) -> list[S]:
     ]
 
 
-def _conditions(scan: Scan, dialect: Dialect[S]) -> tuple[S, list[Any]]:
-    """The scan's WHERE clause (empty without conditions) and its parameters."""
+def _conditions(scan: Scan, dialect: Dialect[S]) -> S:
+    """The scan's WHERE clause (empty without conditions), for ``_scan_params``."""
     sql = dialect.sql
     conditions: list[S] = []
-    params: list[Any] = []
-    for name, value in scan.equals.items():
+    for name in scan.equals:
         conditions.append(sql("{} = {mark}", dialect.identifier(name)))
-        params.append(value)
     for name, values in scan.within.items():
-        listed = list(values)
-        if not listed:
+        if not values:
             conditions.append(sql("1 = 0"))
             continue
-        conditions.append(sql("{} IN ({})", dialect.identifier(name), dialect.marks(len(listed))))
-        params.extend(listed)
+        conditions.append(sql("{} IN ({})", dialect.identifier(name), dialect.marks(len(values))))
     if scan.order_by is not None and scan.after is not None:
         comparison = "{} < {mark}" if scan.descending else "{} > {mark}"
         conditions.append(sql(comparison, dialect.identifier(scan.order_by)))
-        params.append(scan.after)
     if not conditions:
-        return sql(""), params
-    return sql(" WHERE {}", dialect.join(" AND ", conditions)), params
+        return sql("")
+    return sql(" WHERE {}", dialect.join(" AND ", conditions))
 
 
-def _scan_sql(scan: Scan, dialect: Dialect[S], physical: str) -> tuple[S, list[Any]]:
+def _scan_params(scan: Scan) -> list[Any]:
+    """The parameters of the scan's WHERE clause, in its order."""
+    params = list(scan.equals.values())
+    for values in scan.within.values():
+        params.extend(values)
+    if scan.order_by is not None and scan.after is not None:
+        params.append(scan.after)
+    return params
+
+
+def _scan_sql(scan: Scan, dialect: Dialect[S], physical: str) -> S:
     sql = dialect.sql
-    where, params = _conditions(scan, dialect)
     parts = [
         sql(
             "SELECT {} FROM {}{}",
             dialect.identifiers(scan.table.column_names),
             dialect.table(physical),
-            where,
+            _conditions(scan, dialect),
         )
     ]
     if scan.order_by is not None:
@@ -214,7 +221,26 @@ def _scan_sql(scan: Scan, dialect: Dialect[S], physical: str) -> tuple[S, list[A
         parts.append(sql(order, dialect.identifier(scan.order_by)))
     if scan.limit is not None:
         parts.append(sql(" LIMIT {}", dialect.number(int(scan.limit))))
-    return dialect.join("", parts), params
+    return dialect.join("", parts)
+
+
+def _count_sql(scan: Scan, dialect: Dialect[S], physical: str) -> S:
+    return dialect.sql(
+        "SELECT COUNT(*) FROM {}{}", dialect.table(physical), _conditions(scan, dialect)
+    )
+
+
+def _scan_shape(scan: Scan, physical: str) -> tuple[Any, ...]:
+    """What a scan's statement depends on (not its values)."""
+    return (
+        physical,
+        tuple(scan.equals),
+        tuple((name, len(values)) for name, values in scan.within.items()),
+        scan.order_by,
+        scan.descending,
+        scan.after is not None,
+        scan.limit,
+    )
 
 
 class Cursor(Protocol):
@@ -276,8 +302,26 @@ class SqlViewStore(ViewStore, Generic[S]):
     def __init__(self) -> None:
         super().__init__()
         self._sql: dict[str, _TableStatements[S]] = {}
+        self._scans: dict[tuple[Any, ...], S] = {}
         self._registry_table = self.dialect.table(REGISTRY_TABLE)
         self._slots_table = self.dialect.table(SLOTS_TABLE)
+        # Composed once: the projector reads the registry and the tracking between pages.
+        self._registry_statement = self.dialect.finish(
+            self.dialect.sql(
+                "SELECT active_slot, building_slot, lock_owner, lock_expires "
+                "FROM {} WHERE name = {mark}",
+                self._registry_table,
+            )
+        )
+        self._slots_statement = self.dialect.finish(self._slot_statement("s.name = {mark}"))
+        self._tracking_statement = self.dialect.finish(
+            self.dialect.sql(
+                "SELECT " + _SLOT_COLUMNS + " FROM {} s WHERE s.slot = "
+                "(SELECT r.active_slot FROM {} r WHERE r.name = s.name) ORDER BY s.name",
+                self._slots_table,
+                self._registry_table,
+            )
+        )
         if self._exists(REGISTRY_TABLE) and self._exists(SLOTS_TABLE):
             return
         sql = self.dialect.sql
@@ -336,6 +380,20 @@ class SqlViewStore(ViewStore, Generic[S]):
             statements = self._sql[physical] = _TableStatements(table, self.dialect, physical)
         return statements
 
+    def _scan_statement(
+        self, compose: Callable[[Scan, Dialect[S], str], S], scan: Scan, physical: str
+    ) -> S:
+        # Kept by shape: composing a scan's statement costs more than a small read.
+        shape = (compose, *_scan_shape(scan, physical))
+        statement = self._scans.get(shape)
+        if statement is None:
+            if len(self._scans) >= SCAN_STATEMENTS:
+                self._scans.clear()
+            statement = self._scans[shape] = self.dialect.finish(
+                compose(scan, self.dialect, physical)
+            )
+        return statement
+
     # -- registry ---------------------------------------------------------------------------
 
     def _slot_statement(self, where: str) -> S:
@@ -344,12 +402,7 @@ class SqlViewStore(ViewStore, Generic[S]):
         )
 
     def _read_registry(self, cursor: Cursor | None, name: str) -> Registry:
-        statement = self.dialect.sql(
-            "SELECT active_slot, building_slot, lock_owner, lock_expires "
-            "FROM {} WHERE name = {mark}",
-            self._registry_table,
-        )
-        slots_statement = self._slot_statement("s.name = {mark}")
+        statement, slots_statement = self._registry_statement, self._slots_statement
         if cursor is None:
             rows = self._query(statement, (name,))
             slot_rows = self._query(slots_statement, (name,))
@@ -656,15 +709,7 @@ class SqlViewStore(ViewStore, Generic[S]):
                     cursor.execute(statement)
 
     def tracking(self) -> list[TrackingState]:
-        rows = self._query(
-            self.dialect.sql(
-                "SELECT " + _SLOT_COLUMNS + " FROM {} s WHERE s.slot = "
-                "(SELECT r.active_slot FROM {} r WHERE r.name = s.name) ORDER BY s.name",
-                self._slots_table,
-                self._registry_table,
-            )
-        )
-        return [_slot_of(row) for row in rows]
+        return [_slot_of(row) for row in self._query(self._tracking_statement)]
 
     def fetch(self, table: Table, key: Key, slot: TrackingState) -> EncodedRow | None:
         rows = self._query(self._statements(table, slot).fetch, key)
@@ -767,19 +812,17 @@ class _SqlReader(ViewReaderBase, Generic[S]):
 
     def _scan(self, scan: Scan) -> Sequence[EncodedRow]:
         names = scan.table.column_names
+        params = _scan_params(scan)
         rows = self._read(
-            scan.table, lambda physical: _scan_sql(scan, self._store.dialect, physical)
+            scan.table,
+            lambda physical: (self._store._scan_statement(_scan_sql, scan, physical), params),
         )
         return [dict(zip(names, row, strict=True)) for row in rows]
 
     def _count(self, scan: Scan) -> int:
-        dialect = self._store.dialect
-        where, params = _conditions(scan, dialect)
+        params = _scan_params(scan)
         rows = self._read(
             scan.table,
-            lambda physical: (
-                dialect.sql("SELECT COUNT(*) FROM {}{}", dialect.table(physical), where),
-                params,
-            ),
+            lambda physical: (self._store._scan_statement(_count_sql, scan, physical), params),
         )
         return int(rows[0][0])
