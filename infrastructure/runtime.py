@@ -549,7 +549,7 @@ def open_backend(url: str, *, create: bool = True) -> tuple[EventStorage, ViewSt
     without ``create`` a store that does not exist is a ``StoreNotFoundError``."""
     if url.startswith(SQLITE_PREFIX):
         from runledger.infrastructure.storage.sqlite import SQLiteStorage
-        from runledger.infrastructure.views.sql import SQLiteViewStore
+        from runledger.infrastructure.views.sqlite import SQLiteViewStore
 
         path = sqlite_path(url, create=create)
         try:
@@ -565,7 +565,7 @@ def open_backend(url: str, *, create: bool = True) -> tuple[EventStorage, ViewSt
         return storage, SQLiteViewStore(path)
     if url.startswith(("postgresql://", "postgres://")):
         from runledger.infrastructure.storage.postgres import PostgresStorage
-        from runledger.infrastructure.views.sql import PostgresViewStore
+        from runledger.infrastructure.views.postgres import PostgresViewStore
 
         postgres = PostgresStorage(url, create=create)
         return postgres, PostgresViewStore(postgres.datastore)

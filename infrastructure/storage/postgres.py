@@ -37,6 +37,7 @@ from runledger.domain.errors import StorageUnavailableError, StoreNotFoundError
 from runledger.domain.ports import LogEntry
 from runledger.infrastructure.commits.group_commit import GroupCommit
 from runledger.infrastructure.commits.ports import Fence, IndexFence, SameCommit, VersionFence
+from runledger.infrastructure.databases import MOVED_SQLSTATE, pipelined, psycopg_cause
 from runledger.infrastructure.storage.base import (
     EVENTS_TABLE,
     SNAPSHOTS_TABLE,
@@ -102,13 +103,6 @@ _CAUSES_BY_MESSAGE: Final = (
     ("timed out", TIMED_OUT),
     ("the database system is", SERVER_STARTING_OR_STOPPING),
 )
-
-
-def _psycopg_cause(error: BaseException) -> psycopg.Error | None:
-    """The psycopg error under the library's translation of it, if there is one."""
-    while error is not None and not isinstance(error, psycopg.Error):
-        error = error.__cause__ or error.__context__  # type: ignore[assignment]
-    return error
 
 
 def connection_fault(error: psycopg.Error) -> str | None:
@@ -217,7 +211,7 @@ class _ArrayRowsDatastore(PostgresDatastore):
             with super().get_connection() as connection:
                 yield connection
         except (OperationalError, InterfaceError) as error:
-            cause = _psycopg_cause(error)
+            cause = psycopg_cause(error)
             fault = None if cause is None else connection_fault(cause)
             if cause is None or fault is None:
                 raise
@@ -345,26 +339,6 @@ SAME_COMMIT_SAVEPOINT: Final = b"SAVEPOINT runledger_same_commit"
 SAME_COMMIT_RELEASE: Final = b"RELEASE SAVEPOINT runledger_same_commit"
 SAME_COMMIT_ROLLBACK: Final = b"ROLLBACK TO SAVEPOINT runledger_same_commit"
 
-PIPELINE_MAX_BYTES: Final = 4 * 1024 * 1024
-"""The most payload a transaction sends as one pipeline. psycopg's pipeline sync (3.3, C and
-Python) stops writing once its queue is empty even when libpq still holds unsent bytes, so a
-statement of about 16 MiB or more never reaches the server and both sides wait for ever.
-Above this size the statements go one at a time: a few round trips, beside megabytes."""
-
-
-@contextmanager
-def pipelined(conn: Connection[Any], payload_bytes: int) -> Iterator[psycopg.Pipeline | None]:
-    """A pipeline for a transaction of ``payload_bytes``, or None (statements sent one by
-    one) for one too large to pipeline safely (see ``PIPELINE_MAX_BYTES``)."""
-    if payload_bytes > PIPELINE_MAX_BYTES:
-        yield None
-        return
-    with conn.pipeline() as pipeline:
-        yield pipeline
-
-
-MOVED_SQLSTATE: Final = "RLPM1"
-"""The SQLSTATE of a view store's tracking compare-and-set that found a projection moved."""
 NOT_AT_POSITIONS_SQLSTATE: Final = "RLPM2"
 """The SQLSTATE of the check that a command's events took the positions it projected."""
 FENCE_BROKEN_SQLSTATE: Final = "RLFN1"
