@@ -18,7 +18,12 @@ from eventsourcing.postgres import PostgresDatastore
 from psycopg.rows import tuple_row
 from psycopg.sql import SQL, Composed, Identifier, Literal, Placeholder
 
-from runledger.infrastructure.databases import MOVED_SQLSTATE, psycopg_cause
+from runledger.infrastructure.databases import (
+    MOVED_SQLSTATE,
+    PIPELINE_MAX_BYTES,
+    pipelined,
+    psycopg_cause,
+)
 from runledger.infrastructure.views.sql import STREAM_BATCH, Cursor, Dialect, SqlViewStore
 from runledger.infrastructure.views.store import PageCommit, TrackingState
 from runledger.projections.base import Projection, Table
@@ -215,7 +220,7 @@ class PostgresViewStore(SqlViewStore[Query]):
         try:
             with (
                 self.datastore.get_connection() as connection,
-                connection.pipeline(),
+                pipelined(connection, text_bytes(pages)),
                 connection.transaction(),
                 connection.cursor() as cursor,
             ):
@@ -246,3 +251,20 @@ class PostgresViewStore(SqlViewStore[Query]):
         for statement, rows in self._writes(pages):
             cursor.executemany(statement, rows)
         return True
+
+
+def text_bytes(pages: Sequence[PageCommit]) -> int:
+    """About how many bytes of text the pages' rows send, counted until it is clear that
+    they are too many for one pipeline (``PIPELINE_MAX_BYTES``)."""
+    total = 0
+    for page in pages:
+        for changes in page.changes.values():
+            for row in changes.values():
+                if row is None:
+                    continue
+                for value in row.values():
+                    if type(value) is str or type(value) is bytes:
+                        total += len(value)
+                if total > PIPELINE_MAX_BYTES:
+                    return total
+    return total
