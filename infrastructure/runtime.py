@@ -246,11 +246,24 @@ class StoreRuntime(ClosedOnExit):
 
     def _follow(self) -> None:
         while not self._closing.is_set():
-            self._wake.wait(timeout=1.0)
+            woken = self._wake.wait(timeout=1.0)
             self._wake.clear()
             if not self._closing.is_set():
-                self.catch_up()
+                if woken or self._behind_the_log():
+                    self.catch_up()
                 self._tell_if_the_log_moved()
+
+    def _behind_the_log(self) -> bool:
+        """Whether the log holds events past this process's projections, or they are not all
+        at one good position. An idle look that finds nothing to do leaves the projector
+        alone: a command's step that found it taken would leave its views to a catch-up."""
+        position = self.projector.next_position()
+        if position is None:
+            return True
+        try:
+            return self.storage.max_position() >= position
+        except WorkflowError:
+            return True
 
     def catch_up(self, *, progress: Progress | None = None) -> int:
         """Bring every projection up to the end of the log; returns events read.
