@@ -26,6 +26,7 @@ from runledger.domain.errors import (
     ValueTooLargeError,
     WorkflowError,
 )
+from runledger.domain.follow_ups import MAX_REQUEST_ID_LENGTH, MAX_SOURCE_LENGTH
 from runledger.domain.values import (
     MAX_ARGUMENT_TEXT_BYTES,
     MAX_ARGUMENT_VALUES,
@@ -39,8 +40,8 @@ UPSTREAM_ERRORS: Final[Mapping[str, Callable[[object], WorkflowError]]] = {
     "run_id": InvalidRunIdError,
     "parent_run_id": InvalidRunIdError,
     "source_run_id": InvalidRunIdError,
-    "request_id": lambda _: InvalidRequestIdError(),
-    "source": lambda _: InvalidSourceError(),
+    "request_id": lambda _: InvalidRequestIdError(limit=MAX_REQUEST_ID_LENGTH),
+    "source": lambda _: InvalidSourceError(limit=MAX_SOURCE_LENGTH),
     "actor": lambda _: InvalidActorError(),
     "content": lambda _: InvalidMessageContentError(),
     "entries": lambda _: InvalidBranchEntryError(),
@@ -90,7 +91,7 @@ def check_argument(name: str, value: object, *, sized: bool = True) -> None:
     problem = _problem(value, sized=sized)
     if problem is None:
         if name in KEY_ARGUMENTS and _too_long_for_a_key(value):
-            raise KeyTooLongError(name, MAX_KEY_TEXT_BYTES)
+            raise KeyTooLongError(name, limit=MAX_KEY_TEXT_BYTES)
         return
     upstream = UPSTREAM_ERRORS.get(name)
     if upstream is not None:
@@ -98,8 +99,8 @@ def check_argument(name: str, value: object, *, sized: bool = True) -> None:
     if problem == "text":
         raise InvalidTextError(name)
     if problem == "depth":
-        raise ValueTooDeepError(name, MAX_JSON_DEPTH)
-    raise ValueTooLargeError(name, MAX_ARGUMENT_VALUES, MAX_ARGUMENT_TEXT_BYTES)
+        raise ValueTooDeepError(name, limit=MAX_JSON_DEPTH)
+    raise ValueTooLargeError(name, values=MAX_ARGUMENT_VALUES, text_bytes=MAX_ARGUMENT_TEXT_BYTES)
 
 
 def _too_long_for_a_key(value: object) -> bool:

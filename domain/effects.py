@@ -73,7 +73,7 @@ def effects_of_run_key(run_id: str) -> str:
 def check_label(label: str, value: object) -> str:
     """Upstream: type and key are 1..256 characters."""
     if not isinstance(value, str) or not value or len(value) > MAX_LABEL_LENGTH:
-        raise InvalidEffectLabelError(label)
+        raise InvalidEffectLabelError(label, limit=MAX_LABEL_LENGTH)
     return value
 
 

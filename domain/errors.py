@@ -7,7 +7,7 @@ text lives only here, in its class's ``template``.
 from __future__ import annotations
 
 import reprlib
-from typing import Any, ClassVar, Final
+from typing import ClassVar, Final
 
 from runledger.domain.json_strings import json_string
 
@@ -49,10 +49,10 @@ class WorkflowError(Exception):
     retryable: ClassVar[bool] = False
     """Whether the same call may succeed later unchanged (a host retries only those)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        message = self.template.format(
-            *map(shown, args), **{key: shown(value) for key, value in kwargs.items()}
-        )
+    def __init__(self, **fields: object) -> None:
+        # Each subclass names its fields in a typed ``__init__``; a caller's values are
+        # quoted through ``shown``, whatever they are.
+        message = self.template.format(**{name: shown(value) for name, value in fields.items()})
         super().__init__(message)
         self.message = message
 
@@ -65,19 +65,25 @@ class WorkflowError(Exception):
 
 class InvalidRequestIdError(WorkflowError):
     code = "request.invalid-id"
-    template = "Workflow request ID must be a stable identifier of at most 512 characters"
+    template = "Workflow request ID must be a stable identifier of at most {limit} characters"
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(limit=limit)
 
 
 class InvalidSourceError(WorkflowError):
     code = "request.invalid-source"
-    template = "Workflow change source must be a non-empty string of at most 128 characters"
+    template = "Workflow change source must be a non-empty string of at most {limit} characters"
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(limit=limit)
 
 
 class UnknownActorTypeError(WorkflowError):
     code = "actor.unknown-type"
     template = "Unknown saved actor type: {actor_type}{known}"
 
-    def __init__(self, actor_type: object, known: tuple[str, ...] = ()) -> None:
+    def __init__(self, actor_type: str, known: tuple[str, ...] = ()) -> None:
         # Upstream's message for a stored actor; a caller's Actor also hears the valid types.
         listed = f" (actor types: {', '.join(known)})" if known else ""
         super().__init__(actor_type=actor_type, known=listed)
@@ -116,30 +122,52 @@ class InvalidArgumentTypeError(WorkflowError):
     code = "argument.wrong-type"
     template = "Workflow argument {name} must be {expected}, not {kind}"
 
+    def __init__(self, name: str, expected: str, kind: str) -> None:
+        super().__init__(name=name, expected=expected, kind=kind)
+
 
 class InvalidCallError(WorkflowError):
     code = "argument.invalid-call"
     template = "{problem}; WorkflowStore.{command} takes {signature}"
 
+    def __init__(self, problem: str, command: str, signature: str) -> None:
+        super().__init__(problem=problem, command=command, signature=signature)
+
 
 class InvalidTextError(WorkflowError):
     code = "text.invalid"
-    template = "Workflow argument {} must be Unicode text without lone surrogates or NUL characters"
+    template = (
+        "Workflow argument {name} must be Unicode text without lone surrogates or NUL characters"
+    )
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name=name)
 
 
 class ValueTooDeepError(WorkflowError):
     code = "json.too-deep"
-    template = "Workflow argument {} is nested more than {} levels deep"
+    template = "Workflow argument {name} is nested more than {limit} levels deep"
+
+    def __init__(self, name: str, limit: int) -> None:
+        super().__init__(name=name, limit=limit)
 
 
 class ValueTooLargeError(WorkflowError):
     code = "json.too-large"
-    template = "Workflow argument {} holds more than {} values or {} bytes of text"
+    template = (
+        "Workflow argument {name} holds more than {values} values or {text_bytes} bytes of text"
+    )
+
+    def __init__(self, name: str, values: int, text_bytes: int) -> None:
+        super().__init__(name=name, values=values, text_bytes=text_bytes)
 
 
 class KeyTooLongError(WorkflowError):
     code = "text.key-too-long"
-    template = "Workflow argument {} is longer than {} bytes of UTF-8"
+    template = "Workflow argument {name} is longer than {limit} bytes of UTF-8"
+
+    def __init__(self, name: str, limit: int) -> None:
+        super().__init__(name=name, limit=limit)
 
 
 # -- runs ---------------------------------------------------------------------------------
@@ -147,11 +175,13 @@ class KeyTooLongError(WorkflowError):
 
 class InvalidRunIdError(WorkflowError):
     code = "run.invalid-id"
-    template = "Invalid workflow run id: {}"
+    template = "Invalid workflow run id: {run_id}"
 
     def __init__(self, run_id: object) -> None:
         # Upstream quotes the id with JSON.stringify: non-ASCII stays as it is.
-        super().__init__(json_string(run_id if isinstance(run_id, str) else str(shown(run_id))))
+        super().__init__(
+            run_id=json_string(run_id if isinstance(run_id, str) else str(shown(run_id)))
+        )
 
 
 class InvalidWorkflowNameError(WorkflowError):
@@ -161,22 +191,34 @@ class InvalidWorkflowNameError(WorkflowError):
 
 class InvalidRunFieldError(WorkflowError):
     code = "run.invalid-field"
-    template = "Workflow run {} must be {}"
+    template = "Workflow run {field} must be {expected}"
+
+    def __init__(self, field: str, expected: str) -> None:
+        super().__init__(field=field, expected=expected)
 
 
 class RunAlreadyExistsError(WorkflowError):
     code = "run.already-exists"
-    template = "Workflow run already exists: {}"
+    template = "Workflow run already exists: {run_id}"
+
+    def __init__(self, run_id: object) -> None:
+        super().__init__(run_id=run_id)
 
 
 class ParentRunMissingError(WorkflowError):
     code = "run.parent-missing"
-    template = "Workflow parent run is missing: {}"
+    template = "Workflow parent run is missing: {run_id}"
+
+    def __init__(self, run_id: object) -> None:
+        super().__init__(run_id=run_id)
 
 
 class RunNotFoundError(WorkflowError):
     code = "run.not-found"
-    template = "Workflow run not found: {}"
+    template = "Workflow run not found: {run_id}"
+
+    def __init__(self, run_id: object) -> None:
+        super().__init__(run_id=run_id)
 
 
 class RunMissingError(RunNotFoundError):
@@ -184,22 +226,31 @@ class RunMissingError(RunNotFoundError):
     (DESIGN decision 29): the same code, and ``except RunNotFoundError`` catches both."""
 
     code = "run.not-found"
-    template = "Workflow run is missing: {}"
+    template = "Workflow run is missing: {run_id}"
 
 
 class RunNotAcceptingChangesError(WorkflowError):
     code = "run.not-accepting-changes"
-    template = "Workflow run {} does not accept changes with status {}"
+    template = "Workflow run {run_id} does not accept changes with status {status}"
+
+    def __init__(self, run_id: object, status: object) -> None:
+        super().__init__(run_id=run_id, status=status)
 
 
 class RunAlreadyEndedError(WorkflowError):
     code = "run.already-ended"
-    template = "Workflow run {} already ended with status {}"
+    template = "Workflow run {run_id} already ended with status {status}"
+
+    def __init__(self, run_id: object, status: object) -> None:
+        super().__init__(run_id=run_id, status=status)
 
 
 class InvalidRunStatusError(WorkflowError):
     code = "run.invalid-status"
-    template = "Workflow run status {} is not one of: {}"
+    template = "Workflow run status {status} is not one of: {allowed}"
+
+    def __init__(self, status: object, allowed: str) -> None:
+        super().__init__(status=status, allowed=allowed)
 
 
 class InvalidSessionIdError(WorkflowError):
@@ -224,7 +275,10 @@ class PresentationInstructionsChangedError(WorkflowError):
 
 class RunHasNoOriginSessionError(WorkflowError):
     code = "run.no-origin-session"
-    template = "Workflow run {} has no origin Pi session"
+    template = "Workflow run {run_id} has no origin Pi session"
+
+    def __init__(self, run_id: object) -> None:
+        super().__init__(run_id=run_id)
 
 
 class ConcurrencyError(WorkflowError):
@@ -248,7 +302,10 @@ class CancelledRunRestartError(WorkflowError):
 
 class RestartLimitError(WorkflowError):
     code = "restart.limit-reached"
-    template = "Workflow restart limit reached (3 restarts)"
+    template = "Workflow restart limit reached ({limit} restarts)"
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(limit=limit)
 
 
 class StaleTerminalResultError(WorkflowError):
@@ -281,7 +338,10 @@ class EmptyPromptError(WorkflowError):
 
 class PromptTooLargeError(WorkflowError):
     code = "follow-up.prompt-too-large"
-    template = "Workflow follow-up prompt cannot exceed 65536 bytes"
+    template = "Workflow follow-up prompt cannot exceed {limit} bytes"
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(limit=limit)
 
 
 class FollowUpRequestReusedError(WorkflowError):
@@ -296,12 +356,18 @@ class NotOriginSessionError(WorkflowError):
 
 class FollowUpNotFoundError(WorkflowError):
     code = "follow-up.not-found"
-    template = "Workflow follow-up not found: {}"
+    template = "Workflow follow-up not found: {follow_up_id}"
+
+    def __init__(self, follow_up_id: object) -> None:
+        super().__init__(follow_up_id=follow_up_id)
 
 
 class FollowUpNotInRunError(WorkflowError):
     code = "follow-up.wrong-run"
-    template = "Workflow follow-up is not part of run {}"
+    template = "Workflow follow-up is not part of run {run_id}"
+
+    def __init__(self, run_id: object) -> None:
+        super().__init__(run_id=run_id)
 
 
 class CancelledFollowUpRemovalError(WorkflowError):
@@ -329,32 +395,50 @@ class InvalidMessageContentError(WorkflowError):
 
 class InvalidTurnBehaviourError(WorkflowError):
     code = "workflow-message.invalid-turn-behavior"
-    template = "Workflow message kind {} has invalid turn behavior"
+    template = "Workflow message kind {kind} has invalid turn behavior"
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(kind=kind)
 
 
 class InvalidMessageKindError(WorkflowError):
     code = "workflow-message.invalid-kind"
-    template = "Workflow message kind {} cannot be created directly; use one of: {}"
+    template = "Workflow message kind {kind} cannot be created directly; use one of: {allowed}"
+
+    def __init__(self, kind: object, allowed: str) -> None:
+        super().__init__(kind=kind, allowed=allowed)
 
 
 class InvalidMessageIdentityError(WorkflowError):
     code = "workflow-message.invalid-identity"
-    template = "Workflow message {} must be a non-empty string"
+    template = "Workflow message {field} must be a non-empty string"
+
+    def __init__(self, field: str) -> None:
+        super().__init__(field=field)
 
 
 class MessageIdempotencyConflictError(WorkflowError):
     code = "workflow-message.idempotency-conflict"
-    template = "Workflow message idempotency conflict: {}"
+    template = "Workflow message idempotency conflict: {workflow_message_id}"
+
+    def __init__(self, workflow_message_id: object) -> None:
+        super().__init__(workflow_message_id=workflow_message_id)
 
 
 class MessageNotFoundError(WorkflowError):
     code = "workflow-message.not-found"
-    template = "Workflow message not found: {}"
+    template = "Workflow message not found: {workflow_message_id}"
+
+    def __init__(self, workflow_message_id: object) -> None:
+        super().__init__(workflow_message_id=workflow_message_id)
 
 
 class UnknownBranchMessageError(WorkflowError):
     code = "branch.unknown-message"
-    template = "Workflow branch report contains an unknown message: {}"
+    template = "Workflow branch report contains an unknown message: {workflow_message_id}"
+
+    def __init__(self, workflow_message_id: object) -> None:
+        super().__init__(workflow_message_id=workflow_message_id)
 
 
 class BranchWrongSessionError(WorkflowError):
@@ -376,7 +460,10 @@ class InvalidBranchEntryError(WorkflowError):
 
 class TurnIdentityConflictError(WorkflowError):
     code = "workflow-turn.identity-conflict"
-    template = "Workflow turn identity conflict: {}"
+    template = "Workflow turn identity conflict: {workflow_turn_id}"
+
+    def __init__(self, workflow_turn_id: object) -> None:
+        super().__init__(workflow_turn_id=workflow_turn_id)
 
 
 class TurnMessageMismatchError(WorkflowError):
@@ -396,12 +483,18 @@ class TurnEndConflictError(WorkflowError):
 
 class TurnNotFoundError(WorkflowError):
     code = "workflow-turn.not-found"
-    template = "Workflow turn not found: {}"
+    template = "Workflow turn not found: {workflow_turn_id}"
+
+    def __init__(self, workflow_turn_id: object) -> None:
+        super().__init__(workflow_turn_id=workflow_turn_id)
 
 
 class OpenTurnExistsError(WorkflowError):
     code = "workflow-turn.already-open"
-    template = "Workflow message {} already has an open turn: {}"
+    template = "Workflow message {workflow_message_id} already has an open turn: {workflow_turn_id}"
+
+    def __init__(self, workflow_message_id: object, workflow_turn_id: object) -> None:
+        super().__init__(workflow_message_id=workflow_message_id, workflow_turn_id=workflow_turn_id)
 
 
 class InvalidResponseEntryError(WorkflowError):
@@ -442,7 +535,10 @@ class StoreClosedError(WorkflowError):
 
 class InvalidStoreParameterError(WorkflowError):
     code = "store.invalid-parameter"
-    template = "Store URL parameter {}: {}"
+    template = "Store URL parameter {parameter}: {problem}"
+
+    def __init__(self, parameter: str, problem: str) -> None:
+        super().__init__(parameter=parameter, problem=problem)
 
 
 class StoreNotFoundError(WorkflowError):
@@ -451,10 +547,16 @@ class StoreNotFoundError(WorkflowError):
     code = "store.not-found"
     template = "No runledger store at {url}: {reason}"
 
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__(url=url, reason=reason)
+
 
 class InvalidStorePathError(WorkflowError):
     code = "store.invalid-path"
     template = "SQLite store {url} cannot be opened: {reason}"
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__(url=url, reason=reason)
 
 
 class InvalidStoreLocationError(WorkflowError):
@@ -463,6 +565,9 @@ class InvalidStoreLocationError(WorkflowError):
         "A store location is a URL (sqlite:///path, postgresql://…, memory://) or a file path, "
         "not {kind}"
     )
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(kind=kind)
 
 
 # -- settings scopes (upstream §9.1-9.2) ---------------------------------------------------
@@ -480,22 +585,34 @@ class InvalidSettingsMountPathError(WorkflowError):
 
 class ContinuationChainTooDeepError(WorkflowError):
     code = "settings.chain-too-deep"
-    template = "Workflow continuation chain is too deep for run {}"
+    template = "Workflow continuation chain is too deep for run {run_id}"
+
+    def __init__(self, run_id: object) -> None:
+        super().__init__(run_id=run_id)
 
 
 class SettingsScopeOfAnotherRunError(WorkflowError):
     code = "settings.scope-of-another-run"
-    template = "Workflow settings scope belongs to another active run: {}"
+    template = "Workflow settings scope belongs to another active run: {scope_id}"
+
+    def __init__(self, scope_id: object) -> None:
+        super().__init__(scope_id=scope_id)
 
 
 class InvalidSettingsPolicyError(WorkflowError):
     code = "settings.invalid-policy"
-    template = "Workflow settings policy is invalid: {}"
+    template = "Workflow settings policy is invalid: {problem}"
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(problem=problem)
 
 
 class InvalidSettingsPatchError(WorkflowError):
     code = "settings.invalid-patch"
-    template = "Workflow settings patch is invalid: {}"
+    template = "Workflow settings patch is invalid: {problem}"
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(problem=problem)
 
 
 class SettingsRequestReusedError(WorkflowError):
@@ -505,31 +622,43 @@ class SettingsRequestReusedError(WorkflowError):
 
 class SettingsScopeNotFoundError(WorkflowError):
     code = "settings.scope-not-found"
-    template = "Workflow settings scope not found: {}"
+    template = "Workflow settings scope not found: {scope_id}"
+
+    def __init__(self, scope_id: object) -> None:
+        super().__init__(scope_id=scope_id)
 
 
 class SettingsScopeNotActiveError(WorkflowError):
     code = "settings.scope-not-active"
-    template = "Workflow settings scope is not active for run {}"
+    template = "Workflow settings scope is not active for run {run_id}"
+
+    def __init__(self, run_id: object) -> None:
+        super().__init__(run_id=run_id)
 
 
 class StaleSettingsError(WorkflowError):
     code = "settings.stale"
-    template = "Workflow settings changed: expected {}, current {}"
+    template = "Workflow settings changed: expected {expected}, current {current}"
+
+    def __init__(self, expected: int, current: int) -> None:
+        super().__init__(expected=expected, current=current)
 
 
 class SettingsPermissionError(WorkflowError):
     code = "settings.not-allowed"
-    template = "Workflow settings {} is not allowed at {} for actor {}"
+    template = "Workflow settings {permission} is not allowed at {path} for actor {actor_type}"
 
     def __init__(self, permission: str, path: str, actor_type: str) -> None:
         # Upstream quotes the path with JSON.stringify.
-        super().__init__(permission, json_string(path), actor_type)
+        super().__init__(permission=permission, path=json_string(path), actor_type=actor_type)
 
 
 class SettingsTooLargeError(WorkflowError):
     code = "settings.too-large"
-    template = "Workflow settings cannot exceed {} bytes"
+    template = "Workflow settings cannot exceed {limit} bytes"
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(limit=limit)
 
 
 class SettingsKeptChangingError(WorkflowError):
@@ -544,7 +673,10 @@ class InvalidSettingsChangeNumberError(WorkflowError):
 
 class SettingsChangeMissingError(WorkflowError):
     code = "settings.change-missing"
-    template = "Workflow settings change {} does not exist for {}"
+    template = "Workflow settings change {change_number} does not exist for {scope_id}"
+
+    def __init__(self, change_number: object, scope_id: object) -> None:
+        super().__init__(change_number=change_number, scope_id=scope_id)
 
 
 # -- progress updates (upstream §3.9 publishUpdate) -----------------------------------------
@@ -552,12 +684,18 @@ class SettingsChangeMissingError(WorkflowError):
 
 class TooManyUpdatesError(WorkflowError):
     code = "update.too-many"
-    template = "workflow run supports at most {} current updates"
+    template = "workflow run supports at most {limit} current updates"
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(limit=limit)
 
 
 class InvalidUpdateFieldError(WorkflowError):
     code = "update.invalid-field"
-    template = "Workflow update {} must be {}"
+    template = "Workflow update {field} must be {expected}"
+
+    def __init__(self, field: str, expected: str) -> None:
+        super().__init__(field=field, expected=expected)
 
 
 # -- reads --------------------------------------------------------------------------------
@@ -568,14 +706,38 @@ class InvalidViewerCursorError(WorkflowError):
     template = "Viewer cursor must be a non-negative integer"
 
 
+# Faults of the viewer projection's own state, never of a caller's input, so not
+# WorkflowErrors: a projection stalls on them and the CLI reports them as internal faults.
+
+
+class ViewerPageTotalError(ValueError):
+    """A tail patch was asked for with an old total that is not a non-negative integer."""
+
+    def __init__(self) -> None:
+        super().__init__("Viewer page total must be a non-negative integer")
+
+
+class ViewerProjectionMissingError(LookupError):
+    """An event names a run whose ``run.created`` this projection never saw."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"Viewer projection does not exist for workflow run: {run_id}")
+
+
 class InvalidPageError(WorkflowError):
     code = "query.invalid-page"
-    template = "Workflow {} must be a non-negative integer"
+    template = "Workflow {name} must be a non-negative integer"
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name=name)
 
 
 class UnknownProjectionError(WorkflowError):
     code = "projection.unknown"
-    template = "Unknown projection: {}; known projections: {}"
+    template = "Unknown projection: {name}; known projections: {known}"
+
+    def __init__(self, name: str, known: str) -> None:
+        super().__init__(name=name, known=known)
 
 
 class InvalidProgressError(WorkflowError):
@@ -585,7 +747,10 @@ class InvalidProgressError(WorkflowError):
 
 class ProjectionStalledError(WorkflowError):
     code = "projection.stalled"
-    template = "Projection {} stopped {}; fix the cause and rebuild it"
+    template = "Projection {name} stopped {failure}; fix the cause and rebuild it"
+
+    def __init__(self, name: str, failure: object) -> None:
+        super().__init__(name=name, failure=failure)
 
 
 class ReadModelsBehindError(WorkflowError):
@@ -593,18 +758,21 @@ class ReadModelsBehindError(WorkflowError):
     process's own commits, so the query is not answered."""
 
     code = "projection.behind"
-    template = "Read models could not catch up with the event log: {}"
+    template = "Read models could not catch up with the event log: {cause}"
     retryable = True
 
     def __init__(self, error: BaseException) -> None:
         # The first line of the cause only: a database's message, never connection settings.
         line = (str(error).strip().splitlines() or [""])[0]
-        super().__init__(f"{type(error).__name__}: {line[:300]}")
+        super().__init__(cause=f"{type(error).__name__}: {line[:300]}")
 
 
 class UnknownStoredEventError(WorkflowError):
     code = "store.unknown-event"
-    template = "Stored event topic {!r} is not in the runledger event catalogue"
+    template = "Stored event topic {topic!r} is not in the runledger event catalogue"
+
+    def __init__(self, topic: str) -> None:
+        super().__init__(topic=topic)
 
 
 class CorruptEventError(WorkflowError):
@@ -655,26 +823,37 @@ def clipped_repr(value: object, limit: int = 80) -> str:
 
 class RebuildFailedError(WorkflowError):
     code = "projection.rebuild-failed"
-    template = "Rebuilding the projections failed: {}"
+    template = "Rebuilding the projections failed: {reasons}"
 
     def __init__(self, reasons: str, *, corrupt: bool = False) -> None:
-        super().__init__(reasons)
+        super().__init__(reasons=reasons)
         self.corrupt = corrupt
         """Whether a rebuild process met a corrupt stored event (what a verification finds)."""
 
 
 class ProjectionBuildLockedError(WorkflowError):
     code = "projection.build-locked"
-    template = "Projection {} is being rebuilt by {}; only one build of a projection runs at a time"
+    template = (
+        "Projection {name} is being rebuilt by {holder}; "
+        "only one build of a projection runs at a time"
+    )
+
+    def __init__(self, name: str, holder: str) -> None:
+        super().__init__(name=name, holder=holder)
+
     retryable = True
 
 
 class ProjectionVersionError(WorkflowError):
     code = "projection.other-version"
     template = (
-        "Projection {} is at version {} in the store, this code reads version {}: "
-        "run `runledger projections rebuild {}` with the code of the version wanted"
+        "Projection {name} is at version {stored_version} in the store, "
+        "this code reads version {code_version}: "
+        "run `runledger projections rebuild {name}` with the code of the version wanted"
     )
+
+    def __init__(self, name: str, stored_version: int | None, code_version: int) -> None:
+        super().__init__(name=name, stored_version=stored_version, code_version=code_version)
 
 
 class InvalidAsOfError(WorkflowError):
@@ -684,17 +863,26 @@ class InvalidAsOfError(WorkflowError):
 
 class AsOfBeyondLogError(WorkflowError):
     code = "query.as-of-beyond-log"
-    template = "Log position as_of {} is beyond the end of the log ({})"
+    template = "Log position as_of {as_of} is beyond the end of the log ({head})"
+
+    def __init__(self, as_of: int, head: int) -> None:
+        super().__init__(as_of=as_of, head=head)
 
 
 class UnknownRunCursorError(WorkflowError):
     code = "query.unknown-run-cursor"
-    template = "Workflow runs page cursor names an unknown run: {}"
+    template = "Workflow runs page cursor names an unknown run: {run_id}"
+
+    def __init__(self, run_id: object) -> None:
+        super().__init__(run_id=run_id)
 
 
 class InvalidStoreUrlError(WorkflowError):
     code = "store.invalid-url"
-    template = "Unsupported store URL {!r}: use sqlite:///path, postgresql://… or memory://"
+    template = "Unsupported store URL {url!r}: use sqlite:///path, postgresql://… or memory://"
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url=url)
 
 
 # -- human decisions ----------------------------------------------------------------------
@@ -702,35 +890,53 @@ class InvalidStoreUrlError(WorkflowError):
 
 class DecisionRunMissingError(WorkflowError):
     code = "decision.run-missing"
-    template = "Human decision run is missing: {}"
+    template = "Human decision run is missing: {run_id}"
+
+    def __init__(self, run_id: object) -> None:
+        super().__init__(run_id=run_id)
 
 
 class DecisionNotFoundError(WorkflowError):
     code = "decision.not-found"
-    template = "Human decision not found: {}"
+    template = "Human decision not found: {decision_id}"
+
+    def __init__(self, decision_id: object) -> None:
+        super().__init__(decision_id=decision_id)
 
 
 class InvalidDecisionFieldError(WorkflowError):
     code = "decision.invalid-field"
-    template = "Human decision {} must be a non-empty string of at most 512 characters"
+    template = "Human decision {field} must be a non-empty string of at most {limit} characters"
+
+    def __init__(self, field: str, limit: int) -> None:
+        super().__init__(field=field, limit=limit)
 
 
 class InvalidDecisionFlagError(WorkflowError):
     code = "decision.invalid-flag"
-    template = "Human decision option {} must be True or False"
+    template = "Human decision option {option} must be True or False"
+
+    def __init__(self, option: str) -> None:
+        super().__init__(option=option)
 
 
 class InvalidDecisionJsonError(WorkflowError):
     code = "decision.invalid-json"
     template = (
-        "Human decision {} must be plain JSON: valid UTF-8 text, at most 64 levels deep "
-        "and 65536 bytes"
+        "Human decision {field} must be plain JSON: valid UTF-8 text, at most {depth} levels deep "
+        "and {size} bytes"
     )
+
+    def __init__(self, field: str, depth: int, size: int) -> None:
+        super().__init__(field=field, depth=depth, size=size)
 
 
 class InvalidDecisionRequestError(WorkflowError):
     code = "decision.invalid-request"
-    template = "Human decision request {}"
+    template = "Human decision request {problem}"
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(problem=problem)
 
 
 class DecisionRequestConflictError(WorkflowError):
@@ -760,22 +966,36 @@ class DecisionTimeoutNotEligibleError(WorkflowError):
 
 class InvalidCancellationProvenanceError(WorkflowError):
     code = "decision.invalid-cancellation-provenance"
-    template = "Human decision cancellation provenance must be one of: {}"
+    template = "Human decision cancellation provenance must be one of: {allowed}"
+
+    def __init__(self, allowed: str) -> None:
+        super().__init__(allowed=allowed)
 
 
 class DecisionHasTimeoutDefaultError(WorkflowError):
     code = "decision.has-timeout-default"
-    template = "Human decision has a timeout default; apply the timeout policy instead: {}"
+    template = (
+        "Human decision has a timeout default; apply the timeout policy instead: {decision_id}"
+    )
+
+    def __init__(self, decision_id: object) -> None:
+        super().__init__(decision_id=decision_id)
 
 
 class DecisionAlreadyAcceptedError(WorkflowError):
     code = "decision.already-accepted"
-    template = "Human decision is already accepted: {}"
+    template = "Human decision is already accepted: {decision_id}"
+
+    def __init__(self, decision_id: object) -> None:
+        super().__init__(decision_id=decision_id)
 
 
 class DecisionNotAcceptedError(WorkflowError):
     code = "decision.not-accepted"
-    template = "Human decision is not accepted: {}"
+    template = "Human decision is not accepted: {decision_id}"
+
+    def __init__(self, decision_id: object) -> None:
+        super().__init__(decision_id=decision_id)
 
 
 class DecisionContinuationConflictError(WorkflowError):
@@ -793,7 +1013,10 @@ class LeaseDurationError(WorkflowError):
 
 class LeaseTooLongError(WorkflowError):
     code = "lease.too-long"
-    template = "Lease duration must be at most {} milliseconds"
+    template = "Lease duration must be at most {limit} milliseconds"
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(limit=limit)
 
 
 class AuthorityLeaseDurationError(WorkflowError):
@@ -823,10 +1046,10 @@ class LeaseOfAnotherRunError(WorkflowError):
 
 class ClaimLostError(WorkflowError):
     code = "lease.claim-lost"
-    template = "Workflow run claim lost ({}): {}"
+    template = "Workflow run claim lost ({reason}): {run_id}"
 
     def __init__(self, reason: str, run_id: str) -> None:
-        super().__init__(reason, run_id)
+        super().__init__(reason=reason, run_id=run_id)
         self.reason = reason
 
 
@@ -835,7 +1058,10 @@ class ClaimLostError(WorkflowError):
 
 class InvalidEffectLabelError(WorkflowError):
     code = "effect.invalid-label"
-    template = "Managed effect {} must be nonempty text of at most 256 characters"
+    template = "Managed effect {label} must be nonempty text of at most {limit} characters"
+
+    def __init__(self, label: str, limit: int) -> None:
+        super().__init__(label=label, limit=limit)
 
 
 class InvalidEffectRequestError(WorkflowError):
@@ -860,12 +1086,18 @@ class InvalidEffectOutcomeError(WorkflowError):
 
 class EffectNotFoundError(WorkflowError):
     code = "effect.not-found"
-    template = "Managed effect not found: {}"
+    template = "Managed effect not found: {effect_id}"
+
+    def __init__(self, effect_id: object) -> None:
+        super().__init__(effect_id=effect_id)
 
 
 class EffectNotRetryableError(WorkflowError):
     code = "effect.not-retryable"
-    template = "Managed effect can only be retried when failed or ambiguous, not {}"
+    template = "Managed effect can only be retried when failed or ambiguous, not {status}"
+
+    def __init__(self, status: object) -> None:
+        super().__init__(status=status)
 
 
 # -- session recording (upstream §3.12, decisions 21 and 26) ------------------------------
@@ -883,7 +1115,10 @@ class InvalidCaptureAttemptError(WorkflowError):
 
 class SessionSegmentMissingError(WorkflowError):
     code = "session.segment-missing"
-    template = "Session capture segment is missing: {}"
+    template = "Session capture segment is missing: {segment_id}"
+
+    def __init__(self, segment_id: object) -> None:
+        super().__init__(segment_id=segment_id)
 
 
 class InvalidSessionEntryError(WorkflowError):
@@ -903,7 +1138,10 @@ class SessionCaptureStoppedError(WorkflowError):
 
 class UnexpectedSessionEventSeqError(WorkflowError):
     code = "session.unexpected-seq"
-    template = "Expected session event seq {}, got {}"
+    template = "Expected session event seq {expected}, got {got}"
+
+    def __init__(self, expected: int, got: int) -> None:
+        super().__init__(expected=expected, got=got)
 
 
 class InvalidSessionEventSeqError(WorkflowError):
@@ -923,12 +1161,18 @@ class IncrementalSessionEventError(WorkflowError):
 
 class SessionEventTooLargeError(WorkflowError):
     code = "session.event-too-large"
-    template = "session event exceeded {} bytes"
+    template = "session event exceeded {limit} bytes"
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(limit=limit)
 
 
 class SessionEventBatchTooLargeError(WorkflowError):
     code = "session.batch-too-large"
     template = "Workflow session event batch exceeded {limit} bytes of records"
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(limit=limit)
 
 
 class InvalidSessionCaptureError(WorkflowError):
@@ -951,17 +1195,26 @@ class CaptureFailureForbiddenError(WorkflowError):
 
 class InvalidAuditArgumentError(WorkflowError):
     code = "audit.invalid-argument"
-    template = "Audit {} must be {}"
+    template = "Audit {name} must be {expected}"
+
+    def __init__(self, name: str, expected: str) -> None:
+        super().__init__(name=name, expected=expected)
 
 
 class BundleWriteError(WorkflowError):
     code = "audit.bundle-not-written"
-    template = "Audit bundle cannot be written to {}: {}"
+    template = "Audit bundle cannot be written to {path}: {reason}"
+
+    def __init__(self, path: object, reason: str) -> None:
+        super().__init__(path=path, reason=reason)
 
 
 class BundleReadError(WorkflowError):
     code = "audit.bundle-unreadable"
-    template = "Audit bundle cannot be read from {}: {}"
+    template = "Audit bundle cannot be read from {path}: {reason}"
+
+    def __init__(self, path: object, reason: str) -> None:
+        super().__init__(path=path, reason=reason)
 
 
 # -- optional extras ----------------------------------------------------------------------
@@ -971,7 +1224,13 @@ class OptionalExtraMissingError(WorkflowError):
     code = "cli.extra-missing"
     template = "{feature} needs the {extra} extra: pip install 'runledger[{extra}]' ({module})"
 
+    def __init__(self, feature: str, extra: str, module: str) -> None:
+        super().__init__(feature=feature, extra=extra, module=module)
+
 
 class InvalidLogFormatError(WorkflowError):
     code = "cli.invalid-log-format"
-    template = "Unknown log format {!r}: use one of {}"
+    template = "Unknown log format {log_format!r}: use one of {allowed}"
+
+    def __init__(self, log_format: object, allowed: str) -> None:
+        super().__init__(log_format=log_format, allowed=allowed)

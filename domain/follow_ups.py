@@ -30,7 +30,10 @@ from runledger.domain.ids import aggregate_id
 from runledger.domain.records import FollowUpRecord
 from runledger.domain.values import REMOVED_REASON, Actor, BadEndStatus, FollowUpState
 
-REQUEST_ID_PATTERN: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,511}")
+MAX_REQUEST_ID_LENGTH: Final = 512
+REQUEST_ID_PATTERN: Final = re.compile(
+    rf"[A-Za-z0-9][A-Za-z0-9._:-]{{0,{MAX_REQUEST_ID_LENGTH - 1}}}"
+)
 MAX_SOURCE_LENGTH: Final = 128
 MAX_PROMPT_BYTES: Final = 65536
 
@@ -47,14 +50,14 @@ def follow_ups_of_run_key(run_id: str) -> str:
 def check_request_id(request_id: object) -> str:
     """Upstream §4.2 step 1: a stable identifier of at most 512 characters."""
     if not isinstance(request_id, str) or REQUEST_ID_PATTERN.fullmatch(request_id) is None:
-        raise InvalidRequestIdError()
+        raise InvalidRequestIdError(limit=MAX_REQUEST_ID_LENGTH)
     return request_id
 
 
 def check_source(source: object) -> str:
     """Upstream §4.2 step 2: non-empty after trimming, at most 128 characters."""
     if not isinstance(source, str) or not source.strip() or len(source) > MAX_SOURCE_LENGTH:
-        raise InvalidSourceError()
+        raise InvalidSourceError(limit=MAX_SOURCE_LENGTH)
     return source
 
 
@@ -63,7 +66,7 @@ def check_prompt(prompt: object) -> str:
     if not isinstance(prompt, str) or not prompt.strip():
         raise EmptyPromptError()
     if len(prompt.encode("utf-8", "surrogatepass")) > MAX_PROMPT_BYTES:
-        raise PromptTooLargeError()
+        raise PromptTooLargeError(limit=MAX_PROMPT_BYTES)
     return prompt
 
 

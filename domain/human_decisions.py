@@ -88,7 +88,7 @@ def check_identifier(name: str, value: object) -> str:
         or len(value) > MAX_IDENTIFIER_LENGTH
         or not _encodable(value)
     ):
-        raise InvalidDecisionFieldError(name)
+        raise InvalidDecisionFieldError(name, limit=MAX_IDENTIFIER_LENGTH)
     return value
 
 
@@ -101,12 +101,12 @@ def check_flag(name: str, value: object) -> bool:
 def check_json_value(name: str, value: object) -> None:
     """A plain JSON value the store can hold: UTF-8 text, bounded depth and size."""
     if not _shallow_and_encodable(value, MAX_JSON_DEPTH):
-        raise InvalidDecisionJsonError(name)
+        raise InvalidDecisionJsonError(name, depth=MAX_JSON_DEPTH, size=MAX_JSON_BYTES)
     # The canonical-JSON errors (non-finite numbers, non-text keys, other types) name where.
     check_plain_json(value, name)
     text = canonical_json(value)
     if len(text.encode("utf-8")) > MAX_JSON_BYTES:
-        raise InvalidDecisionJsonError(name)
+        raise InvalidDecisionJsonError(name, depth=MAX_JSON_DEPTH, size=MAX_JSON_BYTES)
 
 
 def check_request(request: object) -> dict[str, JsonValue]:

@@ -36,7 +36,7 @@ def _positive_integer(value: object, error: type[WorkflowError]) -> int:
         raise error()
     if value > MAX_LEASE_MS:
         # Upstream's JavaScript clock would overflow too; here the expiry date would.
-        raise LeaseTooLongError(MAX_LEASE_MS)
+        raise LeaseTooLongError(limit=MAX_LEASE_MS)
     return value
 
 

@@ -39,7 +39,7 @@ def create_run(
     """
     check_run_id_unused(aggregates, run_id)
     if not is_one_of(status, START_STATUSES):
-        raise InvalidRunFieldError("status", "queued, running or waiting")
+        raise InvalidRunFieldError(field="status", expected="queued, running or waiting")
     parent = None
     if parent_run_id is not None:
         parent = aggregates.run(parent_run_id, missing=ParentRunMissingError)

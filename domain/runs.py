@@ -83,13 +83,13 @@ def check_run_id(run_id: object) -> str:
 def check_interruption_reason(reason: object) -> str:
     """An interruption is explained: its reason becomes the run's error."""
     if not isinstance(reason, str) or not reason.strip():
-        raise InvalidRunFieldError("interruption reason", "a non-empty string")
+        raise InvalidRunFieldError(field="interruption reason", expected="a non-empty string")
     return reason
 
 
 def _optional_text(name: str, value: object, expected: str = "a string or None") -> str | None:
     if value is not None and not isinstance(value, str):
-        raise InvalidRunFieldError(name, expected)
+        raise InvalidRunFieldError(field=name, expected=expected)
     return value
 
 
@@ -515,7 +515,7 @@ class Run(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
         """Move the run to running or waiting, keeping upstream's §3.4 field rules."""
         self.check_not_ended()
         if not is_one_of(status, PROGRESS_STATUSES):
-            raise InvalidRunStatusError(status, ", ".join(PROGRESS_STATUSES))
+            raise InvalidRunStatusError(status=status, allowed=", ".join(PROGRESS_STATUSES))
         node = _optional_text("current_node", current_node)
         attempt = _optional_text("current_attempt_id", current_attempt_id)
         waiting = _optional_text("waiting_on", waiting_on)
@@ -585,11 +585,11 @@ class Run(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
         """Publish a progress update; it replaces the current one of the same type and key."""
         for name, value in (("attempt ID", attempt_id), ("type", update_type), ("key", key)):
             if not isinstance(value, str) or not value:
-                raise InvalidUpdateFieldError(name, "a non-empty string")
+                raise InvalidUpdateFieldError(field=name, expected="a non-empty string")
         check_plain_json(data, "data")
         slot = _update_slot(str(update_type), str(key))
         if slot not in self.updates and len(self.updates) >= MAX_CURRENT_UPDATES:
-            raise TooManyUpdatesError(MAX_CURRENT_UPDATES)
+            raise TooManyUpdatesError(limit=MAX_CURRENT_UPDATES)
         seq = self.version + 1
         self._trigger(
             self.UpdatePublished,
@@ -709,12 +709,12 @@ class Run(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
         if self.lease_owner_type is None and authority is None:
             return
         if authority is None:
-            raise ClaimLostError("missingAuthority", self.run_id)
+            raise ClaimLostError(reason="missingAuthority", run_id=self.run_id)
         if authority.run_id != self.run_id:
             raise LeaseOfAnotherRunError()
         reason = self.lost_claim_reason(authority, now)
         if reason is not None:
-            raise ClaimLostError(reason, self.run_id)
+            raise ClaimLostError(reason=reason, run_id=self.run_id)
         self._renew(authority, check_authority_lease_ms(authority.lease_ms), now)
 
     def has_live_lease(self, now: datetime) -> bool:
@@ -781,7 +781,7 @@ class Run(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
     def check_not_ended(self) -> None:
         """Decision 8: an ended run takes no progress, pause, resume or second end."""
         if self.has_ended:
-            raise RunAlreadyEndedError(self.run_id, self.status)
+            raise RunAlreadyEndedError(run_id=self.run_id, status=self.status)
 
     @property
     def continues_a_parent(self) -> bool:
@@ -796,7 +796,7 @@ class Run(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
     def check_accepts_changes(self) -> None:
         """Upstream §4.2 step 6: ``Workflow run <id> does not accept changes with status <s>``."""
         if not self.accepts_changes:
-            raise RunNotAcceptingChangesError(self.run_id, self.status)
+            raise RunNotAcceptingChangesError(run_id=self.run_id, status=self.status)
 
     def check_accepts_follow_up_for(self, target_session_id: object) -> str:
         """Upstream §4.2 steps 6-7: the run takes changes, and only for its origin session."""
@@ -814,13 +814,13 @@ class Run(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
     def check_running(self) -> None:
         """Upstream ensureSettingsScope: only a running run creates settings scopes."""
         if self.status != "running":
-            raise RunNotAcceptingChangesError(self.run_id, self.status)
+            raise RunNotAcceptingChangesError(run_id=self.run_id, status=self.status)
 
     @staticmethod
     def check_finish_status(status: object) -> TerminalStatus:
         """A run finishes with one of the terminal statuses, named in upstream's order."""
         if not is_one_of(status, TERMINAL_STATUSES):
-            raise InvalidRunStatusError(status, ", ".join(TERMINAL_STATUSES))
+            raise InvalidRunStatusError(status=status, allowed=", ".join(TERMINAL_STATUSES))
         return status
 
     def check_finish(
@@ -849,7 +849,7 @@ class Run(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
         if self.status == "cancelled":
             raise CancelledRunRestartError()
         if self.restart_number >= RESTART_LIMIT:
-            raise RestartLimitError()
+            raise RestartLimitError(limit=RESTART_LIMIT)
 
     def fingerprint_for(
         self,

@@ -49,6 +49,7 @@ from runledger.domain.values import (
     Actor,
     CaptureStatus,
     JsonValue,
+    is_count,
 )
 
 BINDING_SCHEMA: Final = "pi-workflows.session-binding.v1"
@@ -130,9 +131,9 @@ def check_event_record(record: dict[str, Any], expected_seq: int) -> None:
     if record["type"] == "assistant_event" and str(payload.get("type", "")).endswith("_delta"):
         raise IncrementalSessionEventError()
     if seq != expected_seq:
-        raise UnexpectedSessionEventSeqError(expected_seq, seq)
+        raise UnexpectedSessionEventSeqError(expected=expected_seq, got=seq)
     if exceeds_event_limit(record):
-        raise SessionEventTooLargeError(MAX_EVENT_BYTES)
+        raise SessionEventTooLargeError(limit=MAX_EVENT_BYTES)
 
 
 def exceeds_event_limit(record: dict[str, Any]) -> bool:
@@ -185,7 +186,8 @@ def check_capture(capture: object) -> tuple[dict[str, Any], CaptureStatus]:
         or capture.get("schema") != CAPTURE_SCHEMA
         or capture.get("eventSchema") != EVENT_SCHEMA
         or capture.get("status") not in CAPTURE_STATUSES
-        or not all(_is_count(capture.get(name)) for name in CAPTURE_COUNTS)
+        # Upstream bounds no count; plain JSON bounds each to what a backend stores.
+        or not all(is_count(capture.get(name), None) for name in CAPTURE_COUNTS)
     ):
         raise InvalidSessionCaptureError()
     check_plain_json(capture, "capture")
@@ -196,10 +198,6 @@ def check_capture(capture: object) -> tuple[dict[str, Any], CaptureStatus]:
     if status != "failed" and has_failure:
         raise CaptureFailureForbiddenError()
     return capture, status
-
-
-def _is_count(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 class SessionSegment(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):

@@ -212,13 +212,13 @@ def check_allowed(policy: Policy, actor_type: str, permission: str, path: str) -
         if _covers(rule["path"], path) and (best is None or len(rule["path"]) > len(best["path"])):
             best = rule
     if best is None or permission not in best["permissions"].get(actor_type, ()):
-        raise SettingsPermissionError(permission, path, actor_type)
+        raise SettingsPermissionError(permission=permission, path=path, actor_type=actor_type)
 
 
 def check_size(policy: Policy, value: JsonValue) -> None:
     limit: int = policy["max_bytes"]
     if len(canonical_json(value).encode("utf-8", "surrogatepass")) > limit:
-        raise SettingsTooLargeError(limit)
+        raise SettingsTooLargeError(limit=limit)
 
 
 def patched(

@@ -211,7 +211,7 @@ class SettingsScope(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
 
     def check_expected(self, expected_change_number: int | None) -> None:
         if expected_change_number is not None and expected_change_number != self.change_number:
-            raise StaleSettingsError(expected_change_number, self.change_number)
+            raise StaleSettingsError(expected=expected_change_number, current=self.change_number)
 
     def change(
         self,

@@ -34,9 +34,16 @@ MAX_COUNT: Final[int] = 2**63 - 1
 """The largest position, limit or offset: what every backend's 64-bit integers hold."""
 
 
-def is_count(value: object) -> TypeGuard[int]:
-    """A page position, limit or offset: a non-negative int (not a bool) every backend holds."""
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT
+def is_count(value: object, at_most: int | None = MAX_COUNT) -> TypeGuard[int]:
+    """A non-negative int, not a bool, of at most ``at_most``: by default a page position,
+    limit or offset every backend holds; ``None`` for upstream's unbounded counts."""
+    # bool is an int subclass; upstream's Number.isInteger(true) is false, keep that.
+    return (
+        isinstance(value, int)
+        and not isinstance(value, bool)
+        and value >= 0
+        and (at_most is None or value <= at_most)
+    )
 
 
 ActorType = Literal[
@@ -120,7 +127,7 @@ class Actor:
         if not isinstance(self.type, str):
             raise InvalidActorError()
         if self.type not in ACTOR_TYPES:
-            raise UnknownActorTypeError(self.type, ACTOR_TYPES)
+            raise UnknownActorTypeError(actor_type=self.type, known=ACTOR_TYPES)
         if self.id is not None and not isinstance(self.id, str):
             raise InvalidActorError()
 

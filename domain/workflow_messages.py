@@ -74,7 +74,7 @@ def check_host_message(
 ) -> tuple[HostMessageKind, str, str, dict[str, Any]]:
     """A host message in upstream §5.4's order: its kind, its identity, then its content."""
     if not is_one_of(kind, HOST_MESSAGE_KINDS):
-        raise InvalidMessageKindError(kind, ", ".join(HOST_MESSAGE_KINDS))
+        raise InvalidMessageKindError(kind=kind, allowed=", ".join(HOST_MESSAGE_KINDS))
     if not isinstance(source_id, str) or not source_id:
         raise InvalidMessageIdentityError("source ID")
     if not isinstance(idempotency_key, str) or not idempotency_key:
@@ -412,7 +412,9 @@ class WorkflowMessage(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
             raise TurnRequiresSentMessageError()
         open_turn = self.open_turn_id
         if open_turn is not None:
-            raise OpenTurnExistsError(self.workflow_message_id, open_turn)
+            raise OpenTurnExistsError(
+                workflow_message_id=self.workflow_message_id, workflow_turn_id=open_turn
+            )
         self._trigger(
             self.TurnStarted,
             actor,

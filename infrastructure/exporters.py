@@ -101,7 +101,7 @@ def start_observability(
 ) -> Exporters:
     """A long-running command's logging and exporters, from its options."""
     if log_format not in LOG_FORMATS:
-        raise InvalidLogFormatError(log_format, ", ".join(LOG_FORMATS))
+        raise InvalidLogFormatError(log_format=log_format, allowed=", ".join(LOG_FORMATS))
     configure_logging("json" if log_format == "json" else "text")
     return start_exporters(otlp_endpoint=otlp_endpoint, prometheus=prometheus)
 

@@ -252,11 +252,24 @@ class StoreRuntime(ClosedOnExit):
 
     def _follow(self) -> None:
         while not self._closing.is_set():
-            self._wake.wait(timeout=1.0)
+            woken = self._wake.wait(timeout=1.0)
             self._wake.clear()
             if not self._closing.is_set():
-                self.catch_up()
+                if woken or self._behind_the_log():
+                    self.catch_up()
                 self._tell_if_the_log_moved()
+
+    def _behind_the_log(self) -> bool:
+        """Whether the log holds events past this process's projections, or they are not all
+        at one good position. An idle look that finds nothing to do leaves the projector
+        alone: a command's step that found it taken would leave its views to a catch-up."""
+        position = self.projector.next_position()
+        if position is None:
+            return True
+        try:
+            return self.storage.max_position() >= position
+        except WorkflowError:
+            return True
 
     def catch_up(self, *, progress: Progress | None = None) -> int:
         """Bring every projection up to the end of the log; returns events read.
@@ -350,10 +363,12 @@ class StoreRuntime(ClosedOnExit):
         if runner.outdated is not None:
             projection = runner.projection
             raise ProjectionVersionError(
-                runner.name, runner.outdated.version, projection.version, runner.name
+                name=runner.name,
+                stored_version=runner.outdated.version,
+                code_version=projection.version,
             )
         if runner.failure is not None:
-            raise ProjectionStalledError(runner.name, runner.failure)
+            raise ProjectionStalledError(name=runner.name, failure=runner.failure)
 
     def read_model_digest(self, name: str, *, as_of: int | None = None) -> str:
         """The digest of the read model: live (once current), or as of a log position."""
@@ -386,7 +401,9 @@ class StoreRuntime(ClosedOnExit):
             error = None if active is None else active.last_error
             if runner.outdated is not None and error is None:
                 error = ProjectionVersionError(
-                    name, runner.outdated.version, runner.projection.version, name
+                    name=name,
+                    stored_version=runner.outdated.version,
+                    code_version=runner.projection.version,
                 ).message
             if error is None:
                 error = runner.catch_up_error
@@ -506,8 +523,9 @@ class StoreRuntime(ClosedOnExit):
                 )
         with self.projector.paused():
             try:
+                projections = [self.projector.runner(name).projection for name in chosen]
                 reported = rebuild_in_processes(
-                    rebuild_group, self.url, split(chosen, workers), progress, options
+                    rebuild_group, self.url, split(projections, workers), progress, options
                 )
             finally:
                 # Even a failed rebuild moved the views: take their slots, positions, stalls.
@@ -561,7 +579,7 @@ def open_backend(url: str, *, create: bool = True) -> tuple[EventStorage, ViewSt
     without ``create`` a store that does not exist is a ``StoreNotFoundError``."""
     if url.startswith(SQLITE_PREFIX):
         from runledger.infrastructure.storage.sqlite import SQLiteStorage
-        from runledger.infrastructure.views.sql import SQLiteViewStore
+        from runledger.infrastructure.views.sqlite import SQLiteViewStore
 
         path = sqlite_path(url, create=create)
         try:
@@ -577,7 +595,7 @@ def open_backend(url: str, *, create: bool = True) -> tuple[EventStorage, ViewSt
         return storage, SQLiteViewStore(path)
     if url.startswith(("postgresql://", "postgres://")):
         from runledger.infrastructure.storage.postgres import PostgresStorage
-        from runledger.infrastructure.views.sql import PostgresViewStore
+        from runledger.infrastructure.views.postgres import PostgresViewStore
 
         postgres = PostgresStorage(url, create=create)
         return postgres, PostgresViewStore(postgres.datastore)

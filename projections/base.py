@@ -48,12 +48,20 @@ class ProjectedEvent:
 
 @dataclass(frozen=True)
 class Table:
-    """A view table: typed columns, a primary key and optional secondary indexes."""
+    """A view table: typed columns, a primary key and optional secondary indexes.
+
+    ``owner`` names the column holding the run a row belongs to, or is None for rows that are
+    no run's (an audit compares a run's rows by it). ``session_order`` is ``(session column,
+    order column)`` where rows are numbered across a whole session: that number depends on
+    other runs' rows too, so an audit of one run compares the order, not the numbers.
+    """
 
     name: str
     columns: tuple[tuple[str, ColumnType], ...]
     key: tuple[str, ...]
     indexes: tuple[tuple[str, ...], ...] = ()
+    owner: str | None = field(kw_only=True)
+    session_order: tuple[str, str] | None = field(default=None, kw_only=True)
     column_names: tuple[str, ...] = field(init=False)
     column_set: frozenset[str] = field(init=False, repr=False)
     json_columns: frozenset[str] = field(init=False)
@@ -73,7 +81,13 @@ class Table:
         getter = operator.itemgetter(*self.key)
         single = len(self.key) == 1
         object.__setattr__(self, "_key_getter", (lambda row: (getter(row),)) if single else getter)
-        missing = [name for name in (*self.key, *sum(self.indexes, ())) if name not in names]
+        named = (
+            *self.key,
+            *sum(self.indexes, ()),
+            *(() if self.owner is None else (self.owner,)),
+            *(self.session_order or ()),
+        )
+        missing = [name for name in named if name not in names]
         if missing:
             raise ValueError(f"table {self.name} names unknown columns: {missing}")
 
@@ -131,6 +145,9 @@ class Projection(Protocol):
     tables: ClassVar[Sequence[Table]]
     topics: ClassVar[frozenset[str]]
     """Wire names this projection consumes; it still tracks past every other event."""
+    rebuild_weight: ClassVar[int]
+    """Relative cost of replaying it (measured with cProfile on generated histories), so a
+    parallel rebuild spreads its projections evenly over its processes."""
 
     def apply(self, event: ProjectedEvent, view: ViewWriter) -> None:
         """Change the view for one event. Deterministic: times come from the event only."""
@@ -149,6 +166,7 @@ class HandledProjection:
 
     handlers: ClassVar[Mapping[str, Handler]]
     topics: ClassVar[frozenset[str]]
+    rebuild_weight: ClassVar[int] = 1
 
     def __init_subclass__(cls) -> None:
         super().__init_subclass__()

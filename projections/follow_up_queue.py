@@ -34,6 +34,7 @@ RUNS: Final = Table(
     name="rl_fuq_runs",
     columns=(("run_id", "text"), ("origin_session_id", "text")),
     key=("run_id",),
+    owner="run_id",
 )
 
 # ``order`` is an SQL keyword, hence ``order_number`` (upstream's column name too).
@@ -58,6 +59,7 @@ FOLLOW_UPS: Final = Table(
     ),
     key=("follow_up_id",),
     indexes=(("run_id", "order_number"),),
+    owner="run_id",
 )
 
 
@@ -154,6 +156,7 @@ class FollowUpQueueProjection(HandledProjection):
     name: ClassVar[str] = "follow_up_queue"
     version: ClassVar[int] = 1
     tables: ClassVar[Sequence[Table]] = (RUNS, FOLLOW_UPS)
+    rebuild_weight: ClassVar[int] = 2
     handlers = _HANDLERS
 
 

@@ -55,6 +55,7 @@ RUNS: Final = Table(
         ("origin_session_id", "position"),
         ("root_run_id", "position"),
     ),
+    owner="run_id",
 )
 
 
@@ -158,7 +159,7 @@ def _check_page(status: object, limit: object) -> None:
         raise InvalidPageError(f"runs page limit (at most {MAX_PAGE})")
     if status is not None and not is_one_of(status, RUN_STATUSES):
         # An unknown status would match no run: the caller's typo must not read as "none".
-        raise InvalidRunStatusError(status, ", ".join(RUN_STATUSES))
+        raise InvalidRunStatusError(status=status, allowed=", ".join(RUN_STATUSES))
 
 
 def _keyset_page(

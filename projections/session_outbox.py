@@ -8,14 +8,25 @@ queries do the walking (lineage, earlier follow-ups, other runs of the session).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, ClassVar, Final
 
+from runledger.domain.follow_ups import FollowUp
 from runledger.domain.lineage import MAX_LINEAGE_DEPTH
 from runledger.domain.records import WorkflowMessageRecord
+from runledger.domain.runs import Run
 from runledger.domain.values import TERMINAL_STATUSES
-from runledger.projections.base import ProjectedEvent, Row, Table, ViewReader, ViewWriter
+from runledger.domain.workflow_messages import WorkflowMessage
+from runledger.projections.base import (
+    HandledProjection,
+    Handler,
+    ProjectedEvent,
+    Row,
+    Table,
+    ViewReader,
+    ViewWriter,
+)
 
 RUNS: Final = Table(
     "rl_so_runs",
@@ -31,6 +42,7 @@ RUNS: Final = Table(
     ),
     key=("run_id",),
     indexes=(("parent_run_id",), ("origin_session_id", "status")),
+    owner="run_id",
 )
 """What eligibility needs of a run: status, pause, lineage, origin and terminal message."""
 
@@ -45,6 +57,7 @@ FOLLOW_UPS: Final = Table(
     ),
     key=("follow_up_id",),
     indexes=(("run_id", "state", "follow_up_order"),),
+    owner="run_id",
 )
 """Each follow-up's state, its order within its run and its message."""
 
@@ -71,6 +84,8 @@ MESSAGES: Final = Table(
         ("target_session_id", "session_order"),
         ("target_session_id", "status", "session_order"),
     ),
+    owner="run_id",
+    session_order=("target_session_id", "session_order"),
 )
 """Every workflow message with its session order, status and latest turn."""
 
@@ -78,13 +93,13 @@ SESSIONS: Final = Table(
     "rl_so_sessions",
     columns=(("target_session_id", "text"), ("last_order", "int")),
     key=("target_session_id",),
+    # A counter per Pi session, shared by every run that targets it.
+    owner=None,
 )
 """The highest order given in each session, so the next message gets one more."""
 
 ACTIVE_STATUSES: Final = ("queued", "running", "waiting")
 PAGE_SIZE: Final = 100
-
-Handler = Callable[[ProjectedEvent, ViewWriter], None]
 
 
 def _update(view: ViewWriter, table: Table, key: str, changes: Mapping[str, Any]) -> None:
@@ -245,37 +260,32 @@ def _turn_ended(event: ProjectedEvent, view: ViewWriter) -> None:
     view.put(MESSAGES, row)
 
 
-HANDLERS: Final[Mapping[str, Handler]] = {
-    "run.created": _run_created,
-    "run.session-bound": _run_session_bound,
-    "run.progressed": _run_progressed,
-    "run.paused": _run_paused,
-    "run.resumed": _run_resumed,
-    "run.finished": _run_finished,
-    "follow-up.queued": _follow_up_queued,
-    "follow-up.removed": _follow_up_removed,
-    "follow-up.cancelled": _follow_up_cancelled,
-    "workflow-message.created": _message_created,
-    "workflow-message.cancelled": _message_cancelled,
-    "workflow-message.sent": _message_sent,
-    "workflow-turn.started": _turn_started,
-    "workflow-turn.ended": _turn_ended,
+_HANDLERS: Final[Mapping[str, Handler]] = {
+    Run.Created.TOPIC: _run_created,
+    Run.SessionBound.TOPIC: _run_session_bound,
+    Run.Progressed.TOPIC: _run_progressed,
+    Run.Paused.TOPIC: _run_paused,
+    Run.Resumed.TOPIC: _run_resumed,
+    Run.Finished.TOPIC: _run_finished,
+    FollowUp.Queued.TOPIC: _follow_up_queued,
+    FollowUp.Removed.TOPIC: _follow_up_removed,
+    FollowUp.Cancelled.TOPIC: _follow_up_cancelled,
+    WorkflowMessage.Created.TOPIC: _message_created,
+    WorkflowMessage.Cancelled.TOPIC: _message_cancelled,
+    WorkflowMessage.Sent.TOPIC: _message_sent,
+    WorkflowMessage.TurnStarted.TOPIC: _turn_started,
+    WorkflowMessage.TurnEnded.TOPIC: _turn_ended,
 }
 
 
-class SessionOutboxProjection:
+class SessionOutboxProjection(HandledProjection):
     """Workflow messages per target session, in session order, with eligibility facts."""
 
     name: ClassVar[str] = "session_outbox"
     version: ClassVar[int] = 1
     tables: ClassVar[Sequence[Table]] = (RUNS, FOLLOW_UPS, MESSAGES, SESSIONS)
-    topics: ClassVar[frozenset[str]] = frozenset(HANDLERS)
-
-    def apply(self, event: ProjectedEvent, view: ViewWriter) -> None:
-        """Change the view for one event (a handful of keyed reads and writes)."""
-        handler = HANDLERS.get(event.wire_name)
-        if handler is not None:
-            handler(event, view)
+    rebuild_weight: ClassVar[int] = 2
+    handlers = _HANDLERS
 
 
 # -- queries ------------------------------------------------------------------------------

@@ -45,6 +45,8 @@ SCOPES: Final = Table(
     ),
     key=("scope_id",),
     indexes=(("active_run_id",),),
+    # A scope belongs to the run it is active on (it only ever moves within a tree).
+    owner="active_run_id",
 )
 
 CHANGES: Final = Table(
@@ -65,6 +67,7 @@ CHANGES: Final = Table(
         ("accepted_at", "text"),
     ),
     key=("scope_id", "change_number"),
+    owner="run_id",
 )
 """One row per accepted change, with the value after it (``settings``) and the JSON pointers
 it wrote (``changed_paths``, from ``settings.changed`` version 2)."""
@@ -168,7 +171,7 @@ def settings_scope_at_change(
     if scope is None:
         return None
     if number > scope["change_number"]:
-        raise SettingsChangeMissingError(number, scope_id)
+        raise SettingsChangeMissingError(change_number=number, scope_id=scope_id)
     if number == scope["change_number"]:
         return _record(scope)
     if number == 0:
@@ -182,7 +185,7 @@ def settings_scope_at_change(
         )
     change = reader.get(CHANGES, (scope_id, number))
     if change is None:
-        raise SettingsChangeMissingError(number, scope_id)
+        raise SettingsChangeMissingError(change_number=number, scope_id=scope_id)
     return _record(
         scope,
         active_run_id=change["run_id"],

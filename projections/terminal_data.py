@@ -32,6 +32,7 @@ RUNS: Final = Table(
         ("restart_number", "int"),
     ),
     key=("run_id",),
+    owner="run_id",
 )
 
 
@@ -84,6 +85,7 @@ class TerminalDataProjection(HandledProjection):
     name: ClassVar[str] = "terminal_data"
     version: ClassVar[int] = 1
     tables: ClassVar[Sequence[Table]] = (RUNS,)
+    rebuild_weight: ClassVar[int] = 1
     handlers = _HANDLERS
 
 

@@ -25,14 +25,27 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
-from runledger.domain.errors import InvalidViewerCursorError, RunNotFoundError
+from runledger.domain.errors import (
+    InvalidViewerCursorError,
+    RunNotFoundError,
+    ViewerPageTotalError,
+    ViewerProjectionMissingError,
+)
 from runledger.domain.follow_ups import FollowUp
 from runledger.domain.records import SnapshotRequired, ViewerDelta, ViewerDeltas
 from runledger.domain.runs import Run
 from runledger.domain.session_segments import SessionSegment
 from runledger.domain.settings_scopes import SettingsScope
-from runledger.domain.values import ViewerTargetType
-from runledger.projections.base import ProjectedEvent, Row, Table, ViewReader, ViewWriter
+from runledger.domain.values import ViewerTargetType, is_count
+from runledger.projections.base import (
+    HandledProjection,
+    Handler,
+    ProjectedEvent,
+    Row,
+    Table,
+    ViewReader,
+    ViewWriter,
+)
 
 VIEWER_PAGE_SIZE: Final = 256
 VIEWER_DELTA_RETENTION: Final = 256
@@ -59,10 +72,6 @@ FOLLOW_UP_CHANGES: Final[frozenset[str]] = frozenset(
     {FollowUp.Queued.TOPIC, FollowUp.Removed.TOPIC, FollowUp.Cancelled.TOPIC}
 )
 
-SETTINGS_CHANGES: Final[frozenset[str]] = frozenset(
-    {SettingsScope.Created.TOPIC, SettingsScope.Changed.TOPIC, SettingsScope.Moved.TOPIC}
-)
-
 # Stored event fields that are not the event's own facts, so not part of a trace payload
 # (``originator_topic`` is the eventsourcing library's aggregate-class marker).
 _ENVELOPE_FIELDS: Final = frozenset({"timestamp", "actor", "run_id", "originator_topic"})
@@ -70,28 +79,9 @@ _ENVELOPE_FIELDS: Final = frozenset({"timestamp", "actor", "run_id", "originator
 _COMPACTED_FIELDS: Final = (("input", "inputStored"), ("final_output", "finalOutputStored"))
 
 
-class ViewerPageTotalError(ValueError):
-    """A tail patch was asked for with an old total that is not a non-negative integer."""
-
-    def __init__(self) -> None:
-        super().__init__("Viewer page total must be a non-negative integer")
-
-
-class ViewerProjectionMissingError(LookupError):
-    """An event names a run whose ``run.created`` this projection never saw."""
-
-    def __init__(self, run_id: str) -> None:
-        super().__init__(f"Viewer projection does not exist for workflow run: {run_id}")
-
-
-def _is_count(value: object) -> bool:
-    # bool is an int subclass; upstream's Number.isInteger(true) is false, keep that.
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
 def viewer_tail_patch(old_total: int, items: Sequence[Any]) -> list[Op]:
     """Ops that append ``items`` to a windowed list showing its last 256 items (§7.2)."""
-    if not _is_count(old_total):
+    if not is_count(old_total, None):
         raise ViewerPageTotalError()
     if not items:
         return []
@@ -113,9 +103,9 @@ def viewer_tail_patch(old_total: int, items: Sequence[Any]) -> list[Op]:
 
 def workflow_page_start(total: int, cursor: int | None = None) -> int:
     """Start of the 256-item page a viewer shows: the last page, or one around ``cursor``."""
-    if not _is_count(total):
+    if not is_count(total, None):
         raise ViewerPageTotalError()
-    if cursor is not None and not _is_count(cursor):
+    if cursor is not None and not is_count(cursor, None):
         raise InvalidViewerCursorError()
     if total <= VIEWER_PAGE_SIZE:
         return 0
@@ -141,6 +131,7 @@ RUNS = Table(
         ("session", "json"),
     ),
     key=("run_id",),
+    owner="run_id",
 )
 """One row per run: its viewer revision and everything the next delta is computed from
 (``settings`` lists every scope active on the run, ordered by mount path and invocation;
@@ -159,6 +150,7 @@ REVISIONS = Table(
     ),
     key=("run_id", "slot"),
     indexes=(("run_id", "revision"),),
+    owner="run_id",
 )
 """The retained revisions of a run as a ring: slot = revision % 256. ``deltas`` lists them
 in delta-index order, each one of ``"settings"`` and ``"follow-ups"`` (the inspector targets,
@@ -563,136 +555,136 @@ def _session_change(run: Row, event: ProjectedEvent) -> list[dict[str, Any]]:
     return deltas
 
 
-class ViewerDeltasProjection:
+def _run(view: ViewWriter, run_id: str) -> Row:
+    run = view.get(RUNS, (run_id,))
+    if run is None:
+        raise ViewerProjectionMissingError(run_id)
+    return run
+
+
+def _record(
+    view: ViewWriter,
+    run: Row,
+    event: ProjectedEvent,
+    deltas: list[Any],
+    undo: dict[str, Any],
+) -> None:
+    revision: int = run["revision"] + 1
+    run["revision"] = revision
+    run["retained_from"] = max(1, revision - VIEWER_DELTA_RETENTION + 1)
+    run["updated_at"] = event.recorded_at
+    view.put(RUNS, run)
+    # Overwrites revision - 256, which has just left retention.
+    view.put(
+        REVISIONS,
+        {
+            "run_id": run["run_id"],
+            "slot": revision % VIEWER_DELTA_RETENTION,
+            "revision": revision,
+            "recorded_at": event.recorded_at,
+            "deltas": deltas,
+            "undo": undo,
+        },
+    )
+
+
+def _run_created(event: ProjectedEvent, view: ViewWriter) -> None:
+    status: str = event["status"]
+    view.put(
+        RUNS,
+        {
+            "run_id": event["run_id"],
+            "revision": 1,
+            "retained_from": 1,
+            "updated_at": event.recorded_at,
+            # run.created is trace item 1 although revision 1 carries no delta: a viewer
+            # starts from a snapshot that already shows it.
+            "trace_total": 1,
+            "graph": _graph_state(status, event.recorded_at if status == "waiting" else None),
+            "follow_ups": [],
+            "follow_up_total": 0,
+            "settings": [],
+            "session": {"segments": {}, "entries": 0, "events": 0},
+        },
+    )
+
+
+def _run_written(event: ProjectedEvent, view: ViewWriter) -> None:
+    run = _run(view, event["run_id"])
+    before = run["graph"]
+    graph = _evolved_graph(before, event)
+    run["graph"] = graph
+    old_total: int = run["trace_total"]
+    run["trace_total"] = old_total + 1
+    deltas = [
+        # traceSeq is the run's aggregate version, as upstream's run resource revision.
+        {"graph": event.version},
+        {
+            "target_type": "timeline",
+            "target_key": "trace:tail",
+            "patch": viewer_tail_patch(old_total, [_trace_item(event, old_total + 1)]),
+        },
+    ]
+    _record(view, run, event, deltas, _graph_undo(before, graph))
+
+
+def _follow_up_changed(event: ProjectedEvent, view: ViewWriter) -> None:
+    run = _run(view, event["run_id"])
+    window, undo = _evolved_follow_ups(run["follow_ups"], event)
+    run["follow_ups"] = window
+    if event.wire_name == FollowUp.Queued.TOPIC:
+        run["follow_up_total"] += 1
+    _record(view, run, event, list(INSPECTOR_DELTAS), undo)
+
+
+def _scope_created(event: ProjectedEvent, view: ViewWriter) -> None:
+    run = _run(view, event["run_id"])
+    undo = _settings_changed(run, _with_scope(run["settings"], _settings_item(event, 0)))
+    _record(view, run, event, list(INSPECTOR_DELTAS), undo)
+
+
+def _scope_changed(event: ProjectedEvent, view: ViewWriter) -> None:
+    run = _run(view, event["run_id"])
+    undo = _settings_changed(run, _changed_scopes(run["settings"], event))
+    _record(view, run, event, list(INSPECTOR_DELTAS), undo)
+
+
+def _scope_moved(event: ProjectedEvent, view: ViewWriter) -> None:
+    """The child gains the scope and the parent loses it: a revision for each."""
+    child = _run(view, event["run_id"])
+    item = _settings_item(event, event["change_number"])
+    undo = _settings_changed(child, _with_scope(child["settings"], item))
+    _record(view, child, event, list(INSPECTOR_DELTAS), undo)
+    parent = _run(view, event["from_run_id"])
+    undo = _settings_changed(parent, _without_scope(parent["settings"], event["scope_id"]))
+    _record(view, parent, event, list(INSPECTOR_DELTAS), undo)
+
+
+def _session_changed(event: ProjectedEvent, view: ViewWriter) -> None:
+    run = _run(view, event["run_id"])
+    _record(view, run, event, _session_change(run, event), {})
+
+
+_HANDLERS: Final[Mapping[str, Handler]] = {
+    Run.Created.TOPIC: _run_created,
+    **dict.fromkeys(RUN_WRITES, _run_written),
+    **dict.fromkeys(FOLLOW_UP_CHANGES, _follow_up_changed),
+    SettingsScope.Created.TOPIC: _scope_created,
+    SettingsScope.Changed.TOPIC: _scope_changed,
+    SettingsScope.Moved.TOPIC: _scope_moved,
+    **dict.fromkeys(SESSION_CHANGES, _session_changed),
+}
+
+
+class ViewerDeltasProjection(HandledProjection):
     """Presentation revisions per run with their graph, timeline, inspector and conversation
     deltas."""
 
     name: ClassVar[str] = "viewer_deltas"
     version: ClassVar[int] = 4
     tables: ClassVar[Sequence[Table]] = (RUNS, REVISIONS)
-    topics: ClassVar[frozenset[str]] = frozenset(
-        {
-            Run.Created.TOPIC,
-            *RUN_WRITES,
-            *FOLLOW_UP_CHANGES,
-            *SETTINGS_CHANGES,
-            *SESSION_CHANGES,
-        }
-    )
-
-    def apply(self, event: ProjectedEvent, view: ViewWriter) -> None:
-        name = event.wire_name
-        if name == Run.Created.TOPIC:
-            self._open(event, view)
-            return
-        run = self._run(view, event["run_id"])
-        undo: dict[str, Any] = {}
-        deltas: list[Any] = list(INSPECTOR_DELTAS)
-        if name in RUN_WRITES:
-            deltas, undo = self._run_write(run, event)
-        elif name in FOLLOW_UP_CHANGES:
-            undo = self._follow_up_change(run, event)
-        elif name == SettingsScope.Created.TOPIC:
-            undo = _settings_changed(run, _with_scope(run["settings"], _settings_item(event, 0)))
-        elif name == SettingsScope.Changed.TOPIC:
-            undo = _settings_changed(run, _changed_scopes(run["settings"], event))
-        elif name == SettingsScope.Moved.TOPIC:
-            self._scope_moved(view, run, event)
-            return
-        elif name in SESSION_CHANGES:
-            deltas = _session_change(run, event)
-        else:
-            return
-        self._record(view, run, event, deltas, undo)
-
-    @staticmethod
-    def _run(view: ViewWriter, run_id: str) -> Row:
-        run = view.get(RUNS, (run_id,))
-        if run is None:
-            raise ViewerProjectionMissingError(run_id)
-        return run
-
-    def _scope_moved(self, view: ViewWriter, child: Row, event: ProjectedEvent) -> None:
-        """The child gains the scope and the parent loses it: a revision for each."""
-        item = _settings_item(event, event["change_number"])
-        undo = _settings_changed(child, _with_scope(child["settings"], item))
-        self._record(view, child, event, list(INSPECTOR_DELTAS), undo)
-        parent = self._run(view, event["from_run_id"])
-        undo = _settings_changed(parent, _without_scope(parent["settings"], event["scope_id"]))
-        self._record(view, parent, event, list(INSPECTOR_DELTAS), undo)
-
-    @staticmethod
-    def _open(event: ProjectedEvent, view: ViewWriter) -> None:
-        status: str = event["status"]
-        view.put(
-            RUNS,
-            {
-                "run_id": event["run_id"],
-                "revision": 1,
-                "retained_from": 1,
-                "updated_at": event.recorded_at,
-                # run.created is trace item 1 although revision 1 carries no delta: a viewer
-                # starts from a snapshot that already shows it.
-                "trace_total": 1,
-                "graph": _graph_state(status, event.recorded_at if status == "waiting" else None),
-                "follow_ups": [],
-                "follow_up_total": 0,
-                "settings": [],
-                "session": {"segments": {}, "entries": 0, "events": 0},
-            },
-        )
-
-    @staticmethod
-    def _run_write(run: Row, event: ProjectedEvent) -> tuple[list[Any], dict[str, Any]]:
-        before = run["graph"]
-        graph = _evolved_graph(before, event)
-        run["graph"] = graph
-        old_total: int = run["trace_total"]
-        run["trace_total"] = old_total + 1
-        deltas = [
-            # traceSeq is the run's aggregate version, as upstream's run resource revision.
-            {"graph": event.version},
-            {
-                "target_type": "timeline",
-                "target_key": "trace:tail",
-                "patch": viewer_tail_patch(old_total, [_trace_item(event, old_total + 1)]),
-            },
-        ]
-        return deltas, _graph_undo(before, graph)
-
-    @staticmethod
-    def _follow_up_change(run: Row, event: ProjectedEvent) -> dict[str, Any]:
-        window, undo = _evolved_follow_ups(run["follow_ups"], event)
-        run["follow_ups"] = window
-        if event.wire_name == FollowUp.Queued.TOPIC:
-            run["follow_up_total"] += 1
-        return undo
-
-    @staticmethod
-    def _record(
-        view: ViewWriter,
-        run: Row,
-        event: ProjectedEvent,
-        deltas: list[Any],
-        undo: dict[str, Any],
-    ) -> None:
-        revision: int = run["revision"] + 1
-        run["revision"] = revision
-        run["retained_from"] = max(1, revision - VIEWER_DELTA_RETENTION + 1)
-        run["updated_at"] = event.recorded_at
-        view.put(RUNS, run)
-        # Overwrites revision - 256, which has just left retention.
-        view.put(
-            REVISIONS,
-            {
-                "run_id": run["run_id"],
-                "slot": revision % VIEWER_DELTA_RETENTION,
-                "revision": revision,
-                "recorded_at": event.recorded_at,
-                "deltas": deltas,
-                "undo": undo,
-            },
-        )
+    rebuild_weight: ClassVar[int] = 3
+    handlers = _HANDLERS
 
 
 @dataclass(frozen=True, slots=True)
@@ -778,7 +770,8 @@ def viewer_deltas(
     reader: ViewReader, run_id: str, *, after_revision: int
 ) -> ViewerDeltas | SnapshotRequired:
     """The deltas after ``after_revision``, or ``snapshot_required`` when they are gone (§7.1)."""
-    if not _is_count(after_revision):
+    # Any integer revision is a cursor upstream: one beyond the head gets a snapshot.
+    if not is_count(after_revision, None):
         raise InvalidViewerCursorError()
     run = reader.get(RUNS, (run_id,))
     if run is None:

@@ -42,13 +42,13 @@ Progress = Callable[[int], None]
 def bundle_path(path: object) -> Path:
     """Where to write: text or a path-like naming a file in an existing folder."""
     if not isinstance(path, (str, os.PathLike)):
-        raise BundleWriteError(path, "the path must be text or a path")
+        raise BundleWriteError(path=path, reason="the path must be text or a path")
     try:
         target = Path(os.fsdecode(path))
     except (TypeError, ValueError) as error:
-        raise BundleWriteError(path, str(error)) from None
+        raise BundleWriteError(path=path, reason=str(error)) from None
     if not str(target) or "\0" in str(target):
-        raise BundleWriteError(path, "the path must be a file name")
+        raise BundleWriteError(path=path, reason="the path must be a file name")
     return target
 
 
@@ -132,7 +132,7 @@ def _write(target: Path, lines: list[str]) -> None:
     try:
         handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=folder)
     except OSError as error:
-        raise BundleWriteError(str(target), error.strerror or str(error)) from None
+        raise BundleWriteError(path=str(target), reason=error.strerror or str(error)) from None
     try:
         with os.fdopen(handle, "w", encoding="utf-8", newline="\n") as file:
             for line in lines:
@@ -141,4 +141,4 @@ def _write(target: Path, lines: list[str]) -> None:
         os.replace(temporary, target)
     except OSError as error:
         Path(temporary).unlink(missing_ok=True)
-        raise BundleWriteError(str(target), error.strerror or str(error)) from None
+        raise BundleWriteError(path=str(target), reason=error.strerror or str(error)) from None

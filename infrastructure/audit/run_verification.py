@@ -3,16 +3,15 @@ then compare the re-projected rows with the stored ones.
 
 A read-model row of one run can depend on events of any run of its tree (a settings scope
 moves to a continuation child, a bad end cancels its ancestors' follow-ups), so the whole tree
-is replayed and re-projected, and every row the tree owns is compared. ``ROW_OWNERS`` says,
-per table, which column names the run a row belongs to; a table that no run owns is listed
-with None and the reason. Columns numbered across a session (``SESSION_WIDE``) depend on other
+is replayed and re-projected, and every row the tree owns (by its table's ``owner`` column)
+is compared. Columns numbered across a session (a table's ``session_order``) depend on other
 trees' messages too, so they are compared as an order, not as numbers.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Any
 
 from runledger.domain.canonical import canonical_json
 from runledger.domain.records import AuditDifference, AuditVerdict
@@ -21,32 +20,7 @@ from runledger.infrastructure.audit.replay import replay_aggregates
 from runledger.infrastructure.audit.reprojection import reproject
 from runledger.infrastructure.audit.stored_events import log_entry, run_notifications
 from runledger.infrastructure.runtime import StoreRuntime
-from runledger.projections import follow_up_queue, runs, session_outbox, settings, terminal_data
-from runledger.projections import viewer_deltas as viewer
 from runledger.projections.base import Key, Projection, Row, Table, ViewReader
-
-ROW_OWNERS: Final[Mapping[str, str | None]] = {
-    follow_up_queue.RUNS.name: "run_id",
-    follow_up_queue.FOLLOW_UPS.name: "run_id",
-    terminal_data.RUNS.name: "run_id",
-    viewer.RUNS.name: "run_id",
-    viewer.REVISIONS.name: "run_id",
-    session_outbox.RUNS.name: "run_id",
-    session_outbox.FOLLOW_UPS.name: "run_id",
-    session_outbox.MESSAGES.name: "run_id",
-    # A counter per Pi session, shared by every run that targets it.
-    session_outbox.SESSIONS.name: None,
-    # A scope belongs to the run it is active on (it only ever moves within a tree).
-    settings.SCOPES.name: "active_run_id",
-    settings.CHANGES.name: "run_id",
-    runs.RUNS.name: "run_id",
-}
-"""Table -> the column naming the run that owns a row (None: rows are not any run's)."""
-
-SESSION_WIDE: Final[Mapping[str, tuple[str, str]]] = {
-    session_outbox.MESSAGES.name: ("target_session_id", "session_order"),
-}
-"""Table -> (session column, order column) of an order given across a whole session."""
 
 
 def verify_run_models(runtime: StoreRuntime, run_id: str) -> AuditVerdict:
@@ -87,12 +61,12 @@ def _first_difference(
     projection: Projection, tree: Sequence[str], fresh: ViewReader, stored: ViewReader
 ) -> AuditDifference | None:
     for table in projection.tables:
-        owner = ROW_OWNERS[table.name]
+        owner = table.owner
         if owner is None:
             continue
         expected = _owned(fresh, table, owner, tree)
         found = _owned(stored, table, owner, tree)
-        session_wide = SESSION_WIDE.get(table.name)
+        session_wide = table.session_order
         ignored = () if session_wide is None else (session_wide[1],)
         for key in sorted(expected.keys() | found.keys(), key=_key_order):
             want, have = expected.get(key), found.get(key)

@@ -14,16 +14,16 @@ from runledger.infrastructure.runtime import StoreRuntime
 def check_flag(name: str, value: object) -> bool:
     """An audit switch: exactly True or False."""
     if not isinstance(value, bool):
-        raise InvalidAuditArgumentError(name, "true or false")
+        raise InvalidAuditArgumentError(name=name, expected="true or false")
     return value
 
 
 def check_as_of(value: object, head: int) -> int | None:
     """A log position to stop at (at most the log's ``head``), or None for the whole log."""
     if value is not None and not is_count(value):
-        raise InvalidAuditArgumentError("as_of", "a non-negative integer or None")
+        raise InvalidAuditArgumentError(name="as_of", expected="a non-negative integer or None")
     if value is not None and value > head:
-        raise AsOfBeyondLogError(value, head)
+        raise AsOfBeyondLogError(as_of=value, head=head)
     return value
 
 

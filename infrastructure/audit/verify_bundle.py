@@ -169,12 +169,12 @@ def verify_bundle(path: str | os.PathLike[str]) -> BundleVerdict:
 
 def _read(path: object) -> list[tuple[int, bytes]]:
     if not isinstance(path, (str, os.PathLike)):
-        raise BundleReadError(path, "the path must be text or a path")
+        raise BundleReadError(path=path, reason="the path must be text or a path")
     try:
         data = Path(os.fsdecode(path)).read_bytes()
     except (OSError, ValueError) as error:
         reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
-        raise BundleReadError(str(path), reason) from None
+        raise BundleReadError(path=str(path), reason=reason) from None
     # "\n" alone ends a line: canonical JSON leaves U+2028, U+2029 and U+0085 unescaped inside
     # strings, and str.splitlines would cut an event's text there. orjson checks the UTF-8.
     return [

@@ -11,6 +11,7 @@ from uuid import UUID
 from eventsourcing.domain import BaseAggregate
 
 from runledger.domain.effects import Effect, effects_of_run_key
+from runledger.domain.events import LedgerEvent
 from runledger.domain.follow_ups import FollowUp, follow_ups_of_run_key
 from runledger.domain.ports import CommandUnit
 from runledger.domain.records import RunClaim
@@ -127,10 +128,21 @@ class UnitOfWork(CommandUnit):
 
     def fences(self, changed: Sequence[BaseAggregate[UUID]]) -> list[Fence]:
         """The fences for the save to check: of the aggregates read but not changed (a
-        change conflicts on its versions anyway) and of the indexes read to completion."""
+        change conflicts on its versions anyway) and of the indexes read to completion, where
+        what this save itself adds to an index is no one else's."""
         written = {aggregate.id for aggregate in changed}
         held = [f for key, f in self._version_fences.items() if key not in written]
-        return [*held, *self._index_fences.values()]
+        added: dict[str, set[UUID]] = {}
+        for aggregate in changed:
+            for event in aggregate.pending_events:
+                key = event.lookup_key() if isinstance(event, LedgerEvent) else None
+                if key is not None:
+                    added.setdefault(key, set()).add(aggregate.id)
+        indexes = [
+            fence._replace(seen=fence.seen | added.get(key, set()))
+            for key, fence in self._index_fences.items()
+        ]
+        return [*held, *indexes]
 
     def follow_ups_of(self, run_id: str) -> Iterator[FollowUp]:
         return self._indexed(FollowUp, follow_ups_of_run_key(run_id))
@@ -147,17 +159,27 @@ class UnitOfWork(CommandUnit):
         return self._indexed(Effect, effects_of_run_key(run_id))
 
     def restarts_in_tree(self, root_run_id: str) -> Iterator[Run]:
-        return self._indexed(Run, restarts_in_tree_key(root_run_id))
+        # Fenced: two restarts of one tree from different sources share no aggregate, so
+        # only the index can tell the later one of the earlier (rule 9). Every restart holds
+        # the root's lock for its check, so they take turns, and the later runs again.
+        seen = self._fenced_index(restarts_in_tree_key(root_run_id), root_run_id)
+        runs = (self.get(Run, aggregate_id) for aggregate_id in seen)
+        return (run for run in runs if run is not None)
 
     def settings_scopes_active_on(self, run_id: str) -> Iterator[SettingsScope]:
         # The index lists every scope that ever became active on the run; some moved on.
         # Read to completion: the save is refused if a scope joined it meanwhile (a scope
         # created on the run holds it, ``guard_settings_of``), and the command runs again.
-        key = settings_of_run_key(run_id)
-        seen = self.source.originator_ids_by_key(key)
-        self._index_fences[key] = IndexFence(key, frozenset(seen), run_aggregate_id(run_id))
+        seen = self._fenced_index(settings_of_run_key(run_id), run_id)
         scopes = (self.get(SettingsScope, aggregate_id) for aggregate_id in seen)
         return (s for s in scopes if s is not None and s.active_run_id == run_id)
+
+    def _fenced_index(self, key: str, guard_run_id: str) -> list[UUID]:
+        """The aggregates indexed under ``key``, read whole; the save is refused if another
+        one joins the index before it commits (``IndexFence``, under the run's lock)."""
+        seen = self.source.originator_ids_by_key(key)
+        self._index_fences[key] = IndexFence(key, frozenset(seen), run_aggregate_id(guard_run_id))
+        return seen
 
     def _indexed(self, cls: type[A], lookup_key: str) -> Iterator[A]:
         for aggregate_id in self.source.originator_ids_by_key(lookup_key):

@@ -102,7 +102,9 @@ ROUTES: Final[Sequence[Route]] = (
     _get(
         "/settings-scopes/{scope_id:path}/changes/{change_number}",
         "settings_scope_at_change",
-        missing=lambda scope_id, number: errors.SettingsChangeMissingError(number, scope_id),
+        missing=lambda scope_id, number: errors.SettingsChangeMissingError(
+            change_number=number, scope_id=scope_id
+        ),
     ),
     # -- human decisions ------------------------------------------------------------------
     _post("/runs/{run_id}/decisions", "request_human_decision", creates=True),

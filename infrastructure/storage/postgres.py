@@ -37,6 +37,7 @@ from runledger.domain.errors import StorageUnavailableError, StoreNotFoundError
 from runledger.domain.ports import LogEntry
 from runledger.infrastructure.commits.group_commit import GroupCommit
 from runledger.infrastructure.commits.ports import Fence, IndexFence, SameCommit, VersionFence
+from runledger.infrastructure.databases import MOVED_SQLSTATE, pipelined, psycopg_cause
 from runledger.infrastructure.storage.base import (
     EVENTS_TABLE,
     SNAPSHOTS_TABLE,
@@ -102,13 +103,6 @@ _CAUSES_BY_MESSAGE: Final = (
     ("timed out", TIMED_OUT),
     ("the database system is", SERVER_STARTING_OR_STOPPING),
 )
-
-
-def _psycopg_cause(error: BaseException) -> psycopg.Error | None:
-    """The psycopg error under the library's translation of it, if there is one."""
-    while error is not None and not isinstance(error, psycopg.Error):
-        error = error.__cause__ or error.__context__  # type: ignore[assignment]
-    return error
 
 
 def connection_fault(error: psycopg.Error) -> str | None:
@@ -217,7 +211,7 @@ class _ArrayRowsDatastore(PostgresDatastore):
             with super().get_connection() as connection:
                 yield connection
         except (OperationalError, InterfaceError) as error:
-            cause = _psycopg_cause(error)
+            cause = psycopg_cause(error)
             fault = None if cause is None else connection_fault(cause)
             if cause is None or fault is None:
                 raise
@@ -345,8 +339,6 @@ SAME_COMMIT_SAVEPOINT: Final = b"SAVEPOINT runledger_same_commit"
 SAME_COMMIT_RELEASE: Final = b"RELEASE SAVEPOINT runledger_same_commit"
 SAME_COMMIT_ROLLBACK: Final = b"ROLLBACK TO SAVEPOINT runledger_same_commit"
 
-MOVED_SQLSTATE: Final = "RLPM1"
-"""The SQLSTATE of a view store's tracking compare-and-set that found a projection moved."""
 NOT_AT_POSITIONS_SQLSTATE: Final = "RLPM2"
 """The SQLSTATE of the check that a command's events took the positions it projected."""
 FENCE_BROKEN_SQLSTATE: Final = "RLFN1"
@@ -642,7 +634,11 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
         written = False
         # An error inside a pipeline surfaces at its sync (or any statement after it); it
         # propagates out of the pipeline block, which leaving normally would not allow.
-        with conn.pipeline() as pipeline, conn.cursor() as insert, conn.cursor() as curs:
+        with (
+            pipelined(conn, sum(len(s.state) for s in stored_events)) as pipeline,
+            conn.cursor() as insert,
+            conn.cursor() as curs,
+        ):
             if not begun:
                 curs.execute(b"BEGIN")
             self._insert_stored_events(insert, stored_events, fences)
@@ -658,7 +654,8 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
                 written = step.write(curs)
                 curs.execute(SAME_COMMIT_RELEASE)
             curs.execute(b"COMMIT")
-            pipeline.sync()
+            if pipeline is not None:
+                pipeline.sync()
             positions = [row["notification_id"] for row in insert.fetchall()]
         return positions, written
 

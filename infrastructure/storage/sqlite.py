@@ -26,6 +26,7 @@ from eventsourcing.sqlite import (
 from runledger.domain.ports import LogEntry
 from runledger.infrastructure.commits.group_commit import GroupCommit
 from runledger.infrastructure.commits.ports import Fence, SameCommit
+from runledger.infrastructure.databases import create_private_file
 from runledger.infrastructure.storage.base import (
     EVENTS_TABLE,
     SNAPSHOTS_TABLE,
@@ -48,27 +49,6 @@ LOCK_TIMEOUT_SECONDS = 5
 
 STATEMENT_CACHE_SIZE = 256
 """Prepared statements kept per connection: every statement one command runs, with room."""
-
-PRIVATE_FILE_MODE = 0o600
-"""A new database holds prompts and outputs: only its owner may read it."""
-
-
-def create_private_file(path: str) -> None:
-    """Create the database file owner-only if it does not exist yet, whatever the umask.
-
-    SQLite gives the ``-wal`` and ``-shm`` files it makes the mode of the database file, so
-    they follow. An existing file keeps the mode its owner gave it.
-    """
-    if path in ("", ":memory:") or path.startswith("file:"):
-        return
-    try:
-        descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, PRIVATE_FILE_MODE)
-    except FileExistsError:
-        return
-    try:
-        os.fchmod(descriptor, PRIVATE_FILE_MODE)
-    finally:
-        os.close(descriptor)
 
 
 class StatementCachingPool(SQLiteConnectionPool):

@@ -193,14 +193,18 @@ def _split_query(url: str) -> tuple[str, dict[str, Any]]:
             try:
                 ours[name] = read(text)
             except ValueError as error:
-                invalid = InvalidStoreParameterError(f"{name}={text!r}", f"must be {expected}")
+                invalid = InvalidStoreParameterError(
+                    parameter=f"{name}={text!r}", problem=f"must be {expected}"
+                )
                 raise invalid from error
         elif name in known:
             kept.append((name, text))
         else:
             raise InvalidStoreParameterError(
-                repr(name),
-                "unknown; runledger reads " + ", ".join(POOL_PARAMETERS) + " and libpq its own "
+                parameter=repr(name),
+                problem="unknown; runledger reads "
+                + ", ".join(POOL_PARAMETERS)
+                + " and libpq its own "
                 "connection parameters (sslmode, application_name, …)",
             )
     return urlunsplit(parts._replace(query=urlencode(kept))), ours

@@ -235,7 +235,7 @@ class ProjectionRunner:
         """What a caller that needed this projection current should raise for its stall."""
         if isinstance(self.cause, CorruptEventError):
             return self.cause
-        return ProjectionStalledError(self.name, self.failure)
+        return ProjectionStalledError(name=self.name, failure=self.failure)
 
     def end_page(self) -> PageCommit | None:
         """The page's commit, or None if the page moved nothing."""
@@ -373,7 +373,7 @@ class Projector:
         # A name that is not text (a list, say) is unknown too, not an unhashable TypeError.
         runner = self.runners.get(name) if isinstance(name, str) else None
         if runner is None:
-            raise UnknownProjectionError(name, ", ".join(self.runners))
+            raise UnknownProjectionError(name=name, known=", ".join(self.runners))
         return runner
 
     def catch_up(

@@ -76,18 +76,16 @@ from runledger.infrastructure.views.sql import lock_owner
 from runledger.infrastructure.views.store import TrackingConflictError, TrackingState, ViewStore
 from runledger.projections.base import Projection, Table
 
-# Relative cost of replaying each projection, measured with cProfile on generated histories.
-WEIGHTS: Final = {"viewer_deltas": 3, "session_outbox": 2, "follow_up_queue": 2, "terminal_data": 1}
 
-
-def split(names: Sequence[str], groups: int) -> list[list[str]]:
-    """Spread projections over ``groups`` with the heaviest first, each to the lightest group."""
+def split(projections: Sequence[Projection], groups: int) -> list[list[str]]:
+    """Spread projections over ``groups`` with the heaviest first, each to the lightest group;
+    each group by name."""
     buckets: list[list[str]] = [[] for _ in range(groups)]
     loads = [0] * groups
-    for name in sorted(names, key=lambda n: -WEIGHTS.get(n, 1)):
+    for projection in sorted(projections, key=lambda p: -p.rebuild_weight):
         lightest = loads.index(min(loads))
-        buckets[lightest].append(name)
-        loads[lightest] += WEIGHTS.get(name, 1)
+        buckets[lightest].append(projection.name)
+        loads[lightest] += projection.rebuild_weight
     return [bucket for bucket in buckets if bucket]
 
 
@@ -255,7 +253,7 @@ class _Lock:
             for name in self.names:
                 while (holder := self._try(name)) is not None:
                     if not wait:
-                        raise ProjectionBuildLockedError(name, holder)
+                        raise ProjectionBuildLockedError(name=name, holder=holder)
                     time.sleep(LOCK_POLL_SECONDS)
                 taken.append(name)
         except BaseException:
@@ -274,7 +272,7 @@ class _Lock:
         for name in self.names:
             holder = self._try(name)
             if holder is not None:
-                raise ProjectionBuildLockedError(name, holder)
+                raise ProjectionBuildLockedError(name=name, holder=holder)
         self._renewed = time.monotonic()
 
     def release(self) -> None:
@@ -570,7 +568,9 @@ def _same(diff: TableDiff) -> TableDiff:
 
 def _other_version(projection: Projection, active: TrackingState | None) -> Exception:
     stored = None if active is None else active.version
-    return ProjectionVersionError(projection.name, stored, projection.version, projection.name)
+    return ProjectionVersionError(
+        name=projection.name, stored_version=stored, code_version=projection.version
+    )
 
 
 def _slot(runner: ProjectionRunner) -> TrackingState:

@@ -35,7 +35,7 @@ def check_as_of(as_of: object, head: int) -> int:
     if type(as_of) is not int or as_of < 0:
         raise InvalidAsOfError()
     if as_of > head:
-        raise AsOfBeyondLogError(as_of, head)
+        raise AsOfBeyondLogError(as_of=as_of, head=head)
     return as_of
 
 

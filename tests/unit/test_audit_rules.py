@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import hashlib
 
+import pytest
+
 from runledger.domain.audit_chain import chain_link, chain_start, chain_start_v1
 from runledger.domain.catalogue import WIRE_NAMES
-from runledger.infrastructure.audit.run_verification import ROW_OWNERS, SESSION_WIDE
 from runledger.infrastructure.audit.summaries import FAMILIES, SUMMARIES, summarise, text
 from runledger.infrastructure.runtime import default_projections
+from runledger.projections.base import Table
 
 
 def test_every_wire_name_of_the_catalogue_has_a_summary_and_nothing_else_has_one() -> None:
@@ -34,16 +36,18 @@ def test_json_values_are_summarised_as_json() -> None:
     assert text({"b": [1, True], "a": None}) == '{"a":null,"b":[1,true]}'
 
 
-def test_every_read_model_table_says_which_run_owns_its_rows() -> None:
-    tables = {table.name for projection in default_projections() for table in projection.tables}
+def test_a_table_owned_across_a_session_is_owned_by_a_run() -> None:
+    tables = [table for projection in default_projections() for table in projection.tables]
 
-    assert set(ROW_OWNERS) == tables
-    for table, column in ROW_OWNERS.items():
-        owning = next(
-            t for p in default_projections() for t in p.tables if t.name == table
-        ).column_names
-        assert column is None or column in owning
-    assert set(SESSION_WIDE) <= {name for name, column in ROW_OWNERS.items() if column}
+    assert any(table.owner is None for table in tables)
+    assert all(table.owner is not None for table in tables if table.session_order is not None)
+
+
+def test_a_table_refuses_an_owner_or_session_order_that_is_not_its_column() -> None:
+    with pytest.raises(ValueError, match="unknown columns"):
+        Table("t", columns=(("a", "text"),), key=("a",), owner="run_id")
+    with pytest.raises(ValueError, match="unknown columns"):
+        Table("t", columns=(("a", "text"),), key=("a",), owner="a", session_order=("a", "b"))
 
 
 def test_a_chain_starts_from_the_header_and_its_aggregate_and_links_each_event_to_the_last():

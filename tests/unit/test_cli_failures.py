@@ -50,11 +50,11 @@ def make_app() -> typer.Typer:
 
     @app.command()
     def unreachable() -> None:
-        raise StorageUnavailableError("refused", "postgres@127.0.0.1:1/x")
+        raise StorageUnavailableError(cause="refused", endpoint="postgres@127.0.0.1:1/x")
 
     @app.command()
     def locked() -> None:
-        raise ProjectionBuildLockedError("runs", "pid 7")
+        raise ProjectionBuildLockedError(name="runs", holder="pid 7")
 
     @app.command()
     def crash() -> None:

@@ -178,6 +178,23 @@ def test_a_layer_contains_its_submodules_but_not_lookalike_names() -> None:
     assert not is_within("runledger.projections_extra", "runledger.projections")
 
 
+STORAGE_BACKENDS = tuple(
+    f"runledger.infrastructure.storage.{backend}" for backend in ("memory", "sqlite", "postgres")
+)
+
+
+def test_the_views_import_no_storage_backend() -> None:
+    # Views and storage share a database, not code: what both need is in databases.py.
+    offending = sorted(
+        f"{name} imports {module}"
+        for name, path in source_files().items()
+        if is_within(name, "runledger.infrastructure.views")
+        for module in imported_modules(path)
+        if any(is_within(module, backend) for backend in STORAGE_BACKENDS)
+    )
+    assert offending == []
+
+
 LIBRARY_PERSISTENCE = ("eventsourcing.persistence", "eventsourcing.popo")
 
 

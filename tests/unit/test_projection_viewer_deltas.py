@@ -13,7 +13,11 @@ from typing import Any
 
 import pytest
 
-from runledger.domain.errors import InvalidViewerCursorError, RunNotFoundError
+from runledger.domain.errors import (
+    InvalidViewerCursorError,
+    RunNotFoundError,
+    ViewerPageTotalError,
+)
 from runledger.domain.records import SnapshotRequired, ViewerDelta, ViewerDeltas
 from runledger.domain.session_segments import segment_id_for
 from runledger.domain.values import Actor
@@ -21,7 +25,6 @@ from runledger.projections.events import projected
 from runledger.projections.viewer_deltas import (
     REVISIONS,
     ViewerDeltasProjection,
-    ViewerPageTotalError,
     crosses_page,
     viewer_deltas,
     viewer_tail_patch,

@@ -1,0 +1,270 @@
+"""Views in the event log's PostgreSQL schema: its dialect, the tracking compare-and-set
+function and page commits as one pipeline.
+
+Every statement is composed with ``psycopg.sql``, as the event storage's are.
+"""
+
+from __future__ import annotations
+
+import threading
+import zlib
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Final
+
+import psycopg
+from eventsourcing.persistence import PersistenceError
+from eventsourcing.postgres import PostgresDatastore
+from psycopg.rows import tuple_row
+from psycopg.sql import SQL, Composed, Identifier, Literal, Placeholder
+
+from runledger.infrastructure.databases import (
+    MOVED_SQLSTATE,
+    PIPELINE_MAX_BYTES,
+    pipelined,
+    psycopg_cause,
+)
+from runledger.infrastructure.views.sql import STREAM_BATCH, Cursor, Dialect, SqlViewStore
+from runledger.infrastructure.views.store import PageCommit, TrackingState
+from runledger.projections.base import Projection, Table
+
+_TYPES: Final = {
+    "text": "TEXT",
+    "int": "BIGINT",
+    "bool": "BOOLEAN",
+    "json": "TEXT",
+    "real": "DOUBLE PRECISION",
+}
+Query = SQL | Composed
+"""What psycopg's ``execute`` takes: an identifier is wrapped in a one-part ``Composed``."""
+MOVE_FUNCTION: Final = "runledger_move_view_slots"
+"""The function that moves a page's tracking rows or raises ``MOVED_SQLSTATE``."""
+
+
+class PostgresDialect(Dialect[Query]):
+    """PostgreSQL statements as ``psycopg.sql`` compositions, with tables in ``schema``."""
+
+    types = _TYPES
+
+    def __init__(self, schema: str) -> None:
+        self.schema = schema
+
+    def sql(self, template: str, *parts: Query) -> Query:
+        return SQL(template).format(*parts, mark=Placeholder())
+
+    def identifier(self, name: str) -> Query:
+        return Composed([Identifier(name)])
+
+    def table(self, name: str) -> Query:
+        return Composed([Identifier(self.schema, name)])
+
+    def join(self, separator: str, parts: Iterable[Query]) -> Query:
+        return SQL(separator).join(parts)
+
+    def number(self, value: int) -> Query:
+        return Composed([Literal(int(value))])
+
+    def finish(self, statement: Query) -> Query:
+        # Rendered once: a page commit sends these on every page, and psycopg would compose
+        # the parts again on each execute.
+        return SQL(statement.as_string())
+
+
+def _moved_projection(error: BaseException) -> str | None:
+    """The projection named by our 'position moved' error, or None for any other error."""
+    cause = psycopg_cause(error)
+    if cause is not None and cause.sqlstate == MOVED_SQLSTATE and cause.diag:
+        return cause.diag.message_detail
+    return None
+
+
+class PostgresViewStore(SqlViewStore[Query]):
+    """Views in the event log's PostgreSQL schema, through the storage's connection pool."""
+
+    def __init__(self, datastore: PostgresDatastore) -> None:
+        self.datastore = datastore
+        self.dialect = PostgresDialect(datastore.schema)
+        self._move_function = Identifier(datastore.schema, MOVE_FUNCTION)
+        self._move_call = self.dialect.finish(
+            SQL("SELECT {}(%s, %s, %s, %s, %s)").format(self._move_function)
+        )
+        self._pinned = threading.local()
+        super().__init__()
+        if self._function_exists():
+            return
+        with self._transaction() as cursor:
+            self._before_ddl(cursor)
+            cursor.execute(
+                SQL(
+                    "CREATE OR REPLACE FUNCTION {}"
+                    "(p_names text[], p_slots bigint[], p_expected bigint[], p_new bigint[], "
+                    "p_states text[]) RETURNS void "
+                    "LANGUAGE plpgsql AS $$ DECLARE i integer; BEGIN "
+                    # One row at a time, in the given (name, slot) order: committers lock alike.
+                    "FOR i IN 1 .. coalesce(array_length(p_names, 1), 0) LOOP "
+                    "UPDATE {} SET position = p_new[i], last_error = NULL "
+                    "WHERE name = p_names[i] AND slot = p_slots[i] AND position = p_expected[i] "
+                    "AND state = p_states[i]; "
+                    "IF NOT FOUND THEN RAISE EXCEPTION 'projection % moved', p_names[i] "
+                    "USING ERRCODE = {}, DETAIL = p_names[i]; END IF; "
+                    "END LOOP; END $$"
+                ).format(self._move_function, self._slots_table, Literal(MOVED_SQLSTATE))
+            )
+
+    def _function_exists(self) -> bool:
+        rows = self._query(
+            SQL(
+                "SELECT 1 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+                "WHERE n.nspname = %s AND p.proname = {}"
+            ).format(Literal(MOVE_FUNCTION)),
+            (self.datastore.schema,),
+        )
+        return bool(rows)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Cursor]:
+        with (
+            self.datastore.get_connection() as connection,
+            connection.transaction(),
+            connection.cursor(row_factory=tuple_row) as cursor,
+        ):
+            yield cursor
+
+    def _query(self, statement: Query, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        pinned: psycopg.Connection[Any] | None = getattr(self._pinned, "connection", None)
+        if pinned is not None:
+            with pinned.cursor(row_factory=tuple_row) as cursor:
+                cursor.execute(statement, params)
+                return cursor.fetchall()
+        with (
+            self.datastore.get_connection() as connection,
+            connection.cursor(row_factory=tuple_row) as cursor,
+        ):
+            cursor.execute(statement, params)
+            return cursor.fetchall()
+
+    @contextmanager
+    def consistent(self) -> Iterator[None]:
+        # One REPEATABLE READ transaction on one pooled connection for this thread's reads.
+        with self.datastore.get_connection() as connection, connection.transaction():
+            connection.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            self._pinned.connection = connection
+            try:
+                yield
+            finally:
+                self._pinned.connection = None
+
+    def stream_rows(self, table: Table, slot: TrackingState) -> Iterator[tuple[Any, ...]]:
+        pinned: psycopg.Connection[Any] | None = getattr(self._pinned, "connection", None)
+        if pinned is None:
+            with self.consistent():
+                yield from self.stream_rows(table, slot)
+            return
+        # A server-side cursor: a big table is never held in this process all at once.
+        with pinned.cursor(name="runledger_stream_rows", row_factory=tuple_row) as cursor:
+            cursor.itersize = STREAM_BATCH
+            cursor.execute(self._select_all(table, slot))
+            yield from cursor
+
+    def _kind(self, cursor: Cursor | None, name: str) -> str | None:
+        statement = SQL(
+            "SELECT c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relname = %s"
+        )
+        params = (self.datastore.schema, name)
+        rows = (
+            self._query(statement, params)
+            if cursor is None
+            else cursor.execute(statement, params).fetchall()
+        )
+        if not rows:
+            return None
+        return {"r": "table", "v": "view", "i": "index"}.get(str(rows[0][0]), "other")
+
+    def _columns(self, physical: str) -> list[str]:
+        rows = self._query(
+            SQL(
+                "SELECT column_name FROM information_schema.columns WHERE table_schema = %s "
+                "AND table_name = %s ORDER BY ordinal_position"
+            ),
+            (self.datastore.schema, physical),
+        )
+        return [str(row[0]) for row in rows]
+
+    def _before_ddl(self, cursor: Cursor) -> None:
+        # Concurrent CREATE TABLE IF NOT EXISTS can still collide in PostgreSQL's catalogue.
+        cursor.execute(SQL("SELECT pg_advisory_xact_lock(%s)"), (zlib.crc32(b"runledger-views"),))
+
+    def _lock_registry(self, cursor: Cursor, name: str) -> None:
+        cursor.execute(
+            SQL("SELECT name FROM {} WHERE name = %s FOR UPDATE").format(self._registry_table),
+            (name,),
+        )
+
+    def create_indexes(self, projection: Projection, slot: TrackingState) -> None:
+        super().create_indexes(projection, slot)
+        # After a bulk load the planner knows nothing of the new rows: without statistics it
+        # may scan a whole table where an index answers in a millisecond.
+        with self._transaction() as cursor:
+            for table in projection.tables:
+                cursor.execute(
+                    SQL("ANALYZE {}").format(self.dialect.table(self.physical_name(table, slot)))
+                )
+
+    def commit(self, pages: Sequence[PageCommit]) -> None:
+        """The whole transaction goes out as one pipeline of prepared statements.
+
+        The tracking compare-and-set is a function that raises when a position moved, so a
+        conflict aborts the transaction on the server and the COMMIT rolls it back.
+        """
+        try:
+            with (
+                self.datastore.get_connection() as connection,
+                pipelined(connection, text_bytes(pages)),
+                connection.transaction(),
+                connection.cursor() as cursor,
+            ):
+                # Views are rebuilt from the log, and a page's tracking commits with its rows:
+                # a page lost in a crash is projected again, so no need to wait for the disk.
+                cursor.execute(b"SET LOCAL synchronous_commit = off")
+                self.write_with_events(cursor, pages)
+        except PersistenceError as error:
+            moved = _moved_projection(error)
+            if moved is None:
+                raise
+            page = next(page for page in pages if page.slot.name == moved)
+            raise self._conflict(moved, page.slot.slot, page.expected_position) from error
+
+    def write_with_events(self, cursor: Any, pages: Sequence[PageCommit]) -> bool:
+        moves = self._moves(pages)
+        if moves:
+            cursor.execute(
+                self._move_call,
+                (
+                    [name for _, name, _, _, _ in moves],
+                    [slot for _, _, slot, _, _ in moves],
+                    [expected for _, _, _, expected, _ in moves],
+                    [new for new, _, _, _, _ in moves],
+                    [state for _, _, _, _, state in moves],
+                ),
+            )
+        for statement, rows in self._writes(pages):
+            cursor.executemany(statement, rows)
+        return True
+
+
+def text_bytes(pages: Sequence[PageCommit]) -> int:
+    """About how many bytes of text the pages' rows send, counted until it is clear that
+    they are too many for one pipeline (``PIPELINE_MAX_BYTES``)."""
+    total = 0
+    for page in pages:
+        for changes in page.changes.values():
+            for row in changes.values():
+                if row is None:
+                    continue
+                for value in row.values():
+                    if type(value) is str or type(value) is bytes:
+                        total += len(value)
+                if total > PIPELINE_MAX_BYTES:
+                    return total
+    return total

@@ -1,0 +1,198 @@
+"""Views in the SQLite file of the event log: its dialect, connections and page commits."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Final
+
+from runledger.infrastructure.databases import create_private_file
+from runledger.infrastructure.views.sql import STREAM_BATCH, Cursor, Dialect, SqlViewStore
+from runledger.infrastructure.views.store import PageCommit, TrackingState
+from runledger.projections.base import Table
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+_TYPES: Final = {
+    "text": "TEXT",
+    "int": "INTEGER",
+    "bool": "INTEGER",
+    "json": "TEXT",
+    "real": "REAL",
+}
+
+
+class SQLiteDialect(Dialect[str]):
+    """SQLite statements as text, with ``?`` parameters."""
+
+    types = _TYPES
+
+    def sql(self, template: str, *parts: str) -> str:
+        return template.format(*parts, mark="?")
+
+    def identifier(self, name: str) -> str:
+        return _quote(name)
+
+    def table(self, name: str) -> str:
+        return _quote(name)
+
+    def join(self, separator: str, parts: Iterable[str]) -> str:
+        return separator.join(parts)
+
+    def number(self, value: int) -> str:
+        return str(int(value))
+
+
+SQLITE: Final = SQLiteDialect()
+
+
+class SQLiteViewStore(SqlViewStore[str]):
+    """Views in the SQLite file of the event log; one connection per thread."""
+
+    dialect = SQLITE
+
+    def __init__(self, path: str, *, busy_timeout: float = 30.0) -> None:
+        self.path = path
+        create_private_file(path)
+        self.busy_timeout = busy_timeout
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        super().__init__()
+        # Compare-and-set of one slot's tracking row; it returns a row only if the position
+        # held and the slot is still in the state the page was computed for.
+        self._move_statement = (
+            f"UPDATE {self._slots_table} SET position = ?, last_error = NULL "
+            "WHERE name = ? AND slot = ? AND position = ? AND state = ? RETURNING name"
+        )
+
+    def _connection(self) -> sqlite3.Connection:
+        connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
+        if connection is None:
+            connection = sqlite3.connect(
+                self.path,
+                timeout=self.busy_timeout,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+            connection.execute("PRAGMA journal_mode=WAL")
+            # A view commit need not reach the disk at once: WAL keeps the file consistent,
+            # and a page lost to a power cut is replayed from the event log.
+            connection.execute("PRAGMA synchronous=NORMAL")
+            # Pages of views are written in bulk: a bigger cache and fewer WAL checkpoints
+            # (each copies the log into the file and syncs it) make page commits cheaper.
+            connection.execute("PRAGMA cache_size=-65536")
+            connection.execute("PRAGMA wal_autocheckpoint=10000")
+            self._local.connection = connection
+            with self._lock:
+                self._connections.append(connection)
+        return connection
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Cursor]:
+        connection = self._connection()
+        # IMMEDIATE takes the write lock up front, so checking the tracking positions and
+        # writing happen under one lock, across processes too.
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            yield connection
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+        connection.execute("COMMIT")
+
+    def _query(self, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return self._connection().execute(statement, params).fetchall()
+
+    @contextmanager
+    def consistent(self) -> Iterator[None]:
+        # A deferred transaction on this thread's connection: every read inside it sees the
+        # database as of its first read (WAL snapshot), while writers carry on.
+        connection = self._connection()
+        connection.execute("BEGIN")
+        try:
+            yield
+        finally:
+            connection.execute("COMMIT")
+
+    def stream_rows(self, table: Table, slot: TrackingState) -> Iterator[tuple[Any, ...]]:
+        cursor = self._connection().execute(self._select_all(table, slot))
+        while batch := cursor.fetchmany(STREAM_BATCH):
+            yield from batch
+
+    def _kind(self, cursor: Cursor | None, name: str) -> str | None:
+        statement = "SELECT type FROM sqlite_master WHERE name = ?"
+        rows = (
+            self._query(statement, (name,))
+            if cursor is None
+            else cursor.execute(statement, (name,)).fetchall()
+        )
+        return str(rows[0][0]) if rows else None
+
+    def _columns(self, physical: str) -> list[str]:
+        return [str(row[1]) for row in self._query(f"PRAGMA table_info({_quote(physical)})")]
+
+    def commit(self, pages: Sequence[PageCommit]) -> None:
+        with self._transaction() as cursor:
+            for new, name, slot, expected, state in self._moves(pages):
+                moved = cursor.execute(self._move_statement, (new, name, slot, expected, state))
+                if moved.fetchone() is None:
+                    raise self._conflict(name, slot, expected)
+            for statement, rows in self._writes(pages):
+                cursor.executemany(statement, rows)
+
+    def write_with_events(self, cursor: Any, pages: Sequence[PageCommit]) -> bool:
+        moves = self._moves(pages)
+        # The events' insert holds the database's write lock: positions read now stay put
+        # until the commit, so checking all before moving any writes nothing on a conflict.
+        # Pages made with their events all move from one position to one other: one
+        # statement checks them and one moves them.
+        if len({(new, expected, state) for new, _, _, expected, state in moves}) == 1:
+            new, _, _, expected, state = moves[0]
+            slots = [(name, slot) for _, name, slot, _, _ in moves]
+            match, keys = self._slots_match(slots)
+            cursor.execute(
+                f"SELECT COUNT(*) FROM {self._slots_table} WHERE position = ? AND state = ? "
+                f"AND {match}",
+                (expected, state, *keys),
+            )
+            if cursor.fetchone()[0] != len(slots):
+                return False
+            cursor.execute(
+                f"UPDATE {self._slots_table} SET position = ?, last_error = NULL "
+                f"WHERE position = ? AND state = ? AND {match}",
+                (new, expected, state, *keys),
+            )
+        else:
+            for _, name, slot, expected, state in moves:
+                match, keys = self._slots_match([(name, slot)])
+                cursor.execute(
+                    f"SELECT position, state FROM {self._slots_table} WHERE {match}", keys
+                )
+                row = cursor.fetchone()
+                if row is None or (row[0], row[1]) != (expected, state):
+                    return False
+            for move in moves:
+                cursor.execute(self._move_statement, move)
+                cursor.fetchone()
+        for statement, rows in self._writes(pages):
+            cursor.executemany(statement, rows)
+        return True
+
+    @staticmethod
+    def _slots_match(slots: Sequence[tuple[str, int]]) -> tuple[str, list[Any]]:
+        """A condition selecting these (name, slot) rows of the slots table, and its values."""
+        match = " OR ".join("(name = ? AND slot = ?)" for _ in slots)
+        return f"({match})", [value for pair in slots for value in pair]
+
+    def close(self) -> None:
+        with self._lock:
+            for connection in self._connections:
+                connection.close()
+            self._connections.clear()
+        self._local = threading.local()
