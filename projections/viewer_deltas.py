@@ -101,21 +101,6 @@ def viewer_tail_patch(old_total: int, items: Sequence[Any]) -> list[Op]:
     return ops
 
 
-def workflow_page_start(total: int, cursor: int | None = None) -> int:
-    """Start of the 256-item page a viewer shows: the last page, or one around ``cursor``."""
-    if not is_count(total, None):
-        raise ViewerPageTotalError()
-    if cursor is not None and not is_count(cursor, None):
-        raise InvalidViewerCursorError()
-    if total <= VIEWER_PAGE_SIZE:
-        return 0
-    last_start = total - VIEWER_PAGE_SIZE
-    if cursor is None:
-        return last_start
-    # Half a page before the cursor, so the viewer sees what led up to it.
-    return min(max(0, cursor - VIEWER_PAGE_SIZE // 2), last_start)
-
-
 RUNS = Table(
     "rl_vd_runs",
     columns=(

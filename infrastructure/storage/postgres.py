@@ -412,8 +412,8 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
             # The events took exactly the positions first..last the step projected for iff
             # the last one this session drew is ``last``: every value drawn now lies above
             # the projected ``first - 1``, and the batch draws increasing values, one a row.
-            # Reading the session's own sequence value costs no index probe (the join of
-            # the positions with the table this replaced took a third of the command).
+            # Reading the session's own sequence value costs no index probe, where joining
+            # the positions with the table would probe its index once a row.
             SQL(
                 "CREATE OR REPLACE FUNCTION {schema}.runledger_check_last_position"
                 "(p_last bigint) RETURNS void LANGUAGE plpgsql AS $$ BEGIN "

@@ -55,8 +55,8 @@ class StatementCachingPool(SQLiteConnectionPool):
     """The library's pool, with connections that keep their prepared statements.
 
     The library connects with ``cached_statements=True``, a cache of one statement, so a
-    command's dozen statements (events, view rows, tracking) were each parsed and planned
-    again on every command: about 0.9 ms of a 2.2 ms command on a small file.
+    command's dozen statements (events, view rows, tracking) would each be parsed and planned
+    again on every command; parsing and planning is a large share of a small command.
     """
 
     def _create_connection(self) -> SQLiteConnection:
@@ -80,7 +80,7 @@ class StatementCachingPool(SQLiteConnectionPool):
         # so that no build's or library's default can weaken it).
         connection.execute("PRAGMA synchronous=FULL")
         # A command writes its read models behind a savepoint, whose sub-journal SQLite keeps
-        # in a temporary file by default: in memory it costs a third of the view writes.
+        # in a temporary file by default: in memory it costs no file system calls.
         connection.execute("PRAGMA temp_store=MEMORY")
         connection.row_factory = sqlite3.Row
         return SQLiteConnection(sqlite_conn=connection, max_age=self.max_age)
@@ -353,8 +353,8 @@ class SQLiteStorage(RecorderBackedStorage[SQLiteEventRecorder, SQLiteSnapshotRec
         """Hold these aggregates against the other commands holding them, in every process on
         this file (``file_locks``): SQLite's writer lock serialises commits, but not a
         command's reads with its insert. Only once the command itself conflicted: holding
-        merely hot aggregates would run the reads and logic of every process in turn (P2b
-        fell from 0.77 to 0.53 x P1), while a first attempt that loses just runs again."""
+        merely hot aggregates would run the reads and logic of every process in turn, one
+        process at a time, while a first attempt that loses just runs again."""
         return self._aggregate_locks.holding(aggregate_ids if conflicted else ())
 
     def read_log(self, *, after: int, limit: int) -> list[LogEntry]:

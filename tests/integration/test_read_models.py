@@ -29,7 +29,7 @@ from runledger.infrastructure.runtime import StoreRuntime, open_runtime
 from runledger.infrastructure.store import WorkflowStore
 from runledger.infrastructure.views.store import PageCommit
 from runledger.projections.base import ProjectedEvent, ViewWriter
-from runledger.projections.viewer_deltas import viewer_tail_patch, workflow_page_start
+from runledger.projections.viewer_deltas import viewer_tail_patch
 from tests.integration.conftest import BACKENDS
 from tests.support.clock import FakeClock
 from tests.support.outbox_commands import cancel_pending_for_source
@@ -54,6 +54,7 @@ from tests.support.scenario import (
     terminal_message_id_of,
     waiting_run,
 )
+from tests.support.viewer_pages import workflow_page_start
 
 PARENT = "run-parent"
 CHILD = "run-child"

@@ -28,10 +28,10 @@ from runledger.projections.viewer_deltas import (
     crosses_page,
     viewer_deltas,
     viewer_tail_patch,
-    workflow_page_start,
 )
 from tests.support.fake_view import FakeView, StoreWithLog, open_memory_store_with_log, project_log
 from tests.support.sessions import session_binding, session_capture, session_events
+from tests.support.viewer_pages import workflow_page_start
 
 RUN = "run-1"
 SESSION = "session-1"
