@@ -885,6 +885,20 @@ class InvalidStoreUrlError(WorkflowError):
         super().__init__(url=url)
 
 
+class UnsupportedBenchUrlError(WorkflowError):
+    """The bench makes scratch databases beside the URL's, for processes to share: a memory
+    store has none."""
+
+    code = "bench.unsupported-url"
+    template = (
+        "runledger bench measures SQLite and PostgreSQL, not {url!r}: "
+        "use sqlite:///path or postgresql://…"
+    )
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url=url)
+
+
 # -- human decisions ----------------------------------------------------------------------
 
 

@@ -78,6 +78,15 @@ def test_a_usage_mistake_is_one_line_and_exit_two(
     assert says in line, outcome
 
 
+def test_the_bench_on_a_memory_store_says_which_backends_it_measures(tmp_path: Path) -> None:
+    outcome = runledger("bench", "--quick", "--only", "P1", "--url", "memory://", cwd=tmp_path)
+    assert outcome.returncode == 2, outcome
+    assert one_line(outcome) == (
+        "error [bench.unsupported-url]: runledger bench measures SQLite and PostgreSQL, "
+        "not 'memory://': use sqlite:///path or postgresql://…"
+    )
+
+
 def test_an_unknown_projection_is_bad_input_naming_the_known_ones(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'store.db'}"
     open_store(url).close()

@@ -11,7 +11,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from runledger.infrastructure.cli.bench.extra_rows import EXTRA_ROWS
-from runledger.infrastructure.cli.bench.runner import Bench, BenchResult
+from runledger.infrastructure.cli.bench.runner import Bench, BenchResult, bench_backend
 
 ROW_IDS: Final = (
     *("P1", "P2", "P2b", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11", "P12"),
@@ -24,6 +24,7 @@ def run_bench(
     url: str, *, events: int, seconds: float, only: Sequence[str] = (), quick: bool = False
 ) -> tuple[str, list[BenchResult]]:
     """Every measurement on the URL's backend; progress goes to stderr."""
+    bench_backend(url)  # a URL the bench cannot measure is refused before the progress bar
     with Progress(
         TextColumn("bench {task.description}"),
         BarColumn(),

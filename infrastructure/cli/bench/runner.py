@@ -38,7 +38,7 @@ import psycopg
 from eventsourcing.persistence import StoredEvent
 from psycopg.sql import SQL, Identifier
 
-from runledger.domain.errors import InvalidStoreUrlError
+from runledger.domain.errors import UnsupportedBenchUrlError
 from runledger.domain.records import ViewerDeltas
 from runledger.domain.values import Actor
 from runledger.infrastructure.cli.bench.baselines import (
@@ -125,16 +125,20 @@ def percentile(samples: list[float], fraction: float) -> float:
 # -- scratch databases ----------------------------------------------------------------------
 
 
+def bench_backend(url: str) -> str:
+    """The backend the bench measures for ``url``: ``sqlite`` or ``postgresql``."""
+    if url.startswith("sqlite:///"):
+        return "sqlite"
+    if url.startswith(("postgresql://", "postgres://")):
+        return "postgresql"
+    raise UnsupportedBenchUrlError(redact_url(url))
+
+
 class Scratch:
     """Fresh, isolated databases on one backend, removed when the bench ends."""
 
     def __init__(self, url: str) -> None:
-        if url.startswith("sqlite:///"):
-            self.backend = "sqlite"
-        elif url.startswith(("postgresql://", "postgres://")):
-            self.backend = "postgresql"
-        else:
-            raise InvalidStoreUrlError(redact_url(url))
+        self.backend = bench_backend(url)
         self.url = url
         self._folder = tempfile.TemporaryDirectory(prefix="runledger-bench-")
         self._databases: list[str] = []
