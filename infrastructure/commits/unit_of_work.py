@@ -131,7 +131,9 @@ class UnitOfWork(CommandUnit):
         change conflicts on its versions anyway) and of the indexes read to completion, where
         what this save itself adds to an index is no one else's."""
         written = {aggregate.id for aggregate in changed}
-        held = [f for key, f in self._version_fences.items() if key not in written]
+        held: list[Fence] = [f for key, f in self._version_fences.items() if key not in written]
+        if not self._index_fences:
+            return held
         added: dict[str, set[UUID]] = {}
         for aggregate in changed:
             for event in aggregate.pending_events:
