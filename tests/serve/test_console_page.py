@@ -9,6 +9,7 @@ With ``RUNLEDGER_CONSOLE_SCREENSHOTS=docs`` the story test writes the README's s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from runledger.infrastructure import verify_bundle
 from runledger.infrastructure.cli.demo_story import TEST_FAILURE
@@ -259,6 +261,14 @@ def test_a_deep_link_opens_its_run_and_an_unknown_one_says_so(
     panel(page, "run-header").get_by_text(long_id).wait_for()
     panel(page, "event-rows").locator("tr").first.wait_for()
     title = page.locator("#run-title .id")
+    # The header is laid out again as the other panels arrive: wait (bounded) for the layout
+    # that cuts the id, then read it; a layout that never cuts it still fails below.
+    with contextlib.suppress(PlaywrightTimeoutError):
+        page.wait_for_function(
+            "() => { const e = document.querySelector('#run-title .id');"
+            " return e !== null && e.scrollWidth > e.clientWidth; }",
+            timeout=5000,
+        )
     full, cut = title.get_attribute("title"), title.evaluate("e => e.scrollWidth > e.clientWidth")
     width = page.evaluate(WIDE_ELEMENTS)
 

@@ -165,14 +165,15 @@ export function runView(root, runId, nav, access) {
 
   async function runVerify(button) {
     button.disabled = true;
-    const shown = header.querySelector("[data-testid=verdict]");
-    shown.textContent = "verifying…";
+    // Looked up again after the wait: a live update may have drawn the header anew meanwhile.
+    const shown = () => header.querySelector("[data-testid=verdict]");
+    shown().textContent = "verifying…";
     try {
       state.verdict = await getJson(base + "/verification");
-      shown.replaceChildren(verdictText(state.verdict));
+      shown().replaceChildren(verdictText(state.verdict));
       renderAudit();
     } catch (error) {
-      shown.textContent = error.message;
+      shown().textContent = error.message;
     } finally {
       button.disabled = false;
     }
