@@ -143,6 +143,8 @@ class _ArrayRowsDatastore(PostgresDatastore):
     """
 
     def __init__(self, settings: PostgresSettings, *, lock_timeout: int, schema: str) -> None:
+        # Read by after_connect_func, which the library's constructor calls.
+        self.settings = settings
         super().__init__(
             dbname=settings.dbname,
             host=settings.host,
@@ -157,7 +159,6 @@ class _ArrayRowsDatastore(PostgresDatastore):
             lock_timeout=lock_timeout,
             schema=schema,
         )
-        self.settings = settings
         # The library passes five parameters; the URL's others (sslmode, options, ...) and the
         # connect timeout reach libpq through the pool's conninfo.
         self.pool.conninfo = settings.conninfo
@@ -168,6 +169,20 @@ class _ArrayRowsDatastore(PostgresDatastore):
 
     def register_type_adapters(self) -> None:
         """Nothing to register (and so no query while recorders are constructed)."""
+
+    def after_connect_func(self) -> Callable[[Connection[Any]], None]:
+        if not self.settings.transaction_pooled:
+            return super().after_connect_func()
+
+        # Through a transaction pooler the next transaction may run on another server
+        # session: a session SET would reach some other client's session instead, and a
+        # prepared statement would be missing where it is next used. The pooler's own
+        # idle_transaction_timeout takes the place of idle_in_transaction_session_timeout.
+        def after_connect(conn: Connection[Any]) -> None:
+            conn.autocommit = True
+            conn.prepare_threshold = None
+
+        return after_connect
 
     @property
     def held_connection(self) -> Connection[DictRow] | None:

@@ -1,10 +1,11 @@
 """Store URLs: how any of them is printed, which SQLite file one names, and what runledger
 reads from a PostgreSQL one.
 
-A PostgreSQL URL may carry runledger's pool parameters in its query (``pool_size``,
-``max_overflow``, ``connect_timeout``, ``pool_timeout``); they are taken out before the URL
-reaches libpq, which takes every other parameter of its own (``sslmode``, ``application_name``,
-…). A parameter neither knows is refused, so a typo never goes unnoticed.
+A PostgreSQL URL may carry runledger's parameters in its query: the pool's (``pool_size``,
+``max_overflow``, ``connect_timeout``, ``pool_timeout``) and the deployment's (``pooler``,
+``listen_url``); they are taken out before the URL reaches libpq, which takes every other
+parameter of its own (``sslmode``, ``application_name``, …). A parameter neither knows is
+refused, so a typo never goes unnoticed.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -97,14 +98,20 @@ def redact_url(url: str) -> str:
     path, question, query = tail.partition("?")
     if question:
         query, hash_mark, fragment = query.partition("#")
-        fields = [
-            f"{field.partition('=')[0]}={REDACTED}"
-            if unquote(field.partition("=")[0]).lower() == "password"
-            else field
-            for field in query.split("&")
-        ]
+        fields = [_redacted_field(field) for field in query.split("&")]
         tail = f"{path}?{'&'.join(fields)}{hash_mark}{fragment}"
     return f"{scheme}://{authority}{tail}"
+
+
+def _redacted_field(field: str) -> str:
+    name, equals, value = field.partition("=")
+    if unquote(name).lower() == "password":
+        return f"{name}={REDACTED}"
+    decoded = unquote(value)
+    if "://" in decoded:
+        # A URL inside a parameter (listen_url=, replica_url=) has a password of its own.
+        return f"{name}{equals}{quote(redact_url(decoded), safe=':/@*')}"
+    return field
 
 
 def _positive_int(text: str) -> int:
@@ -128,11 +135,39 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
+POOLER_MODES: Final = ("none", "session", "transaction")
+"""What may sit between runledger and the server: nothing, or a pooler in session mode (both
+are a direct connection to runledger), or a pooler in transaction mode."""
+
+
+def _pooler(text: str) -> str:
+    if text not in POOLER_MODES:
+        raise ValueError(text)
+    return text
+
+
+def _listen_url(text: str) -> str:
+    # Checked now, so a wrong one fails at open and not later in a thread that only logs.
+    if not text.startswith(("postgresql://", "postgres://")):
+        raise ValueError(text)
+    try:
+        conninfo_to_dict(libpq_url(text))
+    except psycopg.ProgrammingError as error:
+        raise ValueError(text) from error
+    return text
+
+
 POOL_PARAMETERS: Final[Mapping[str, tuple[Callable[[str], Any], str]]] = {
     "pool_size": (_positive_int, "a whole number of at least 1"),
     "max_overflow": (_natural_int, "a whole number of at least 0"),
     "connect_timeout": (_positive_int, "whole seconds, at least 1"),
     "pool_timeout": (_positive_seconds, "seconds above 0"),
+    "pooler": (_pooler, "one of " + ", ".join(POOLER_MODES)),
+    "listen_url": (
+        _listen_url,
+        "a postgresql:// URL (percent-encoded) of a session that may LISTEN: the server "
+        "itself or a pooler in session mode",
+    ),
 }
 """runledger's query parameters: how each is read, and what it must be."""
 
@@ -157,6 +192,27 @@ class PostgresSettings:
     """Seconds one connection attempt may take (libpq's own ``connect_timeout``)."""
     pool_timeout: float = 5.0
     """Seconds a call waits for a free pooled connection before it fails."""
+    pooler: str = "none"
+    """``transaction`` when a transaction-mode pooler (PgBouncer, a managed pooler) sits in
+    front: a connection is the server's only for one transaction, so nothing may outlive one
+    (prepared statements, session ``SET``, ``LISTEN``)."""
+    listen_url: str | None = field(default=None, repr=False)
+    """Where to LISTEN for commits when the store's own URL cannot (a transaction pooler)."""
+
+    @property
+    def transaction_pooled(self) -> bool:
+        """Whether every connection is a transaction-mode pooler's."""
+        return self.pooler == "transaction"
+
+    @property
+    def listen_conninfo(self) -> str | None:
+        """What a LISTEN connection connects with, or None where none can: through a
+        transaction pooler without ``listen_url``, notifications give way to polling."""
+        if self.listen_url is not None:
+            return make_conninfo(libpq_url(self.listen_url), connect_timeout=self.connect_timeout)
+        if self.transaction_pooled:
+            return None
+        return self.conninfo
 
     @property
     def endpoint(self) -> str:
@@ -194,7 +250,7 @@ def _split_query(url: str) -> tuple[str, dict[str, Any]]:
                 ours[name] = read(text)
             except ValueError as error:
                 invalid = InvalidStoreParameterError(
-                    parameter=f"{name}={text!r}", problem=f"must be {expected}"
+                    parameter=f"{name}={redact_url(text)!r}", problem=f"must be {expected}"
                 )
                 raise invalid from error
         elif name in known:
