@@ -541,6 +541,16 @@ class InvalidStoreParameterError(WorkflowError):
         super().__init__(parameter=parameter, problem=problem)
 
 
+class InvalidPositionTokenError(WorkflowError):
+    """``reading_after`` got something ``position_token`` did not return."""
+
+    code = "store.invalid-position-token"
+    template = "Position token {token}: {problem}"
+
+    def __init__(self, token: object, problem: str) -> None:
+        super().__init__(token=token, problem=problem)
+
+
 class StoreNotFoundError(WorkflowError):
     """A command that only reads was pointed at a store that does not exist (it makes none)."""
 

@@ -3,7 +3,7 @@ reads from a PostgreSQL one.
 
 A PostgreSQL URL may carry runledger's parameters in its query: the pool's (``pool_size``,
 ``max_overflow``, ``connect_timeout``, ``pool_timeout``) and the deployment's (``pooler``,
-``listen_url``); they are taken out before the URL reaches libpq, which takes every other
+``listen_url``, ``replica_url`` — repeatable — and ``replica_wait``); they are taken out before the URL reaches libpq, which takes every other
 parameter of its own (``sslmode``, ``application_name``, …). A parameter neither knows is
 refused, so a typo never goes unnoticed.
 """
@@ -27,6 +27,7 @@ from runledger.domain.errors import (
     InvalidStorePathError,
     InvalidStoreUrlError,
     StoreNotFoundError,
+    WorkflowError,
 )
 
 REDACTED: Final = "***"
@@ -135,6 +136,16 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
+def _natural_seconds(text: str) -> float:
+    value = float(text)
+    if not value >= 0 or value == float("inf"):
+        raise ValueError(text)
+    return value
+
+
+REPEATABLE_PARAMETERS: Final = frozenset({"replica_url"})
+"""runledger's parameters that may be given more than once (each value is kept, in order)."""
+
 POOLER_MODES: Final = ("none", "session", "transaction")
 """What may sit between runledger and the server: nothing, or a pooler in session mode (both
 are a direct connection to runledger), or a pooler in transaction mode."""
@@ -157,6 +168,18 @@ def _listen_url(text: str) -> str:
     return text
 
 
+def _replica_url(text: str) -> str:
+    # Checked at open: a replica that cannot be read would otherwise only ever be logged as
+    # unavailable while every query quietly reads the primary.
+    if not text.startswith(("postgresql://", "postgres://")):
+        raise ValueError(text)
+    try:
+        conninfo_to_dict(libpq_url(text))
+    except (psycopg.ProgrammingError, WorkflowError) as error:
+        raise ValueError(text) from error
+    return text
+
+
 POOL_PARAMETERS: Final[Mapping[str, tuple[Callable[[str], Any], str]]] = {
     "pool_size": (_positive_int, "a whole number of at least 1"),
     "max_overflow": (_natural_int, "a whole number of at least 0"),
@@ -168,6 +191,12 @@ POOL_PARAMETERS: Final[Mapping[str, tuple[Callable[[str], Any], str]]] = {
         "a postgresql:// URL (percent-encoded) of a session that may LISTEN: the server "
         "itself or a pooler in session mode",
     ),
+    "replica_url": (
+        _replica_url,
+        "a postgresql:// URL (percent-encoded) of a streaming replica (hot standby) of the "
+        "store's server",
+    ),
+    "replica_wait": (_natural_seconds, "seconds, at least 0"),
 }
 """runledger's query parameters: how each is read, and what it must be."""
 
@@ -198,6 +227,19 @@ class PostgresSettings:
     (prepared statements, session ``SET``, ``LISTEN``)."""
     listen_url: str | None = field(default=None, repr=False)
     """Where to LISTEN for commits when the store's own URL cannot (a transaction pooler)."""
+    replica_url: tuple[str, ...] = field(default=(), repr=False)
+    """Streaming replicas that queries may read from (read-your-writes, see ``replicas``)."""
+    replica_wait: float = 0.05
+    """Seconds a query waits for a replica to replay what it needs before it reads the
+    primary instead."""
+
+    @property
+    def replica_conninfos(self) -> tuple[str, ...]:
+        """What each replica connection connects with."""
+        return tuple(
+            make_conninfo(libpq_url(url), connect_timeout=self.connect_timeout)
+            for url in self.replica_url
+        )
 
     @property
     def transaction_pooled(self) -> bool:
@@ -247,12 +289,16 @@ def _split_query(url: str) -> tuple[str, dict[str, Any]]:
         if name in POOL_PARAMETERS:
             read, expected = POOL_PARAMETERS[name]
             try:
-                ours[name] = read(text)
+                value = read(text)
             except ValueError as error:
                 invalid = InvalidStoreParameterError(
                     parameter=f"{name}={redact_url(text)!r}", problem=f"must be {expected}"
                 )
                 raise invalid from error
+            if name in REPEATABLE_PARAMETERS:
+                ours[name] = (*ours.get(name, ()), value)
+            else:
+                ours[name] = value
         elif name in known:
             kept.append((name, text))
         else:
