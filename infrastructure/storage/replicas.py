@@ -236,6 +236,10 @@ class ReplicaSet:
             replica.give_back(connection)
         return None
 
+    def _any_up(self) -> bool:
+        now = time.monotonic()
+        return any(replica.down_until <= now for replica in self._replicas)
+
     @contextmanager
     def reading(
         self, lsn: int, ready: Callable[[Connection[DictRow]], bool]
@@ -249,7 +253,8 @@ class ReplicaSet:
         deadline = time.monotonic() + self.wait
         found = self._look(lsn, ready)
         waited = False
-        while found is None and time.monotonic() < deadline:
+        # Waiting is for replicas that replay; one that is down is passed over at once.
+        while found is None and time.monotonic() < deadline and self._any_up():
             waited = True
             time.sleep(min(POLL_SECONDS, max(0.0, deadline - time.monotonic())))
             found = self._look(lsn, ready)
