@@ -3,9 +3,10 @@ reads from a PostgreSQL one.
 
 A PostgreSQL URL may carry runledger's parameters in its query: the pool's (``pool_size``,
 ``max_overflow``, ``connect_timeout``, ``pool_timeout``) and the deployment's (``pooler``,
-``listen_url``, ``replica_url`` — repeatable — and ``replica_wait``); they are taken out before the URL reaches libpq, which takes every other
-parameter of its own (``sslmode``, ``application_name``, …). A parameter neither knows is
-refused, so a typo never goes unnoticed.
+``listen_url``, ``replica_url`` — repeatable — and ``replica_wait``); they are taken out
+before the URL reaches libpq, which takes every other parameter of its own (``sslmode``,
+``application_name``, …). A parameter neither knows is refused, so a typo never goes
+unnoticed.
 """
 
 from __future__ import annotations

@@ -31,7 +31,8 @@ def test_a_token_from_another_store_is_adopted_and_its_write_is_read(durable_url
         reader.reading_after(writer.position_token())
 
         run = reader.get_run(RUN)
-        assert run is not None and run.status == "running"
+        assert run is not None
+        assert run.status == "running"
         assert [listed.run_id for listed in reader.list_runs().runs] == [RUN]
 
 

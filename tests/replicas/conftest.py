@@ -64,8 +64,10 @@ class ReplicaCluster(ThrowawayCluster):
     def replayed(self) -> int:
         """How far it has replayed, in WAL bytes."""
         with self.admin() as admin:
-            row = admin.execute("SELECT pg_last_wal_replay_lsn() - '0/0'::pg_lsn").fetchone()
-        return int(row[0]) if row and row[0] is not None else 0
+            row = admin.execute(
+                "SELECT (pg_last_wal_replay_lsn() - '0/0'::pg_lsn)::text"
+            ).fetchone()
+        return int(str(row[0])) if row and row[0] is not None else 0
 
 
 @dataclass
@@ -91,8 +93,8 @@ class ReplicatedDatabase:
     def wait_for_replica(self, timeout: float = 30.0) -> None:
         """Until the replica has replayed everything the primary has written now."""
         with self.primary.admin() as admin:
-            row = admin.execute("SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn").fetchone()
-        target = int(row[0]) if row else 0
+            row = admin.execute("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::text").fetchone()
+        target = int(str(row[0])) if row else 0
         deadline = time.monotonic() + timeout
         while self.replica.replayed() < target:
             if time.monotonic() > deadline:

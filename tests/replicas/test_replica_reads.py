@@ -75,7 +75,8 @@ def test_a_query_after_a_command_reads_the_write_on_the_replica(
 
         assert queue is not None
         assert [follow_up.follow_up_id for follow_up in queue.follow_ups] == [follow_up_id]
-        assert run is not None and run.status == "running"
+        assert run is not None
+        assert run.status == "running"
         counted = stats(runtime_of(store))
         assert (counted.replica, counted.primary) == (2, 0)
 
@@ -91,7 +92,8 @@ def test_a_write_in_another_process_is_read_on_the_replica_after_its_token(
         run = store.get_run(RUN)
         listed = [run.run_id for run in store.list_runs().runs]
 
-        assert run is not None and run.status == "running"
+        assert run is not None
+        assert run.status == "running"
         assert listed == [RUN]
         counted = stats(runtime_of(store))
         assert (counted.replica, counted.primary) == (2, 0)
@@ -110,7 +112,8 @@ def test_a_token_is_never_answered_stale_by_a_lagging_replica(
         run = store.get_run(RUN)
         listed = [run.run_id for run in store.list_runs().runs]
 
-        assert run is not None and run.status == "running"
+        assert run is not None
+        assert run.status == "running"
         assert listed == [RUN]
         counted = stats(runtime_of(store))
         assert (counted.replica, counted.primary) == (1, 2)
@@ -128,7 +131,8 @@ def test_a_lagging_replica_is_waited_for_then_the_primary_answers(
         run = store.get_run(RUN)
         took = time.monotonic() - started
 
-        assert run is not None and run.status == "waiting"
+        assert run is not None
+        assert run.status == "waiting"
         assert took >= 0.3
         assert stats(runtime_of(store)).primary == 1
 
@@ -140,15 +144,14 @@ def test_a_read_waits_for_a_replica_that_catches_up_within_the_wait(
         running_run(store, session_id="session-1")
         replicated.replica.pause_replay()
         store.record_progress(RUN, status="waiting", waiting_on="review")
-        resume = subprocess.Popen(
-            [sys.executable, "-c", "import time; time.sleep(0.5)"], cwd=ROOT
-        )
+        resume = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"], cwd=ROOT)
         resume.wait()
         replicated.replica.resume_replay()
 
         run = store.get_run(RUN)
 
-        assert run is not None and run.status == "waiting"
+        assert run is not None
+        assert run.status == "waiting"
         counted = stats(runtime_of(store))
         assert (counted.replica, counted.primary) == (1, 0)
 
@@ -165,7 +168,8 @@ def test_a_stopped_replica_sends_reads_to_the_primary_at_once(
         run = store.get_run(RUN)
         took = time.monotonic() - started
 
-        assert run is not None and run.status == "waiting"
+        assert run is not None
+        assert run.status == "waiting"
         # A refused connection is known at once: no waiting for a replica that is down.
         assert took < 2
         counted = stats(runtime_of(store))
@@ -184,7 +188,8 @@ def test_reads_go_back_to_a_replica_once_it_is_back(replicated: ReplicatedDataba
             if time.monotonic() > deadline:
                 pytest.fail("reads never went back to the replica")
             run = store.get_run(RUN)
-            assert run is not None and run.status == "running"
+            assert run is not None
+            assert run.status == "running"
             time.sleep(0.1)
 
 

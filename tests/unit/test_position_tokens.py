@@ -8,7 +8,13 @@ from typing import Any
 import pytest
 
 from runledger.domain.errors import InvalidPositionTokenError
-from runledger.infrastructure.storage.replicas import ReadPosition, WrittenPositions
+from runledger.infrastructure.storage.replicas import (
+    WAL_PAGE_BYTES,
+    WAL_PAGE_HEADER_BYTES,
+    ReadPosition,
+    WrittenPositions,
+    lsn_of,
+)
 
 
 def test_a_token_round_trips_to_the_same_position() -> None:
@@ -51,3 +57,13 @@ def test_a_malformed_token_is_refused_with_its_code(token: str) -> None:
 def test_a_token_that_is_not_text_is_refused(token: Any) -> None:
     with pytest.raises(InvalidPositionTokenError, match="a token is text"):
         ReadPosition.from_token(token)
+
+
+def test_a_commit_position_just_past_a_wal_page_header_is_taken_at_the_page_boundary() -> None:
+    # A replica replaying up to the boundary has every record before it: it must qualify.
+    assert lsn_of({"lsn": 3 * WAL_PAGE_BYTES + WAL_PAGE_HEADER_BYTES}) == 3 * WAL_PAGE_BYTES
+
+
+def test_a_commit_position_anywhere_else_is_taken_as_it_is() -> None:
+    assert lsn_of({"lsn": 3 * WAL_PAGE_BYTES + 200}) == 3 * WAL_PAGE_BYTES + 200
+    assert lsn_of(None) == 0

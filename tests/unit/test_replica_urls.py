@@ -66,7 +66,7 @@ def test_a_replica_wait_that_is_not_seconds_is_refused(wait: str) -> None:
     "replica", ["replica-a:5432", "mysql://reader@replica/runs", "postgresql://h/db?bogus=1"]
 )
 def test_a_replica_url_that_is_not_a_postgresql_url_is_refused(replica: str) -> None:
-    with pytest.raises(InvalidStoreParameterError, match="replica_url=.*must be a postgresql://"):
+    with pytest.raises(InvalidStoreParameterError, match=r"replica_url=.*must be a postgresql://"):
         read_postgres_url(with_replicas(replica))
 
 
