@@ -67,3 +67,10 @@ def test_a_commit_position_just_past_a_wal_page_header_is_taken_at_the_page_boun
 def test_a_commit_position_anywhere_else_is_taken_as_it_is() -> None:
     assert lsn_of({"lsn": 3 * WAL_PAGE_BYTES + 200}) == 3 * WAL_PAGE_BYTES + 200
     assert lsn_of(None) == 0
+
+
+def test_a_long_malformed_token_is_quoted_by_its_start_only() -> None:
+    with pytest.raises(InvalidPositionTokenError) as raised:
+        ReadPosition.from_token("x\ud800" * 10_000)
+
+    assert len(str(raised.value)) < 500
