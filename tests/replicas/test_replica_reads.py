@@ -17,7 +17,7 @@ import pytest
 
 from runledger.infrastructure.runtime import StoreRuntime, open_runtime
 from runledger.infrastructure.storage.postgres import PostgresStorage
-from runledger.infrastructure.storage.replicas import ReplicaStats
+from runledger.infrastructure.storage.replicas import ReadPosition, ReplicaStats
 from runledger.infrastructure.store import WorkflowStore, open_store
 from tests.integration.test_same_commit_views import queue_as_session
 from tests.replicas.conftest import ReplicatedDatabase
@@ -209,3 +209,19 @@ def test_read_model_digests_on_the_replica_equal_the_primarys(
         on_primary = {name: primary.read_model_digest(name) for name in names}
 
     assert on_replica == on_primary
+
+
+def test_the_event_log_is_read_on_the_primary_even_with_a_replica_at_hand(
+    replicated: ReplicatedDatabase,
+) -> None:
+    with replicated_store(replicated, wait=5) as store:
+        running_run(store, session_id="session-1")
+        replicated.replica.pause_replay()
+        store.record_progress(RUN, status="waiting", waiting_on="review")
+
+        logged = store.event_log(limit=1000)
+
+        # Its gap-safe paging needs the primary's view of open writers (see README).
+        assert logged[-1].position == ReadPosition.from_token(store.position_token()).position
+        counted = stats(runtime_of(store))
+        assert (counted.replica, counted.primary) == (0, 0)
