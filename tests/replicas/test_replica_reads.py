@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -144,16 +145,19 @@ def test_a_read_waits_for_a_replica_that_catches_up_within_the_wait(
         running_run(store, session_id="session-1")
         replicated.replica.pause_replay()
         store.record_progress(RUN, status="waiting", waiting_on="review")
-        resume = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"], cwd=ROOT)
-        resume.wait()
-        replicated.replica.resume_replay()
+        resume = threading.Timer(0.5, replicated.replica.resume_replay)
+        resume.start()
 
+        started = time.monotonic()
         run = store.get_run(RUN)
+        took = time.monotonic() - started
+        resume.join()
 
         assert run is not None
         assert run.status == "waiting"
+        assert took >= 0.4
         counted = stats(runtime_of(store))
-        assert (counted.replica, counted.primary) == (1, 0)
+        assert (counted.replica, counted.waited, counted.primary) == (1, 1, 0)
 
 
 def test_a_stopped_replica_sends_reads_to_the_primary_at_once(
