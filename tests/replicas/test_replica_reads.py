@@ -229,3 +229,27 @@ def test_the_event_log_is_read_on_the_primary_even_with_a_replica_at_hand(
         assert logged[-1].position == ReadPosition.from_token(store.position_token()).position
         counted = stats(runtime_of(store))
         assert (counted.replica, counted.primary) == (0, 0)
+
+
+def test_a_read_model_is_not_read_on_a_replica_that_has_the_events_but_not_their_views(
+    replicated: ReplicatedDatabase,
+) -> None:
+    with (
+        replicated_store(replicated, wait=0.2) as reader,
+        open_store(replicated.primary_url, embedded_projections=False) as writer,
+    ):
+        # A writer that leaves its read models to others: the views of its run are written
+        # by whoever catches up, in a commit after the run's own.
+        running_run(writer, session_id="session-1")
+        token = writer.position_token()
+        replicated.wait_for_replica()
+        replicated.replica.pause_replay()
+        reader.reading_after(token)
+
+        # The reader catches the views up on the primary; the replica has the run's events
+        # (the token's WAL position) but not the views' commit.
+        listed = [run.run_id for run in reader.list_runs().runs]
+
+        assert listed == [RUN]
+        counted = stats(runtime_of(reader))
+        assert (counted.replica, counted.primary) == (0, 1)
