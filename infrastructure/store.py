@@ -126,7 +126,8 @@ def _read(
 def _query(
     projection: str, query: Callable[Concatenate[ViewReader, P], R], doc: str
 ) -> Callable[..., R]:
-    """A store method asking ``projection``'s read model, once it has this process's writes.
+    """A store method asking ``projection``'s read model, once it has this process's writes
+    (on a replica that has them too, when the store has replicas).
 
     It takes the query's arguments and ``as_of``: with a log position, the answer comes from
     a replay of the log up to there into a scratch model (the live one is not touched).

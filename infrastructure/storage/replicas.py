@@ -26,6 +26,7 @@ from typing import Any, Final, Protocol, TypeVar, runtime_checkable
 
 import psycopg
 from psycopg import Connection
+from psycopg.pq import TransactionStatus
 from psycopg.rows import DictRow, dict_row
 
 from runledger.domain.errors import InvalidPositionTokenError
@@ -152,7 +153,7 @@ class _Replica:
 
     def give_back(self, connection: Connection[DictRow]) -> None:
         """Keep the connection for the next read, or close it when enough are kept."""
-        if connection.closed or connection.info.transaction_status != 0:
+        if connection.closed or connection.info.transaction_status != TransactionStatus.IDLE:
             connection.close()
             return
         with self._lock:
