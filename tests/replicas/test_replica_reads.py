@@ -20,6 +20,7 @@ from runledger.infrastructure.runtime import StoreRuntime, open_runtime
 from runledger.infrastructure.storage.postgres import PostgresStorage
 from runledger.infrastructure.storage.replicas import ReadPosition, ReplicaStats
 from runledger.infrastructure.store import WorkflowStore, open_store
+from tests.faults.conftest import PASSWORD
 from tests.integration.test_same_commit_views import queue_as_session
 from tests.replicas.conftest import ReplicatedDatabase
 from tests.support.scenario import RUN, running_run
@@ -161,7 +162,7 @@ def test_a_read_waits_for_a_replica_that_catches_up_within_the_wait(
 
 
 def test_a_stopped_replica_sends_reads_to_the_primary_at_once(
-    replicated: ReplicatedDatabase,
+    replicated: ReplicatedDatabase, caplog: pytest.LogCaptureFixture
 ) -> None:
     with replicated_store(replicated, wait=5) as store:
         running_run(store, session_id="session-1")
@@ -178,6 +179,9 @@ def test_a_stopped_replica_sends_reads_to_the_primary_at_once(
         assert took < 2
         counted = stats(runtime_of(store))
         assert (counted.replica, counted.primary) == (0, 1)
+    # The operator is told which replica is down, without its password.
+    assert f"127.0.0.1:{replicated.replica.port}" in caplog.text
+    assert PASSWORD not in caplog.text
 
 
 def test_reads_go_back_to_a_replica_once_it_is_back(replicated: ReplicatedDatabase) -> None:
