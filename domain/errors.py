@@ -541,6 +541,22 @@ class InvalidStoreParameterError(WorkflowError):
         super().__init__(parameter=parameter, problem=problem)
 
 
+MAX_SHOWN_TOKEN_CHARACTERS: Final = 64
+
+
+class InvalidPositionTokenError(WorkflowError):
+    """``reading_after`` got something ``position_token`` did not return."""
+
+    code = "store.invalid-position-token"
+    template = "Position token {token}: {problem}"
+
+    def __init__(self, token: object, problem: str) -> None:
+        # A token is a few dozen characters: a longer text is quoted by its start only.
+        if isinstance(token, str) and len(token) > MAX_SHOWN_TOKEN_CHARACTERS:
+            token = token[:MAX_SHOWN_TOKEN_CHARACTERS] + "…"
+        super().__init__(token=token, problem=problem)
+
+
 class StoreNotFoundError(WorkflowError):
     """A command that only reads was pointed at a store that does not exist (it makes none)."""
 

@@ -214,6 +214,14 @@ HOOKS: Final[tuple[LibraryHook, ...]] = (
     ),
     LibraryHook(
         PostgresDatastore,
+        "after_connect_func",
+        "override",
+        "infrastructure/storage/postgres.py",
+        "Through a transaction-mode pooler (``pooler=transaction``) a new connection gets no "
+        "session ``SET`` and no prepared statements; otherwise the library's callback stays.",
+    ),
+    LibraryHook(
+        PostgresDatastore,
         "register_type_adapters",
         "override",
         "infrastructure/storage/postgres.py",

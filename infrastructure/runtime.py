@@ -7,6 +7,7 @@ work with it directly (they need the storage, the views and the projector); a ho
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import os
@@ -17,7 +18,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final, Self, TypeVar
 
 from runledger.domain.application import Clock, WorkflowRuns, utc_now
 from runledger.domain.errors import (
@@ -35,6 +36,7 @@ from runledger.infrastructure.commits.ports import EventStorage
 from runledger.infrastructure.commits.same_commit import SameCommitReadModels
 from runledger.infrastructure.commits.wiring import StorageWiring
 from runledger.infrastructure.event_log import EventLog
+from runledger.infrastructure.storage.replicas import ReadPosition, ReplicaReads, WrittenPositions
 from runledger.infrastructure.storage.urls import SQLITE_PREFIX, redact_url, sqlite_path, store_url
 from runledger.infrastructure.telemetry import (
     PROJECTION,
@@ -78,6 +80,7 @@ URL_VARIABLE: Final = "RUNLEDGER_URL"
 CATCH_UP_ATTEMPTS: Final = 3
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 _RUNTIME_NUMBERS: Final = itertools.count(1)
 
 
@@ -186,6 +189,8 @@ class StoreRuntime(ClosedOnExit):
         )
         self.log = EventLog(storage, self.app.mapper)
         self._reader = views.reader()
+        self._replicated = storage if isinstance(storage, ReplicaReads) else None
+        self._adopted = WrittenPositions()
         self._closed = False
         self._calls = _Calls()
         self._wake = threading.Event()
@@ -358,6 +363,56 @@ class StoreRuntime(ClosedOnExit):
         self._check_current(runner)
         return self._reader
 
+    # -- reads from replicas, with read-your-writes -----------------------------------------
+
+    def read_position(self) -> ReadPosition:
+        """What a read of this store must see: its own commits and the tokens it adopted."""
+        own = ReadPosition() if self._replicated is None else self._replicated.written.current
+        return own.merged(self._adopted.current)
+
+    def position_token(self) -> str:
+        """``read_position`` as an opaque token for another process's ``reading_after``."""
+        return self.read_position().token()
+
+    def reading_after(self, token: object) -> None:
+        """From now on, reads of this store see what the token's store had written."""
+        adopted = ReadPosition.from_token(token)
+        self._adopted.advance(adopted.lsn, adopted.position)
+
+    def replicated(self, read: Callable[[], T], view: str | None = None) -> T:
+        """``read()`` on a replica that has this store's read position (else the primary).
+
+        For a read of read model ``view`` the replica must also show it at the log position
+        of those writes, in the slot this process reads: the view rows may have been
+        committed by another process (a worker, another host that caught up first), so the
+        writes' own WAL position does not cover them, but the tracking row commits with them.
+        Without embedded projections the views promise no read-your-writes on the primary
+        either, so only the WAL position is waited for.
+        """
+        if self._replicated is None:
+            return read()
+        needed = self.read_position()
+        ready = None
+        if view is not None and self.embedded_projections:
+            runner = self.projector.runner(view)
+            ready = functools.partial(self._replica_has_view, runner, needed.position)
+        return self._replicated.read_from_replica(read, needed, ready)
+
+    def _replica_has_view(self, runner: ProjectionRunner, position: int) -> bool:
+        # Run with this thread's reads on the replica.
+        states = {state.name: state for state in self.views.tracking()}
+        shown = states.get(runner.name)
+        reading = self.views.active_slot(runner.projection.tables[0])
+        return shown is not None and shown.slot == reading.slot and shown.position >= position
+
+    def query(self, name: str, ask: Callable[[ViewReaderBase], T], *, as_of: int | None) -> T:
+        """``ask`` read model ``name``, once it has this process's writes (``reader``), on a
+        replica when one has them too (``replicated``)."""
+        reader = self.reader(name, as_of=as_of)
+        if as_of is not None:
+            return ask(reader)
+        return self.replicated(lambda: ask(reader), name)
+
     @staticmethod
     def _check_current(runner: ProjectionRunner) -> None:
         if runner.outdated is not None:
@@ -378,8 +433,12 @@ class StoreRuntime(ClosedOnExit):
         if self.embedded_projections:
             self._catch_up_to_read()
         self._check_current(runner)
-        with self.views.consistent():
-            return view_digest(runner.projection, self.views.reader())
+
+        def digest() -> str:
+            with self.views.consistent():
+                return view_digest(runner.projection, self.views.reader())
+
+        return self.replicated(digest, name)
 
     # -- operations -------------------------------------------------------------------------
 

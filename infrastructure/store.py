@@ -68,12 +68,15 @@ def _forward(
     subject: Callable[[WorkflowStore], S],
     doc: str,
     kind: str = COMMAND_SPAN,
+    *,
+    replicated: bool = False,
 ) -> Callable[Concatenate[WorkflowStore, P], R]:
     """A store method calling ``target`` on the store's ``subject``, with its exact signature.
 
     Every argument passes ``check_arguments`` first: this is the one door of every command
     and query, so no text or shape that storage cannot hold gets past it to a rule. It is
-    also where each call gets its span and metrics (``kind`` names the span).
+    also where each call gets its span and metrics (``kind`` names the span). A
+    ``replicated`` read may be answered by a replica that has this store's writes.
     """
     signature = inspect.signature(target)
     names = tuple(signature.parameters)[1:]
@@ -86,13 +89,17 @@ def _forward(
         _checked_call(signature, target.__name__, args, kwargs)
         check_arguments(names, args, kwargs, sized_by_rules=sized_by_rules)
         runtime = store._runtime
+
+        def call() -> R:
+            return target(subject(store), *args, **kwargs)
+
         with runtime.running():
             return TELEMETRY.call(
                 kind,
                 name,
                 runtime,
                 run_id(args, kwargs),
-                lambda: target(subject(store), *args, **kwargs),
+                (lambda: runtime.replicated(call)) if replicated else call,
             )
 
     forward.__qualname__ = f"WorkflowStore.{target.__name__}"
@@ -111,14 +118,16 @@ def _command(
 def _read(
     method: Callable[Concatenate[WorkflowRuns, P], R], doc: str
 ) -> Callable[Concatenate[WorkflowStore, P], R]:
-    """A store method answering a consistent read from the application's aggregates."""
-    return _forward(method, lambda store: store._runtime.app, doc, QUERY_SPAN)
+    """A store method answering a consistent read from the application's aggregates: on a
+    replica that has replayed this store's writes, the aggregates are as consistent there."""
+    return _forward(method, lambda store: store._runtime.app, doc, QUERY_SPAN, replicated=True)
 
 
 def _query(
     projection: str, query: Callable[Concatenate[ViewReader, P], R], doc: str
 ) -> Callable[..., R]:
-    """A store method asking ``projection``'s read model, once it has this process's writes.
+    """A store method asking ``projection``'s read model, once it has this process's writes
+    (on a replica that has them too, when the store has replicas).
 
     It takes the query's arguments and ``as_of``: with a log position, the answer comes from
     a replay of the log up to there into a scratch model (the live one is not touched).
@@ -160,7 +169,9 @@ def _query(
                 name,
                 runtime,
                 run_id(args, kwargs),
-                lambda: query(runtime.reader(projection, as_of=as_of), *args, **kwargs),
+                lambda: runtime.query(
+                    projection, lambda reader: query(reader, *args, **kwargs), as_of=as_of
+                ),
             )
 
     del forward.__wrapped__  # the signature below is the truth
@@ -431,6 +442,18 @@ class WorkflowStore(ClosedOnExit):
                 None,
                 lambda: runtime.read_model_digest(name, as_of=as_of),
             )
+
+    # -- read-your-writes across processes --------------------------------------------------
+
+    def position_token(self) -> str:
+        """An opaque token of what this store has written, for another's reading_after."""
+        with self._runtime.running():
+            return self._runtime.position_token()
+
+    def reading_after(self, token: str) -> None:
+        """From now on this store's reads see what the token's store had written."""
+        with self._runtime.running():
+            self._runtime.reading_after(token)
 
     # -- audit ------------------------------------------------------------------------------
 

@@ -146,6 +146,10 @@ UNROUTED: Final[Mapping[str, str]] = {
     "from GET /runs/{run_id}/audit, or runs `runledger audit --export` where the file belongs",
     "rebuild_projection": "an operator's offline action (`runledger projections rebuild`); "
     "it drops a view and replays the whole log, not a call for API clients",
+    "position_token": "every API call goes through the server's one store, which reads its "
+    "own writes already; a token is for hosts that each open a store of their own",
+    "reading_after": "every API call goes through the server's one store, which reads its "
+    "own writes already; a token is for hosts that each open a store of their own",
 }
 """Public store methods with no route, and why."""
 

@@ -19,6 +19,7 @@ from eventsourcing.persistence import (
     InterfaceError,
     Notification,
     OperationalError,
+    PersistenceError,
     StoredEvent,
     Subscription,
 )
@@ -51,7 +52,19 @@ from runledger.infrastructure.storage.base import (
     index_columns,
     index_fences,
 )
-from runledger.infrastructure.storage.urls import REDACTED, PostgresSettings, read_postgres_url
+from runledger.infrastructure.storage.replicas import (
+    WAL_AFTER_COMMIT,
+    ReadPosition,
+    ReplicaSet,
+    WrittenPositions,
+    lsn_of,
+)
+from runledger.infrastructure.storage.urls import (
+    REDACTED,
+    PostgresSettings,
+    read_postgres_url,
+    redact_url,
+)
 from runledger.infrastructure.telemetry import TELEMETRY
 
 logger = logging.getLogger(__name__)
@@ -143,6 +156,8 @@ class _ArrayRowsDatastore(PostgresDatastore):
     """
 
     def __init__(self, settings: PostgresSettings, *, lock_timeout: int, schema: str) -> None:
+        # Read by after_connect_func, which the library's constructor calls.
+        self.settings = settings
         super().__init__(
             dbname=settings.dbname,
             host=settings.host,
@@ -157,7 +172,6 @@ class _ArrayRowsDatastore(PostgresDatastore):
             lock_timeout=lock_timeout,
             schema=schema,
         )
-        self.settings = settings
         # The library passes five parameters; the URL's others (sslmode, options, ...) and the
         # connect timeout reach libpq through the pool's conninfo.
         self.pool.conninfo = settings.conninfo
@@ -165,9 +179,39 @@ class _ArrayRowsDatastore(PostgresDatastore):
         # outage grows the pool afresh rather than waiting out the pool's doubling back-off.
         self.pool.reconnect_timeout = max(2.0 * settings.pool_timeout, settings.connect_timeout)
         self._held = threading.local()
+        self.written = WrittenPositions()
+        """Where this store's commits lie, in the WAL and in the log (read-your-writes)."""
+
+    def committed(self, wal_row: Any, positions: Sequence[int]) -> None:
+        """Note a commit: its row of ``WAL_AFTER_COMMIT`` and the positions its events took."""
+        self.written.advance(lsn_of(wal_row), max(positions, default=0))
+
+    @contextmanager
+    def reading_on(self, connection: Connection[DictRow]) -> Iterator[None]:
+        """Every statement of this thread goes to ``connection`` (a replica's) until the
+        block ends; only reads run there, so nothing can write through it."""
+        held, self._held.connection = self.held_connection, connection
+        try:
+            yield
+        finally:
+            self._held.connection = held
 
     def register_type_adapters(self) -> None:
         """Nothing to register (and so no query while recorders are constructed)."""
+
+    def after_connect_func(self) -> Callable[[Connection[Any]], None]:
+        if not self.settings.transaction_pooled:
+            return super().after_connect_func()
+
+        # Through a transaction pooler the next transaction may run on another server
+        # session: a session SET would reach some other client's session instead, and a
+        # prepared statement would be missing where it is next used. The pooler's own
+        # idle_transaction_timeout takes the place of idle_in_transaction_session_timeout.
+        def after_connect(conn: Connection[Any]) -> None:
+            conn.autocommit = True
+            conn.prepare_threshold = None
+
+        return after_connect
 
     @property
     def held_connection(self) -> Connection[DictRow] | None:
@@ -638,6 +682,7 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
             pipelined(conn, sum(len(s.state) for s in stored_events)) as pipeline,
             conn.cursor() as insert,
             conn.cursor() as curs,
+            conn.cursor() as wal,
         ):
             if not begun:
                 curs.execute(b"BEGIN")
@@ -654,9 +699,12 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
                 written = step.write(curs)
                 curs.execute(SAME_COMMIT_RELEASE)
             curs.execute(b"COMMIT")
+            # In the same round trip: where the commit lies in the WAL, for replica reads.
+            wal.execute(WAL_AFTER_COMMIT)
             if pipeline is not None:
                 pipeline.sync()
             positions = [row["notification_id"] for row in insert.fetchall()]
+            self.datastore.committed(wal.fetchone(), positions)
         return positions, written
 
     def _after_failure(
@@ -678,6 +726,7 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
                     curs.execute(self._select_own_positions, self._own_keys(stored_events))
                     positions = [row["position"] for row in curs.fetchall()]
                 conn.execute(b"COMMIT")
+                self.datastore.committed(conn.execute(WAL_AFTER_COMMIT).fetchone(), positions)
                 return positions
             conn.execute(b"ROLLBACK")
         if error.sqlstate == FENCE_BROKEN_SQLSTATE:
@@ -934,6 +983,17 @@ class PostgresStorage(RecorderBackedStorage[PostgresEventRecorder, PostgresSnaps
         except BaseException:
             self.datastore.close()
             raise
+        self.replicas = (
+            ReplicaSet(
+                settings.replica_conninfos,
+                [redact_url(url) for url in settings.replica_url],
+                wait=settings.replica_wait,
+                keep=settings.pool_size,
+                prepare=not settings.transaction_pooled,
+            )
+            if settings.replica_url
+            else None
+        )
         self._gaps: dict[int, list[str]] = {}
         self.gap_wait = 0.05
         self._read_log_statement = SQL(
@@ -1055,6 +1115,53 @@ class PostgresStorage(RecorderBackedStorage[PostgresEventRecorder, PostgresSnaps
         size, idle = stats.get("pool_size", 0), stats.get("pool_available", 0)
         return max(0, size - idle), idle, stats.get("requests_waiting", 0)
 
+    @property
+    def written(self) -> WrittenPositions:
+        """Where this store's commits lie (``ReplicaReads``)."""
+        return self.datastore.written
+
+    @contextmanager
+    def replica_reads(
+        self, needed: ReadPosition, ready: Callable[[], bool] | None = None
+    ) -> Iterator[bool]:
+        """This thread's reads go to a replica that has replayed ``needed.lsn`` and on which
+        ``ready()`` holds, for the block; False when there is none within ``replica_wait``
+        (or no replica at all), and reads stay on the primary."""
+        if self.replicas is None:
+            yield False
+            return
+
+        def ready_on(connection: Connection[DictRow]) -> bool:
+            if ready is None:
+                return True
+            with self.datastore.reading_on(connection):
+                return ready()
+
+        with self.replicas.reading(needed.lsn, ready_on) as connection:
+            if connection is None:
+                yield False
+                return
+            with self.datastore.reading_on(connection):
+                yield True
+
+    def read_from_replica(
+        self, read: Callable[[], _R], needed: ReadPosition, ready: Callable[[], bool] | None = None
+    ) -> _R:
+        """``read()`` on a replica (``replica_reads``), or on the primary: when no replica
+        has ``needed`` in time, or when the read fails there (a replica that went away, a
+        read-model slot the replica has not replayed yet, a query cancelled by replay)."""
+        on_replica = False
+        try:
+            with self.replica_reads(needed, ready) as on_replica:
+                return read()
+        except (psycopg.Error, PersistenceError) as error:
+            if not on_replica:
+                raise
+            logger.warning("a read on a replica failed, the primary answers it: %s", error)
+        return read()
+
     def close(self) -> None:
-        """Close the connection pool."""
+        """Close the connection pool and the replicas' connections."""
+        if self.replicas is not None:
+            self.replicas.close()
         self.datastore.close()

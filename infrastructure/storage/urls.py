@@ -1,10 +1,12 @@
 """Store URLs: how any of them is printed, which SQLite file one names, and what runledger
 reads from a PostgreSQL one.
 
-A PostgreSQL URL may carry runledger's pool parameters in its query (``pool_size``,
-``max_overflow``, ``connect_timeout``, ``pool_timeout``); they are taken out before the URL
-reaches libpq, which takes every other parameter of its own (``sslmode``, ``application_name``,
-…). A parameter neither knows is refused, so a typo never goes unnoticed.
+A PostgreSQL URL may carry runledger's parameters in its query: the pool's (``pool_size``,
+``max_overflow``, ``connect_timeout``, ``pool_timeout``) and the deployment's (``pooler``,
+``listen_url``, ``replica_url`` — repeatable — and ``replica_wait``); they are taken out
+before the URL reaches libpq, which takes every other parameter of its own (``sslmode``,
+``application_name``, …). A parameter neither knows is refused, so a typo never goes
+unnoticed.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -26,6 +28,7 @@ from runledger.domain.errors import (
     InvalidStorePathError,
     InvalidStoreUrlError,
     StoreNotFoundError,
+    WorkflowError,
 )
 
 REDACTED: Final = "***"
@@ -97,14 +100,20 @@ def redact_url(url: str) -> str:
     path, question, query = tail.partition("?")
     if question:
         query, hash_mark, fragment = query.partition("#")
-        fields = [
-            f"{field.partition('=')[0]}={REDACTED}"
-            if unquote(field.partition("=")[0]).lower() == "password"
-            else field
-            for field in query.split("&")
-        ]
+        fields = [_redacted_field(field) for field in query.split("&")]
         tail = f"{path}?{'&'.join(fields)}{hash_mark}{fragment}"
     return f"{scheme}://{authority}{tail}"
+
+
+def _redacted_field(field: str) -> str:
+    name, equals, value = field.partition("=")
+    if unquote(name).lower() == "password":
+        return f"{name}={REDACTED}"
+    decoded = unquote(value)
+    if "://" in decoded:
+        # A URL inside a parameter (listen_url=, replica_url=) has a password of its own.
+        return f"{name}{equals}{quote(redact_url(decoded), safe=':/@*')}"
+    return field
 
 
 def _positive_int(text: str) -> int:
@@ -128,11 +137,67 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
+def _natural_seconds(text: str) -> float:
+    value = float(text)
+    if not value >= 0 or value == float("inf"):
+        raise ValueError(text)
+    return value
+
+
+REPEATABLE_PARAMETERS: Final = frozenset({"replica_url"})
+"""runledger's parameters that may be given more than once (each value is kept, in order)."""
+
+POOLER_MODES: Final = ("none", "session", "transaction")
+"""What may sit between runledger and the server: nothing, or a pooler in session mode (both
+are a direct connection to runledger), or a pooler in transaction mode."""
+
+
+def _pooler(text: str) -> str:
+    if text not in POOLER_MODES:
+        raise ValueError(text)
+    return text
+
+
+def _listen_url(text: str) -> str:
+    # Checked now, so a wrong one fails at open and not later in a thread that only logs.
+    if not text.startswith(("postgresql://", "postgres://")):
+        raise ValueError(text)
+    try:
+        conninfo_to_dict(libpq_url(text))
+    except psycopg.ProgrammingError as error:
+        raise ValueError(text) from error
+    return text
+
+
+def _replica_url(text: str) -> str:
+    # Checked at open: a replica that cannot be read would otherwise only ever be logged as
+    # unavailable while every query quietly reads the primary.
+    if not text.startswith(("postgresql://", "postgres://")):
+        raise ValueError(text)
+    try:
+        conninfo_to_dict(libpq_url(text))
+    except (psycopg.ProgrammingError, WorkflowError) as error:
+        raise ValueError(text) from error
+    return text
+
+
 POOL_PARAMETERS: Final[Mapping[str, tuple[Callable[[str], Any], str]]] = {
     "pool_size": (_positive_int, "a whole number of at least 1"),
     "max_overflow": (_natural_int, "a whole number of at least 0"),
     "connect_timeout": (_positive_int, "whole seconds, at least 1"),
     "pool_timeout": (_positive_seconds, "seconds above 0"),
+    "pooler": (_pooler, "one of " + ", ".join(POOLER_MODES)),
+    "listen_url": (
+        _listen_url,
+        "a postgresql:// URL (percent-encoded) of a session that may LISTEN: the server "
+        "itself or a pooler in session mode",
+    ),
+    "replica_url": (
+        _replica_url,
+        "a postgresql:// URL (percent-encoded) of a streaming replica (hot standby) of the "
+        "store's server",
+    ),
+    "replica_wait": (_natural_seconds, "seconds, at least 0"),
 }
 """runledger's query parameters: how each is read, and what it must be."""
 
@@ -157,6 +222,40 @@ class PostgresSettings:
     """Seconds one connection attempt may take (libpq's own ``connect_timeout``)."""
     pool_timeout: float = 5.0
     """Seconds a call waits for a free pooled connection before it fails."""
+    pooler: str = "none"
+    """``transaction`` when a transaction-mode pooler (PgBouncer, a managed pooler) sits in
+    front: a connection is the server's only for one transaction, so nothing may outlive one
+    (prepared statements, session ``SET``, ``LISTEN``)."""
+    listen_url: str | None = field(default=None, repr=False)
+    """Where to LISTEN for commits when the store's own URL cannot (a transaction pooler)."""
+    replica_url: tuple[str, ...] = field(default=(), repr=False)
+    """Streaming replicas that queries may read from (read-your-writes, see ``replicas``)."""
+    replica_wait: float = 0.05
+    """Seconds a query waits for a replica to replay what it needs before it reads the
+    primary instead."""
+
+    @property
+    def replica_conninfos(self) -> tuple[str, ...]:
+        """What each replica connection connects with."""
+        return tuple(
+            make_conninfo(libpq_url(url), connect_timeout=self.connect_timeout)
+            for url in self.replica_url
+        )
+
+    @property
+    def transaction_pooled(self) -> bool:
+        """Whether every connection is a transaction-mode pooler's."""
+        return self.pooler == "transaction"
+
+    @property
+    def listen_conninfo(self) -> str | None:
+        """What a LISTEN connection connects with, or None where none can: through a
+        transaction pooler without ``listen_url``, notifications give way to polling."""
+        if self.listen_url is not None:
+            return make_conninfo(libpq_url(self.listen_url), connect_timeout=self.connect_timeout)
+        if self.transaction_pooled:
+            return None
+        return self.conninfo
 
     @property
     def endpoint(self) -> str:
@@ -191,12 +290,16 @@ def _split_query(url: str) -> tuple[str, dict[str, Any]]:
         if name in POOL_PARAMETERS:
             read, expected = POOL_PARAMETERS[name]
             try:
-                ours[name] = read(text)
+                value = read(text)
             except ValueError as error:
                 invalid = InvalidStoreParameterError(
-                    parameter=f"{name}={text!r}", problem=f"must be {expected}"
+                    parameter=f"{name}={redact_url(text)!r}", problem=f"must be {expected}"
                 )
                 raise invalid from error
+            if name in REPEATABLE_PARAMETERS:
+                ours[name] = (*ours.get(name, ()), value)
+            else:
+                ours[name] = value
         elif name in known:
             kept.append((name, text))
         else:

@@ -198,6 +198,7 @@ GENERAL: Final[dict[str, Any]] = {
     "root_run_id": None,
     "lineage": False,
     "as_of": None,
+    "token": "rl1.0.0",
 }
 """A baseline for every argument name of the public surface (a new one must be added here)."""
 

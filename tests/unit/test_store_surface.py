@@ -87,6 +87,9 @@ DESIGNED_API = frozenset(
         "rebuild_projection",
         "read_model_digest",
         "projection_names",
+        # read-your-writes across processes
+        "position_token",
+        "reading_after",
         "close",
     }
 )

@@ -1,5 +1,6 @@
 """``runledger bench``: ``runner`` measures the built-in rows beside ``baselines``, each
-other row's module (``threads``, ``projections``, ``audit``, ``serve``, ``telemetry``) joins
+other row's module (``threads``, ``projections``, ``audit``, ``serve``, ``telemetry``,
+``replicas``) joins
 through ``extra_rows``, and ``report`` runs them with a progress bar and prints the results.
 
 Nothing here is imported at the CLI's start: ``app`` imports ``report`` inside the ``bench``

@@ -17,6 +17,7 @@ from weakref import WeakKeyDictionary
 from runledger.infrastructure.cli.bench import (
     audit,
     projections,
+    replicas,
     serve,
     telemetry,
     threads,
@@ -79,4 +80,6 @@ EXTRA_ROWS: Final[list[tuple[str, RowMeasure]]] = [
     ("S1", lambda bench: serve.http_queue_follow_up(bench.scratch.new_url(), bench.seconds)),
     ("S2", lambda bench: serve.command_to_sse_delta(bench.scratch.new_url(), bench.samples)),
     ("O1", telemetry.instrumentation_cost),
+    # Present only when the bench URL names a replica (replica_url=).
+    ("X2", replicas.replica_reads),
 ]

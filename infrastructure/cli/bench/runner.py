@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, Final
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import orjson
 import psycopg
@@ -54,6 +54,8 @@ from runledger.infrastructure.storage.urls import libpq_url, redact_url
 from runledger.infrastructure.store import WorkflowStore, open_store
 from runledger.projections.base import Table
 from runledger.projections.viewer_deltas import ViewerDeltasProjection
+
+REPLICA_PARAMETERS: Final = frozenset({"replica_url", "replica_wait"})
 
 PAYLOAD: Final = os.urandom(600)
 """A raw row about the size of one queued follow-up's three events."""
@@ -153,7 +155,16 @@ class Scratch:
         with psycopg.connect(libpq_url(self.url), autocommit=True) as admin:
             admin.execute(SQL("CREATE DATABASE {}").format(Identifier(name)))
         self._databases.append(name)
-        return urlunsplit(urlsplit(self.url)._replace(path=f"/{name}"))
+        parts = urlsplit(self.url)
+        # Replicas name the bench URL's database, not this one: only row X2 reads them.
+        query = urlencode(
+            [
+                (key, value)
+                for key, value in parse_qsl(parts.query, keep_blank_values=True)
+                if key not in REPLICA_PARAMETERS
+            ]
+        )
+        return urlunsplit(parts._replace(path=f"/{name}", query=query))
 
     def close(self) -> None:
         """Drop every database made here, and the temporary folder."""
