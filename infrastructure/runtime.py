@@ -229,6 +229,14 @@ class StoreRuntime(ClosedOnExit):
         """The URL's scheme: ``sqlite``, ``postgresql`` (or ``postgres``) or ``memory``."""
         return self.url.split(":", 1)[0]
 
+    @property
+    def listen_conninfo(self) -> str | None:
+        """Where a LISTEN for other processes' commits connects; None where there is none to
+        hear (SQLite, memory) or no session may LISTEN (a transaction pooler without
+        ``listen_url``), and followers poll."""
+        conninfo: str | None = getattr(self.storage, "listen_conninfo", None)
+        return conninfo
+
     # -- projections follow the log in-process ---------------------------------------------
 
     def _committed(self) -> None:

@@ -16,6 +16,15 @@ from typing import TYPE_CHECKING
 import psycopg
 import pytest
 
+from tests.support.clusters import (
+    POSTGRES_BIN,
+    PgBouncer,
+    ThrowawayCluster,
+    binaries_or_skip,
+    owned_scratch_folder,
+    pooled,
+    throwaway,
+)
 from tests.support.postgres import DatabasePool, PostgresServer
 
 if TYPE_CHECKING:
@@ -79,6 +88,39 @@ def postgres_store_url(postgres_databases: DatabasePool) -> Iterator[str]:
     """
     with postgres_databases.lend() as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def pgbouncer() -> Iterator[PgBouncer]:
+    """A PgBouncer in transaction mode in front of a throwaway cluster of this test session
+    (both started here and stopped at its end; skipped without the binaries, failed in CI)."""
+    binaries_or_skip(POSTGRES_BIN / "initdb")
+    root = owned_scratch_folder("runledger-pooler-")
+    with throwaway(ThrowawayCluster(root)) as cluster, pooled(cluster, root) as bouncer:
+        yield bouncer
+
+
+@pytest.fixture(scope="session")
+def pgbouncer_databases(pgbouncer: PgBouncer) -> Iterator[DatabasePool]:
+    """Prepared databases of the pooler's cluster, lent and reset as ``postgres_databases``."""
+    admin = pgbouncer.server.admin()
+    pool = DatabasePool(PostgresServer(pgbouncer.server.url("postgres"), admin))
+    try:
+        yield pool
+    finally:
+        pool.close()
+        admin.close()
+
+
+@pytest.fixture
+def pgbouncer_store_url(pgbouncer: PgBouncer, pgbouncer_databases: DatabasePool) -> Iterator[str]:
+    """A URL through the pooler (``pooler=transaction``) to a database for this test alone."""
+    with pgbouncer_databases.lend() as direct:
+        database = direct.rsplit("/", 1)[1]
+        yield pgbouncer.url(database)
+        # The pooler keeps server sessions open for reuse; the database is reset only once
+        # nothing is connected to it.
+        pgbouncer.disconnect(database)
 
 
 @pytest.fixture

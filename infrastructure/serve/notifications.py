@@ -19,7 +19,6 @@ import psycopg
 from psycopg.sql import SQL, Identifier
 
 from runledger.infrastructure.runtime import StoreRuntime
-from runledger.infrastructure.storage.urls import libpq_url
 
 SLICE_SECONDS: Final = 0.25
 RECONNECT_SECONDS: Final = 2.0
@@ -76,11 +75,14 @@ class CommitNotifications:
 def commit_notifications(
     runtime: StoreRuntime, wake: Callable[[], None]
 ) -> CommitNotifications | None:
-    """The store's commit notifications, on PostgreSQL; None on the other backends."""
+    """The store's commit notifications, on PostgreSQL; None where there are none to hear
+    (the other backends, a transaction pooler without ``listen_url``): the store's follower then
+    finds other processes' commits on its idle look."""
+    conninfo = runtime.listen_conninfo
     channel = getattr(getattr(runtime.storage, "events", None), "channel_name", None)
-    if runtime.backend not in ("postgresql", "postgres") or not isinstance(channel, str):
+    if conninfo is None or not isinstance(channel, str):
         return None
-    return CommitNotifications(libpq_url(runtime.url), channel, wake)
+    return CommitNotifications(conninfo, channel, wake)
 
 
 __all__: Sequence[str] = ["CommitNotifications", "commit_notifications"]

@@ -1116,6 +1116,12 @@ class PostgresStorage(RecorderBackedStorage[PostgresEventRecorder, PostgresSnaps
         return max(0, size - idle), idle, stats.get("requests_waiting", 0)
 
     @property
+    def listen_conninfo(self) -> str | None:
+        """What a LISTEN for other processes' commits connects with; None where no session
+        can LISTEN (a transaction pooler without ``listen_url``): followers poll instead."""
+        return self.datastore.settings.listen_conninfo
+
+    @property
     def written(self) -> WrittenPositions:
         """Where this store's commits lie (``ReplicaReads``)."""
         return self.datastore.written

@@ -1,7 +1,8 @@
 """A projection worker: follows the log in its own process until told to stop.
 
-On PostgreSQL it sleeps on LISTEN and wakes on the NOTIFY each insert sends; because a
-notification can be lost (or the listening connection dropped), it also polls, so a missed
+On PostgreSQL it sleeps on LISTEN and wakes on the NOTIFY each insert sends (through a
+transaction pooler only with a ``listen_url``: a pooled session is not the listener's for long);
+because a notification can be lost (or the listening connection dropped), it also polls, so a missed
 wake-up delays a page by at most one poll interval and never stalls the worker. On SQLite
 and memory it polls. Two workers (or a worker and embedded hosts) never double-apply a page:
 each commit checks the positions it moves.
@@ -94,15 +95,11 @@ class ProjectionWorker:
         self._listener = self._make_listener()
 
     def _make_listener(self) -> _Listener | None:
-        datastore = getattr(self.runtime.storage, "datastore", None)
+        conninfo = self.runtime.listen_conninfo
         channel = getattr(self.runtime.storage.events, "channel_name", None)
-        if (
-            self.runtime.backend not in ("postgresql", "postgres")
-            or datastore is None
-            or channel is None
-        ):
+        if conninfo is None or channel is None:
             return None
-        return _Listener(self.runtime.url, channel)
+        return _Listener(conninfo, channel)
 
     def stop(self, *_: object) -> None:
         """Ask the loop to stop after the page it is committing (safe from signal handlers)."""

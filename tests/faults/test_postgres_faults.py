@@ -17,7 +17,7 @@ from runledger.domain.errors import StorageUnavailableError
 from runledger.domain.ids import follow_up_id_for
 from runledger.infrastructure.runtime import open_runtime
 from runledger.infrastructure.store import WorkflowStore, open_store
-from tests.faults.conftest import PASSWORD, ThrowawayCluster, free_port
+from tests.support.clusters import PASSWORD, ThrowawayCluster, free_port
 
 pytestmark = pytest.mark.slow
 

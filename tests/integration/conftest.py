@@ -16,6 +16,23 @@ BACKENDS = [
     pytest.param("sqlite", id="sqlite"),
     pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgres),
 ]
+POOLED = pytest.param(
+    "pgbouncer", id="pgbouncer", marks=[pytest.mark.postgres, pytest.mark.pgbouncer]
+)
+"""PostgreSQL through a real PgBouncer in transaction mode (``pooler=transaction``)."""
+POOLED_MODULES = "test_scenarios_"
+"""The scenario suites run on the pooled leg too: every upstream rule through the pooler."""
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    chosen = any(
+        mark.args and mark.args[0] == "store_url"
+        for mark in metafunc.definition.iter_markers("parametrize")
+    )
+    if "store_url" in metafunc.fixturenames and not chosen:
+        module = metafunc.module.__name__.rpartition(".")[2]
+        backends = [*BACKENDS, POOLED] if module.startswith(POOLED_MODULES) else BACKENDS
+        metafunc.parametrize("store_url", backends, indirect=True)
 
 
 @pytest.fixture
@@ -23,7 +40,7 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture
 def store_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
     """A URL to a new, empty store on the parametrised backend."""
     backend = request.param
@@ -31,6 +48,9 @@ def store_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
         return "memory://"
     if backend == "sqlite":
         return f"sqlite:///{tmp_path_factory.mktemp('store') / 'runledger.db'}"
+    if backend == "pgbouncer":
+        pooled: str = request.getfixturevalue("pgbouncer_store_url")
+        return pooled
     url: str = request.getfixturevalue("postgres_store_url")
     return url
 

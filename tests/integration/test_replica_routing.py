@@ -14,7 +14,7 @@ from runledger.infrastructure.runtime import open_runtime
 from runledger.infrastructure.storage.postgres import PostgresStorage
 from runledger.infrastructure.storage.replicas import ReplicaStats
 from runledger.infrastructure.store import WorkflowStore
-from tests.faults.conftest import free_port
+from tests.support.clusters import free_port
 from tests.support.scenario import RUN, running_run
 
 pytestmark = pytest.mark.postgres

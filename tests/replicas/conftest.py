@@ -23,7 +23,7 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.faults.conftest import OS_USER, POSTGRES_BIN, ThrowawayCluster
+from tests.support.clusters import OS_USER, POSTGRES_BIN, ThrowawayCluster
 
 REPLICATION_SETTINGS = {"wal_level": "replica", "max_wal_senders": "4"}
 

@@ -20,9 +20,9 @@ from runledger.infrastructure.runtime import StoreRuntime, open_runtime
 from runledger.infrastructure.storage.postgres import PostgresStorage
 from runledger.infrastructure.storage.replicas import ReadPosition, ReplicaStats
 from runledger.infrastructure.store import WorkflowStore, open_store
-from tests.faults.conftest import PASSWORD
 from tests.integration.test_same_commit_views import queue_as_session
 from tests.replicas.conftest import ReplicatedDatabase
+from tests.support.clusters import PASSWORD
 from tests.support.scenario import RUN, running_run
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -37,6 +37,7 @@ SIGNATURES: dict[tuple[str, str], str] = {
         "-> 'None'"
     ),
     ("PostgresDatastore", "get_connection"): "(self) -> 'Iterator[Connection[DictRow]]'",
+    ("PostgresDatastore", "after_connect_func"): "(self) -> 'Callable[[Connection[Any]], None]'",
     ("PostgresDatastore", "register_type_adapters"): "(self) -> 'None'",
 }
 """``str(inspect.signature(...))`` of each listed method in the installed library."""
