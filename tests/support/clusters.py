@@ -254,10 +254,11 @@ class PgBouncer:
 
 
 @contextlib.contextmanager
-def pooled(server: ThrowawayCluster, root: Path) -> Iterator[PgBouncer]:
-    """A running PgBouncer in front of ``server``; stopped afterwards."""
+def pooled(server: ThrowawayCluster, root: Path, *, pool_size: int = 8) -> Iterator[PgBouncer]:
+    """A running PgBouncer in front of ``server`` (its files in ``root``, which the
+    ``postgres`` OS user must own); stopped afterwards."""
     binaries_or_skip(PGBOUNCER)
-    bouncer = PgBouncer(root, server)
+    bouncer = PgBouncer(root, server, pool_size=pool_size)
     try:
         bouncer.start()
         yield bouncer

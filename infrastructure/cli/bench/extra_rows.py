@@ -16,6 +16,7 @@ from weakref import WeakKeyDictionary
 
 from runledger.infrastructure.cli.bench import (
     audit,
+    poolers,
     projections,
     replicas,
     serve,
@@ -80,6 +81,8 @@ EXTRA_ROWS: Final[list[tuple[str, RowMeasure]]] = [
     ("S1", lambda bench: serve.http_queue_follow_up(bench.scratch.new_url(), bench.seconds)),
     ("S2", lambda bench: serve.command_to_sse_delta(bench.scratch.new_url(), bench.samples)),
     ("O1", telemetry.instrumentation_cost),
+    # Present only when the bench URL goes through a transaction pooler with a listen_url.
+    ("X1", poolers.through_pooler),
     # Present only when the bench URL names a replica (replica_url=).
     ("X2", replicas.replica_reads),
 ]

@@ -50,7 +50,7 @@ from runledger.infrastructure.cli.bench.baselines import (
 )
 from runledger.infrastructure.cli.generated_history import HistoryGenerator
 from runledger.infrastructure.runtime import open_runtime
-from runledger.infrastructure.storage.urls import libpq_url, redact_url
+from runledger.infrastructure.storage.urls import libpq_url, read_postgres_url, redact_url
 from runledger.infrastructure.store import WorkflowStore, open_store
 from runledger.projections.base import Table
 from runledger.projections.viewer_deltas import ViewerDeltasProjection
@@ -142,6 +142,13 @@ class Scratch:
     def __init__(self, url: str) -> None:
         self.backend = bench_backend(url)
         self.url = url
+        self.pooled_url: str | None = None
+        """The bench URL when it goes through a transaction pooler (row X1 only); the other
+        rows then measure the server itself, at the URL's ``listen_url``."""
+        if self.backend == "postgresql":
+            settings = read_postgres_url(url)
+            if settings.transaction_pooled and settings.listen_url is not None:
+                self.pooled_url, self.url = url, settings.listen_url
         self._folder = tempfile.TemporaryDirectory(prefix="runledger-bench-")
         self._databases: list[str] = []
 
