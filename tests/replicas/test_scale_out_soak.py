@@ -4,29 +4,39 @@ every 30 s. Afterwards every acknowledged command is stored exactly once, every
 read-your-writes check held, ``projections verify --all`` passes, and the read models' digests
 are the same wherever they are read.
 
-The deployment is what the fixture ``soak_deployment`` gives: hosts connect through whatever
-sits in front of the server there. ``RUNLEDGER_SOAK_SECONDS`` sets the length (default 300).
+The deployment is the one the README describes for many hosts: a primary behind PgBouncer in
+transaction mode (``pooler=transaction``), a streaming replica the hosts read from
+(``replica_url=``), and a worker that hears commits through ``listen_url``. Half of the hosts
+project their read models in-process; the other half leave them to the worker.
+``RUNLEDGER_SOAK_SECONDS`` sets the length (default 300).
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
-from runledger.infrastructure.store import open_store
+from runledger.infrastructure.runtime import open_runtime
+from runledger.infrastructure.storage.postgres import PostgresStorage
+from runledger.infrastructure.store import WorkflowStore, open_store
+from tests.replicas.conftest import ReplicatedDatabase
+from tests.support.clusters import owned_scratch_folder, pooled
 from tests.support.soak_hosts import SHARED_RUN, SHARED_SESSION, host_main, read_journals
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.pgbouncer]
 
 HOSTS = 8
 WORKER_RESTART_SECONDS = 30.0
@@ -38,8 +48,11 @@ class Deployment:
 
     host_url: str
     """The URL every host opens (through a pooler, with replicas, as deployed)."""
+    worker_url: str
+    """The projection worker's URL: through the pooler, listening on the primary itself."""
     primary_url: str
     """A direct URL of the primary, for the checks after the soak."""
+    replicated: ReplicatedDatabase
 
 
 def soak_seconds() -> float:
@@ -80,7 +93,7 @@ def run_soak(deployment: Deployment, folder: Path, seconds: float) -> dict[str, 
     for process in hosts:
         process.start()
     worker_log = folder / "worker.log"
-    worker = _worker(deployment.host_url, worker_log)
+    worker = _worker(deployment.worker_url, worker_log)
     kills = 0
     try:
         while time.time() < deadline:
@@ -90,7 +103,7 @@ def run_soak(deployment: Deployment, folder: Path, seconds: float) -> dict[str, 
             worker.send_signal(signal.SIGKILL)
             worker.wait(timeout=30)
             kills += 1
-            worker = _worker(deployment.host_url, worker_log)
+            worker = _worker(deployment.worker_url, worker_log)
         for process in hosts:
             process.join(timeout=120)
     finally:
@@ -125,15 +138,35 @@ def check_soak(deployment: Deployment, folder: Path) -> dict[str, int]:
     runs = {line["run_id"] for line in lines if line["kind"] == "run"}
     with open_store(deployment.primary_url, embedded_projections=False) as store:
         for line in follow_ups:
-            stored = store.get_follow_up(line["follow_up_id"])
-            assert stored is not None, line
-            assert (stored.request_id, stored.order) == (line["request_id"], line["order"])
+            follow_up = store.get_follow_up(line["follow_up_id"])
+            assert follow_up is not None, line
+            assert (follow_up.request_id, follow_up.order) == (line["request_id"], line["order"])
         for run_id in runs:
             assert store.get_run(run_id) is not None, run_id
+        # Every other acknowledged write is there, once: a second copy of a change, a batch
+        # or an attempt would show in these counts.
+        for line in lines:
+            if line["kind"] == "finished":
+                run = store.get_run(line["run_id"])
+                assert run is not None, line
+                assert run.status == "completed", line
+            elif line["kind"] == "settings":
+                [scope] = store.settings_scopes(line["run_id"])
+                assert scope.change_number == line["change_number"] == 1, line
+                assert scope.settings == {"notes": [int(line["run_id"].rsplit("-r", 1)[1])]}
+            elif line["kind"] == "session_events":
+                [segment] = store.session_segments(line["run_id"])
+                assert segment.event_count == line["count"], line
+                assert segment.integrity == "valid", segment.diagnostics
+            elif line["kind"] == "effect":
+                effect = store.get_effect(line["effect_id"])
+                assert effect is not None, line
+                assert effect.status == "applied", line
+                assert effect.attempt == 1, line
     with open_store(deployment.primary_url) as store:
-        queue = store.follow_up_queue(SHARED_RUN)
-    assert queue is not None
-    stored = {item.request_id: item.order for item in queue.follow_ups}
+        shared_queue = store.follow_up_queue(SHARED_RUN)
+    assert shared_queue is not None
+    stored = {item.request_id: item.order for item in shared_queue.follow_ups}
     acked = {
         line["request_id"]: line["order"] for line in follow_ups if line["run_id"] == SHARED_RUN
     }
@@ -141,7 +174,7 @@ def check_soak(deployment: Deployment, folder: Path) -> dict[str, int]:
     # acknowledged one is there with the order it was acknowledged with. A follow-up stored
     # but not acknowledged (its host lost the answer to a fault) is one of the retryable errors.
     assert sorted(stored.values()) == list(range(1, len(stored) + 1))
-    assert len(stored) == len(queue.follow_ups)
+    assert len(stored) == len(shared_queue.follow_ups)
     assert acked.items() <= stored.items()
     assert len(stored) - len(acked) <= kinds["error"]
     verify = subprocess.run(
@@ -161,9 +194,52 @@ def check_soak(deployment: Deployment, folder: Path) -> dict[str, int]:
         check=False,
     )
     assert verify.returncode == 0, verify.stdout + verify.stderr
+    with open_store(deployment.primary_url) as primary:
+        names = primary.projection_names()
+        on_primary = {name: primary.read_model_digest(name) for name in names}
+    deployment.replicated.wait_for_replica()
+    with open_runtime(deployment.replicated.url(replica_wait=30)) as runtime:
+        on_replica = {name: WorkflowStore(runtime).read_model_digest(name) for name in names}
+        storage = runtime.storage
+        assert isinstance(storage, PostgresStorage)
+        assert storage.replicas is not None
+        assert storage.replicas.stats.replica == len(names)
+    assert on_replica == on_primary
     return {
         "runs": len(runs),
         "follow_ups": len(follow_ups),
         "token_checks": len(token_checks),
         "retryable_errors": kinds["error"],
     }
+
+
+@pytest.fixture
+def deployment(replicated: ReplicatedDatabase) -> Iterator[Deployment]:
+    """The replicated database behind a PgBouncer in transaction mode."""
+    root = owned_scratch_folder("runledger-soak-")
+    try:
+        with pooled(replicated.primary, root, pool_size=16) as bouncer:
+            replica = quote(replicated.replica.url(replicated.name), safe="")
+            listen = quote(replicated.primary_url, safe="")
+            through = bouncer.url(replicated.name)
+            yield Deployment(
+                host_url=f"{through}&replica_url={replica}&replica_wait=0.5",
+                worker_url=f"{through}&listen_url={listen}",
+                primary_url=replicated.primary_url,
+                replicated=replicated,
+            )
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_eight_hosts_through_a_pooler_with_a_replica_lose_nothing_for_minutes(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    ran = run_soak(deployment, tmp_path, soak_seconds())
+
+    assert ran["exit_codes"] == [0] * HOSTS
+    assert ran["kills"] >= int(soak_seconds() // WORKER_RESTART_SECONDS) - 1
+    counts = check_soak(deployment, tmp_path)
+    # The soak's counts, for the closing note and the README (pytest -s shows them).
+    print(f"\nsoak: {ran['kills']} worker kills, {counts}")
+    assert counts["runs"] >= HOSTS
