@@ -21,6 +21,8 @@ import psycopg
 import pytest
 
 from runledger.domain import Actor
+from runledger.infrastructure.runtime import open_runtime
+from runledger.infrastructure.serve.notifications import commit_notifications
 from runledger.infrastructure.store import WorkflowStore, open_store
 from tests.support.clusters import PgBouncer, owned_scratch_folder, pooled
 from tests.support.workers import Op, run_race
@@ -211,3 +213,39 @@ def test_writer_threads_of_one_store_group_their_commits_through_the_pooler(
     assert errors == []
     assert answer is not None
     assert sorted(item.order for item in answer.follow_ups) == list(range(1, 201))
+
+
+def test_through_the_pooler_a_store_hears_commits_of_another_process_without_listen(
+    pgbouncer_store_url: str,
+) -> None:
+    told = threading.Event()
+    with open_runtime(pgbouncer_store_url) as runtime:
+        # No session may LISTEN through the pooler: nothing tries, the follower's look finds
+        # the other process's commit instead.
+        assert runtime.listen_conninfo is None
+        assert commit_notifications(runtime, told.set) is None
+        runtime.add_views_listener(told.set)
+        told.clear()
+        start_run(pgbouncer_store_url)
+        assert told.wait(timeout=10)
+
+
+def test_with_a_listen_url_serve_listens_on_the_server_itself(
+    pgbouncer_store_url: str, pgbouncer: PgBouncer
+) -> None:
+    direct = direct_url(pgbouncer, pgbouncer_store_url)
+    url = f"{pgbouncer_store_url}&listen_url={quote(direct, safe='')}"
+    told = threading.Event()
+    with open_runtime(url) as runtime:
+        notifications = commit_notifications(runtime, told.set)
+        assert notifications is not None
+        notifications.start()
+        try:
+            deadline = time.monotonic() + 10
+            while not notifications.listening.is_set() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            told.clear()
+            start_run(pgbouncer_store_url)
+            assert told.wait(timeout=10)
+        finally:
+            notifications.stop()
