@@ -82,3 +82,62 @@ def test_an_unsupported_url_is_reported_without_its_password() -> None:
 
     assert SECRET not in str(raised.value)
     assert "mysql://alice:***@db/runs" in str(raised.value)
+
+
+def test_pooler_transaction_is_read_and_taken_out_before_libpq() -> None:
+    settings = read_postgres_url("postgresql://alice@bouncer:6432/runs?pooler=transaction")
+
+    assert settings.transaction_pooled
+    assert "pooler" not in settings.conninfo
+
+
+def test_without_a_pooler_or_through_a_session_pooler_connections_are_direct() -> None:
+    assert not read_postgres_url("postgresql://alice@db/runs").transaction_pooled
+    assert not read_postgres_url("postgresql://alice@db/runs?pooler=session").transaction_pooled
+
+
+def test_through_a_transaction_pooler_without_listen_url_nothing_listens() -> None:
+    settings = read_postgres_url("postgresql://alice@bouncer/runs?pooler=transaction")
+
+    assert settings.listen_conninfo is None
+
+
+def test_a_direct_store_listens_on_its_own_connection() -> None:
+    settings = read_postgres_url("postgresql://alice@db/runs?pool_size=2")
+
+    assert settings.listen_conninfo == settings.conninfo
+
+
+def test_listen_url_names_where_to_listen_through_a_transaction_pooler() -> None:
+    settings = read_postgres_url(
+        "postgresql://alice@bouncer/runs?pooler=transaction"
+        "&listen_url=postgresql%3A%2F%2Falice%40db%3A5432%2Fruns"
+    )
+
+    assert settings.listen_conninfo is not None
+    assert "host=db" in settings.listen_conninfo
+    assert "port=5432" in settings.listen_conninfo
+
+
+@pytest.mark.parametrize("query", ["pooler=statement", "listen_url=mysql%3A%2F%2Fdb"])
+def test_a_wrong_pooler_or_listen_url_is_refused(query: str) -> None:
+    name = query.partition("=")[0]
+    with pytest.raises(InvalidStoreParameterError, match=f"Store URL parameter {name}="):
+        read_postgres_url(f"postgresql://alice@db/runs?{query}")
+
+
+def test_a_printed_url_hides_the_password_of_its_listen_url() -> None:
+    url = (
+        "postgresql://alice@bouncer/runs?pooler=transaction"
+        f"&listen_url=postgresql%3A%2F%2Falice%3A{SECRET.replace('%', '%25')}%40db%2Fruns"
+    )
+
+    assert "s3cr" not in redact_url(url)
+
+
+def test_a_refused_listen_url_is_reported_without_its_password() -> None:
+    with pytest.raises(InvalidStoreParameterError) as raised:
+        read_postgres_url("postgresql://alice@db/runs?listen_url=mysql%3A%2F%2Fbob%3Ahunter2%40db")
+
+    assert "hunter2" not in str(raised.value)
+    assert "listen_url=" in str(raised.value)
