@@ -87,6 +87,17 @@ def test_the_bench_on_a_memory_store_says_which_backends_it_measures(tmp_path: P
     )
 
 
+def test_the_bench_refuses_a_wrong_url_parameter_before_it_starts(tmp_path: Path) -> None:
+    url = "postgresql://alice:s3cret@127.0.0.1:1/runs?pooler=statement"
+    outcome = runledger("bench", "--quick", "--only", "X1", "--url", url, cwd=tmp_path)
+    assert outcome.returncode == 2, outcome
+    assert outcome.stderr.strip() == (
+        "error [store.invalid-parameter]: Store URL parameter pooler='statement': "
+        "must be one of none, session, transaction"
+    )
+    assert "s3cret" not in outcome.stdout + outcome.stderr
+
+
 def test_an_unknown_projection_is_bad_input_naming_the_known_ones(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'store.db'}"
     open_store(url).close()

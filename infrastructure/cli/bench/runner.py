@@ -132,6 +132,7 @@ def bench_backend(url: str) -> str:
     if url.startswith("sqlite:///"):
         return "sqlite"
     if url.startswith(("postgresql://", "postgres://")):
+        read_postgres_url(url)  # a wrong parameter is refused before the progress bar
         return "postgresql"
     raise UnsupportedBenchUrlError(redact_url(url))
 
