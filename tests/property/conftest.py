@@ -12,10 +12,17 @@ from typing import Any
 
 from hypothesis import HealthCheck, settings
 
-from tests.integration.conftest import clock, runtime, store, store_url
+from tests.integration.conftest import (
+    clock,
+    pytest_generate_tests,
+    runtime,
+    store,
+    store_url,
+)
 
-# The integration tests' store fixture, parametrised over memory, a SQLite file and PostgreSQL.
-__all__ = ["clock", "runtime", "store", "store_url"]
+# The integration tests' store fixture, parametrised (by their pytest_generate_tests) over
+# memory, a SQLite file and PostgreSQL.
+__all__ = ["clock", "pytest_generate_tests", "runtime", "store", "store_url"]
 
 _SHARED: dict[str, Any] = {
     "deadline": None,
