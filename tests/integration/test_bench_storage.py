@@ -43,6 +43,7 @@ def test_p13_reports_the_worse_history_as_disk_bytes_over_payload_bytes(bench: B
     assert row.unit == "bytes"
     assert row.baseline is not None
     assert row.ratio == pytest.approx(row.value / row.baseline)
+    assert row.ratio is not None
     assert row.met == (row.ratio <= 2.0)
     assert "bench history of 600 events" in row.name
     assert "640 session records" in row.name
