@@ -11,8 +11,10 @@ library's plain ``Application``), see ``baselines``.
 Rows measured by other modules join through ``Bench(extra_rows=...)``: a sequence of
 ``(id, measure)`` pairs, where ``measure(bench)`` returns the row's ``BenchResult`` (or None
 when the row does not apply to ``bench.backend``) and may use ``bench.scratch.new_url()``,
-``bench.seconds``, ``bench.events`` and ``bench.quick``. An extra row whose id is a built-in
-one replaces it. ``runledger bench`` passes ``extra_rows.EXTRA_ROWS``, the one list to extend.
+``bench.seconds``, ``bench.events``, ``bench.quick`` and ``bench.full`` (``--full``: a row
+with a size of its own runs it at full size only then, and names its size in its ``name``).
+An extra row whose id is a built-in one replaces it. ``runledger bench`` passes
+``extra_rows.EXTRA_ROWS``, the one list to extend.
 """
 
 from __future__ import annotations
