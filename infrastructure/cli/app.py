@@ -372,12 +372,23 @@ def bench(
     url: UrlOption = None,
     as_json: JsonOption = False,
     events: Annotated[
-        int, typer.Option("--events", min=1, help="Size of the generated history for P3.")
-    ] = 200_000,
+        int | None,
+        typer.Option(
+            "--events",
+            min=1,
+            help="Size of the generated history of P3, P7 and P13 (default 50,000; "
+            "200,000 with --full).",
+        ),
+    ] = None,
     seconds: Annotated[
-        float,
-        typer.Option("--seconds", min=0.1, help="Duration of each throughput measurement."),
-    ] = 5.0,
+        float | None,
+        typer.Option(
+            "--seconds",
+            min=0.1,
+            help="Duration of each throughput measurement, split into turns with its "
+            "baselines (default 2; 5 with --full).",
+        ),
+    ] = None,
     only: Annotated[
         str,
         typer.Option(
@@ -386,6 +397,13 @@ def bench(
     ] = "",
     quick: Annotated[
         bool, typer.Option("--quick", help="Small fixed workloads: a smoke run, not a measure.")
+    ] = False,
+    full: Annotated[
+        bool,
+        typer.Option(
+            "--full",
+            help="Full-size workloads: the 1M-event V3, 100k-event histories, longer turns.",
+        ),
     ] = False,
 ) -> None:
     """Measure the rows next to their baselines on the URL's backend, in scratch databases.
@@ -396,7 +414,16 @@ def bench(
     from runledger.infrastructure.cli.bench.report import ROW_IDS, print_bench, run_bench
 
     chosen = _bench_rows(only, ROW_IDS)
-    results = run_bench(resolve_url(url), events=events, seconds=seconds, only=chosen, quick=quick)
+    if quick and full:
+        raise typer.BadParameter("--quick and --full exclude each other", param_hint="'--full'")
+    results = run_bench(
+        resolve_url(url),
+        events=events or (200_000 if full else 50_000),
+        seconds=seconds or (5.0 if full else 2.0),
+        only=chosen,
+        quick=quick,
+        full=full,
+    )
     print_bench(results, console(), as_json=as_json)
 
 

@@ -27,9 +27,9 @@ ROW_KEYS = {
 }
 COMMAND_BASELINES = {"raw", "ideal", "library"}
 BUILT_IN_ROWS = ["P1", "P2b", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11", "P12"]
-# extra_rows.EXTRA_ROWS: writer threads, the read models', the audit's, the server's and the
-# instrumentation's rows, after the others.
-EXTRA_ROWS = ["P2t", "V1", "V2", "V3", "A1", "A2", "S1", "S2", "O1"]
+# extra_rows.EXTRA_ROWS: storage amplification, writer threads, the read models', the audit's,
+# the server's and the instrumentation's rows, after the others.
+EXTRA_ROWS = ["P13", "P2t", "V1", "V2", "V3", "A1", "A2", "S1", "S2", "O1"]
 SQLITE_ROWS = [*BUILT_IN_ROWS, *EXTRA_ROWS]
 POSTGRES_ROWS = ["P1", "P2", *SQLITE_ROWS[1:]]
 
@@ -94,6 +94,12 @@ def check_command_rows(rows: dict[str, Any]) -> None:
     if "P2b" in rows:
         assert rows["P2b"]["baselines"]["p1"] == rows["P2b"]["baseline"]
         assert "0 errors" in rows["P2b"]["name"], rows["P2b"]["name"]
+    if "P13" in rows:
+        # Bytes on disk per payload byte, for the bench history and a recording-heavy one.
+        assert rows["P13"]["baselines"].keys() == {"payload"}
+        assert rows["P13"]["ratio"] > 0
+        assert "bench history of 3,000 events" in rows["P13"]["name"]
+        assert "640 session records" in rows["P13"]["name"]
     if "P2t" in rows:
         # Group commit answers to the same threads committing one by one, in the same run.
         assert set(rows["P2t"]["baselines"]) == {"ungrouped", "one thread"}

@@ -61,6 +61,7 @@ def test_a_missing_folder_is_one_line_and_makes_nothing(tmp_path: Path) -> None:
         (["serve", "--port", "99999"], "Invalid value for '--port'"),
         (["serve", "--public-reads", "true"], "unexpected extra argument"),
         (["bench", "--only", "P99"], "unknown row P99; the rows are P1, P2, P2b"),
+        (["bench", "--quick", "--full"], "--quick and --full exclude each other"),
         (["projections", "rebuild", "runs", "--all"], "give one projection name or --all"),
         (["projections", "status", "--bogus"], "No such option: --bogus"),
         (["audit", "run-1", "--as-of", "-1"], "Invalid value for '--as-of'"),

@@ -20,6 +20,7 @@ from runledger.infrastructure.cli.bench import (
     projections,
     replicas,
     serve,
+    storage,
     telemetry,
     threads,
 )
@@ -44,36 +45,47 @@ class _MeasuredTogether:
 
 
 def _audit(bench: Bench) -> list[BenchResult]:
-    sizes = {"events": 2_000, "follow_ups": 200} if bench.quick else {}
+    if bench.quick:
+        sizes = {"events": 2_000, "follow_ups": 200}
+    elif bench.full:
+        sizes = {}
+    else:
+        sizes = {"events": 50_000, "follow_ups": 5_000}
     return audit.audit_bench(bench.scratch.url, **sizes)
 
 
 _AUDIT = _MeasuredTogether(_audit)
 
 
-def _history(bench: Bench, full: int) -> int:
-    """The generated history's size: the row's own in a full run, the bench's when quick."""
-    return bench.events if bench.quick else full
+def _history(bench: Bench, full: int, default: int) -> int:
+    """The generated history's size: the row's own with ``--full``, a smaller one by
+    default (the 1M-event rows alone took most of 25 minutes on PostgreSQL), the bench's
+    when quick."""
+    if bench.quick:
+        return bench.events
+    return full if bench.full else default
 
 
 EXTRA_ROWS: Final[list[tuple[str, RowMeasure]]] = [
+    ("P13", storage.amplification),
     ("P2t", threads.four_writer_threads),
     (
         "V1",
         lambda bench: projections.verify_all(
-            bench.scratch.new_url(), _history(bench, projections.HISTORY_EVENTS)
+            bench.scratch.new_url(), _history(bench, projections.HISTORY_EVENTS, 30_000)
         ),
     ),
     (
         "V2",
         lambda bench: projections.blue_green_ratio(
-            bench.scratch.new_url(), _history(bench, projections.HISTORY_EVENTS)
+            bench.scratch.new_url(), _history(bench, projections.HISTORY_EVENTS, 30_000)
         ),
     ),
     (
         "V3",
         lambda bench: projections.peak_rss(
-            bench.scratch.new_url(), _history(bench, projections.RSS_EVENTS)
+            bench.scratch.new_url(),
+            _history(bench, projections.RSS_EVENTS, projections.HISTORY_EVENTS),
         ),
     ),
     ("A1", _AUDIT.row("A1")),

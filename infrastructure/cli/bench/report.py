@@ -21,7 +21,13 @@ ROW_IDS: Final = (
 
 
 def run_bench(
-    url: str, *, events: int, seconds: float, only: Sequence[str] = (), quick: bool = False
+    url: str,
+    *,
+    events: int,
+    seconds: float,
+    only: Sequence[str] = (),
+    quick: bool = False,
+    full: bool = False,
 ) -> tuple[str, list[BenchResult]]:
     """Every measurement on the URL's backend; progress goes to stderr."""
     bench_backend(url)  # a URL the bench cannot measure is refused before the progress bar
@@ -44,6 +50,7 @@ def run_bench(
             advance=advance,
             only=only,
             quick=quick,
+            full=full,
             extra_rows=EXTRA_ROWS,
         )
         progress.update(task, total=len(bench.planned()), description=bench.backend)

@@ -3,13 +3,12 @@ group commit and without it, measured in turns in the same run."""
 
 from __future__ import annotations
 
-import statistics
 import threading
 import time
 from collections.abc import Callable
 from typing import Final
 
-from runledger.infrastructure.cli.bench.runner import P1_SLICES, Bench, BenchResult
+from runledger.infrastructure.cli.bench.runner import TURNS, Bench, BenchResult, matched_turns
 from runledger.infrastructure.runtime import open_runtime
 from runledger.infrastructure.store import WorkflowStore
 
@@ -41,7 +40,7 @@ def _threads_rate(commands: list[Callable[[int], None]], seconds: float, first: 
 def four_writer_threads(bench: Bench) -> BenchResult:
     """Follow-ups per second from four threads of one store, each on its own runs, with
     group commit; next to the same four threads committing one by one and to one thread."""
-    seconds = bench.seconds / P1_SLICES
+    seconds = bench.seconds / TURNS
     rates: dict[str, list[float]] = {"grouped": [], "ungrouped": [], "one thread": []}
     commits = requests = 0
     with (
@@ -56,7 +55,7 @@ def four_writer_threads(bench: Bench) -> BenchResult:
             for kind, store in stores.items()
         }
         single = bench.queueing(stores["grouped"], "single")
-        for turn in range(P1_SLICES):
+        for turn in range(TURNS):
             # Far past the last turn's numbers: every request id stays new.
             first = turn * 10_000_000
             commits -= group.batches
@@ -67,8 +66,7 @@ def four_writer_threads(bench: Bench) -> BenchResult:
             rates["ungrouped"].append(_threads_rate(queues["ungrouped"], seconds, first))
             rates["one thread"].append(_threads_rate([single], seconds, first))
     group_size = requests / max(1, commits)
-    rate = statistics.fmean(rates.pop("grouped"))
-    baselines = {kind: statistics.fmean(values) for kind, values in rates.items()}
+    rate, baselines = matched_turns(rates.pop("grouped"), rates)
     ungrouped = baselines["ungrouped"]
     return BenchResult(
         "P2t",

@@ -1,0 +1,76 @@
+"""P13, storage amplification: bytes on disk per byte of event payload, on SQLite (database
+files after a WAL checkpoint) and PostgreSQL (every table of the store's schema)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runledger.infrastructure.cli.bench.baselines import plain_connection
+from runledger.infrastructure.cli.bench.runner import Bench
+from runledger.infrastructure.cli.bench.storage import (
+    amplification,
+    disk_bytes,
+    payload_bytes,
+    session_history,
+)
+from tests.integration.conftest import BACKENDS
+
+DURABLE = [param for param in BACKENDS if param.values[0] != "memory"]
+
+
+@pytest.fixture(params=DURABLE)
+def bench(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Bench]:
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path_factory.mktemp('bench') / 'bench.db'}"
+    else:
+        url = request.getfixturevalue("postgres_url")
+    opened = Bench(url, events=600, seconds=0.2, advance=lambda _: None, quick=True)
+    try:
+        yield opened
+    finally:
+        opened.scratch.close()
+
+
+def test_p13_reports_the_worse_history_as_disk_bytes_over_payload_bytes(bench: Bench) -> None:
+    row = amplification(bench)
+
+    assert row.id == "P13"
+    assert row.unit == "bytes"
+    assert row.baseline is not None
+    assert row.ratio == pytest.approx(row.value / row.baseline)
+    assert row.ratio is not None
+    assert row.met == (row.ratio <= 2.0)
+    assert "bench history of 600 events" in row.name
+    assert "640 session records" in row.name
+
+
+def test_the_payload_is_the_stored_events_state_bytes_and_the_disk_holds_more(
+    bench: Bench,
+) -> None:
+    url = bench.scratch.new_url()
+    disk, payload = session_history(url, 128)
+
+    with plain_connection(url) as connection:
+        states = connection.execute("SELECT state FROM runledger_events").fetchall()
+    assert payload == sum(len(bytes(state)) for (state,) in states) == payload_bytes(url)
+    # Each session record carries a 60-character output: the payload holds all 128.
+    assert payload > 128 * 60
+    assert disk > 0
+
+
+def test_sqlite_disk_bytes_are_the_database_file_after_the_wal_is_checkpointed(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    session_history(url, 64)
+
+    size = disk_bytes(url)
+
+    wal = tmp_path / "store.db-wal"
+    assert not wal.exists() or wal.stat().st_size == 0
+    assert size == (tmp_path / "store.db").stat().st_size
