@@ -35,6 +35,7 @@ from runledger.domain.ports import LogEntry
 from runledger.infrastructure.commits.ports import EventStorage
 from runledger.infrastructure.telemetry import TELEMETRY
 from runledger.infrastructure.views.store import (
+    EncodedRow,
     PageCommit,
     TableChanges,
     TrackingConflictError,
@@ -249,7 +250,24 @@ class ProjectionRunner:
             self.position,
             page.encoded(self._tables),
             self.slot,
+            self._previous(page) if self.views.partial_updates and not self.authoritative else {},
         )
+
+    def _previous(self, page: _PageWriter) -> dict[str, dict[Key, EncodedRow]]:
+        """The committed rows the cache holds for the page's upserts, encoded. The cache is
+        the slot as of the page's start (a page that finds the slot moved commits nothing),
+        and a projection reads a row before it rewrites it, so most changed rows are here."""
+        previous: dict[str, dict[Key, EncodedRow]] = {}
+        for table_name, changes in page.changes.items():
+            table = self._tables[table_name]
+            known = {
+                key: encode_row(table, old)
+                for key, row in changes.items()
+                if row is not None and (old := self._cache.get((table_name, key))) is not None
+            }
+            if known:
+                previous[table_name] = known
+        return previous
 
     def committed(self) -> None:
         """The page committed: its rows are now what the cache holds."""

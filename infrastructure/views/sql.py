@@ -137,6 +137,23 @@ class _TableStatements(Generic[S]):
         )
         self.delete = dialect.finish(sql("DELETE FROM {} WHERE {}", name, key_match))
         self.fetch = dialect.finish(sql("SELECT {} FROM {} WHERE {}", columns, name, key_match))
+        self._dialect = dialect
+        self._name = name
+        self._key_match = key_match
+        self._updates: dict[tuple[str, ...], S] = {}
+
+    def update(self, columns: tuple[str, ...]) -> S:
+        """The ``UPDATE`` of these columns of the row with a given key (values, then key)."""
+        statement = self._updates.get(columns)
+        if statement is None:
+            sql, dialect = self._dialect.sql, self._dialect
+            assignments = dialect.join(
+                ", ", (sql("{} = {mark}", dialect.identifier(name)) for name in columns)
+            )
+            statement = self._updates[columns] = dialect.finish(
+                sql("UPDATE {} SET {} WHERE {}", self._name, assignments, self._key_match)
+            )
+        return statement
 
 
 def _table_ddl(table: Table, dialect: Dialect[S], physical: str) -> S:
@@ -154,6 +171,11 @@ def _table_ddl(table: Table, dialect: Dialect[S], physical: str) -> S:
         columns,
         dialect.identifiers(table.key),
     )
+
+
+def _same(value: Any, old: Any) -> bool:
+    """Whether a column's value is stored alike: ``1 == 1.0 == True`` in Python, not in a row."""
+    return type(value) is type(old) and value == old
 
 
 def _index_name(physical: str, index: tuple[str, ...]) -> str:
@@ -731,12 +753,30 @@ class SqlViewStore(ViewStore, Generic[S]):
             tables = {table.name: table for table in page.projection.tables}
             for table_name, changes in page.changes.items():
                 statements = self._statements(tables[table_name], page.slot)
+                previous = page.previous.get(table_name, {}) if self.partial_updates else {}
                 deletes = [key for key, row in changes.items() if row is None]
-                upserts = [tuple(row.values()) for row in changes.values() if row is not None]
+                upserts: list[tuple[Any, ...]] = []
+                updates: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
+                for key, row in changes.items():
+                    if row is None:
+                        continue
+                    old = previous.get(key)
+                    if old is None:
+                        upserts.append(tuple(row.values()))
+                        continue
+                    changed = tuple(
+                        name for name, value in row.items() if not _same(value, old[name])
+                    )
+                    if changed:
+                        updates.setdefault(changed, []).append(
+                            (*(row[name] for name in changed), *key)
+                        )
                 if deletes:
                     writes.append((statements.delete, deletes))
                 if upserts:
                     writes.append((statements.upsert, upserts))
+                for changed, rows in updates.items():
+                    writes.append((statements.update(changed), rows))
         return writes
 
     def _conflict(self, name: str, slot: int, expected: int) -> TrackingConflictError:

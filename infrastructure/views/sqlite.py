@@ -55,6 +55,7 @@ class SQLiteViewStore(SqlViewStore[str]):
     """Views in the SQLite file of the event log; one connection per thread."""
 
     dialect = SQLITE
+    partial_updates = True
 
     def __init__(self, path: str, *, busy_timeout: float = 30.0) -> None:
         self.path = path

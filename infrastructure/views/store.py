@@ -19,7 +19,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import orjson
@@ -75,6 +75,10 @@ class PageCommit:
     changes: Mapping[str, TableChanges]
     slot: TrackingState
     """The slot the page goes to; it commits only while the slot is still in its state."""
+    previous: Mapping[str, Mapping[Key, EncodedRow]] = field(default_factory=dict)
+    """Rows as committed before the page, for some of the changed keys (those the writer
+    knew): a store that can update only the changed columns of such a row (``ViewStore.
+    partial_updates``) leaves the indexes on its other columns, and an unchanged row, alone."""
 
 
 class TrackingConflictError(IntegrityError):
@@ -113,6 +117,11 @@ def decode_row(table: Table, row: dict[str, Any]) -> Row:
 
 class ViewStore(ABC):
     """Tables and tracking of every projection on one backend."""
+
+    partial_updates: bool = False
+    """Whether a page's ``previous`` rows are used: worth their encoding only where a write
+    of the changed columns alone costs less than a whole row's (SQLite writes every index
+    holding a column an ``UPDATE`` sets, changed or not)."""
 
     def __init__(self) -> None:
         self._active: dict[str, TrackingState] = {}
