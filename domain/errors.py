@@ -1248,3 +1248,32 @@ class InvalidLogFormatError(WorkflowError):
 
     def __init__(self, log_format: object, allowed: str) -> None:
         super().__init__(log_format=log_format, allowed=allowed)
+
+
+# -- retention ----------------------------------------------------------------------------
+
+
+class ArchiveNotVerifiedError(WorkflowError):
+    """The bundle written for a run tree did not read back intact: nothing may be pruned."""
+
+    code = "retention.bundle-not-verified"
+    template = "Archive bundle {path} of run tree {root_run_id} did not verify: {reason}"
+
+    def __init__(self, path: object, root_run_id: object, reason: str) -> None:
+        super().__init__(path=path, root_run_id=root_run_id, reason=reason)
+
+
+class InvalidCutoffError(WorkflowError):
+    code = "retention.invalid-cutoff"
+    template = "Retention cutoff must be a datetime with a time zone, got {value}"
+
+    def __init__(self, value: object) -> None:
+        super().__init__(value=value)
+
+
+class InvalidArchiveFolderError(WorkflowError):
+    code = "retention.invalid-archive"
+    template = "Archive folder must be an existing directory: {path}"
+
+    def __init__(self, path: object) -> None:
+        super().__init__(path=path)

@@ -503,3 +503,22 @@ class BundleVerdict(Record):
     version: int | None = None
     position: int | None = None
     model: str | None = None
+
+
+class KeptTree(Record):
+    """A run tree retention leaves in the live store, with the first reason found."""
+
+    root_run_id: str
+    run_ids: list[str]
+    reason: str
+    detail: str
+
+
+class ArchivedTree(Record):
+    """A run tree whose verified bundle retention wrote: where it is and its SHA-256."""
+
+    root_run_id: str
+    run_ids: list[str]
+    events: int
+    bundle: str
+    bundle_sha256: str
