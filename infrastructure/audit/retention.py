@@ -31,6 +31,7 @@ from runledger.domain.retention import aggregate_keep_reason, run_keep_reason
 from runledger.domain.runs import Run, run_aggregate_id
 from runledger.domain.values import is_count
 from runledger.infrastructure.audit.bundle import export_bundle
+from runledger.infrastructure.audit.bundle_format import HEADS
 from runledger.infrastructure.audit.stored_events import aggregate_text, run_notifications
 from runledger.infrastructure.audit.verify_bundle import verify_bundle
 from runledger.infrastructure.runtime import StoreRuntime
@@ -168,7 +169,8 @@ def archive_tree(runtime: StoreRuntime, tree: SettledTree, folder: Path) -> Arch
             reason=f"{verdict.problem}: {verdict.detail}",
         )
     data = path.read_bytes()
-    header = orjson.loads(data[: data.index(b"\n")])
+    lines = data.rstrip(b"\n").split(b"\n")
+    header, digests = orjson.loads(lines[0]), orjson.loads(lines[-1])
     archived = {aggregate: span["last"] for aggregate, span in header["aggregates"].items()}
     if archived != tree.versions or sorted(header["runs"]) != sorted(tree.run_ids):
         return KeptTree(
@@ -183,6 +185,9 @@ def archive_tree(runtime: StoreRuntime, tree: SettledTree, folder: Path) -> Arch
         events=verdict.events,
         bundle=str(path),
         bundle_sha256=hashlib.sha256(data).hexdigest(),
+        versions=archived,
+        chain_heads=header[HEADS],
+        digests=digests["read_models"],
     )
 
 

@@ -153,6 +153,35 @@ def test_an_applied_effect_does_not_keep_its_tree(
     assert [tree.root_run_id for tree in settled(runtime)] == ["charged"]
 
 
+def test_an_ambiguous_effect_keeps_its_tree(store: WorkflowStore, runtime: StoreRuntime) -> None:
+    store.create_run("unsure", workflow_name="review", input={})
+    store.reserve_effect("unsure", effect_type="http", key="charge-1", request={"amount": 3})
+    assert store.recover_applying_effects("unsure") == "ambiguous"
+    store.finish_run("unsure", status="failed", error="host stopped")
+
+    tree = kept(runtime)["unsure"]
+
+    assert (tree.reason, tree.detail.endswith("is ambiguous")) == ("unsettled-effect", True)
+
+
+def test_an_effect_allowed_another_attempt_keeps_its_tree(
+    store: WorkflowStore, runtime: StoreRuntime
+) -> None:
+    store.create_run("retrying", workflow_name="review", input={})
+    reservation = store.reserve_effect(
+        "retrying", effect_type="http", key="charge-1", request={"amount": 3}
+    )
+    store.settle_effect(
+        reservation.effect.effect_id, attempt=reservation.effect.attempt, outcome="failed"
+    )
+    store.retry_effect(reservation.effect.effect_id)
+    store.finish_run("retrying", status="failed", error="gave up")
+
+    tree = kept(runtime)["retrying"]
+
+    assert (tree.reason, tree.detail.endswith("is retry_ready")) == ("unsettled-effect", True)
+
+
 def test_a_pending_human_decision_keeps_its_tree(
     store: WorkflowStore, runtime: StoreRuntime
 ) -> None:
@@ -215,7 +244,11 @@ def test_archiving_writes_a_bundle_of_the_whole_tree_that_verifies(
     assert archived.bundle_sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
     verdict = verify_bundle(path)
     assert (verdict.ok, verdict.events) == (True, tree.events)
-    assert read_lines(path)[0]["runs"] == ["root", "child"]
+    header, *_, digests = read_lines(path)
+    assert header["runs"] == ["root", "child"]
+    assert archived.versions == tree.versions
+    assert archived.chain_heads == header["heads"]
+    assert archived.digests == digests["read_models"]
 
 
 def test_a_tree_written_to_after_it_was_judged_is_kept_not_archived(
