@@ -1277,3 +1277,19 @@ class InvalidArchiveFolderError(WorkflowError):
 
     def __init__(self, path: object) -> None:
         super().__init__(path=path)
+
+
+class RunArchivedError(RunNotFoundError):
+    """A run whose tree was pruned: known, but its history lives in a bundle now. A subclass
+    of not-found, so a host that only handles a missing run still stops there."""
+
+    code = "run.archived"
+    template = (
+        "Workflow run {run_id} was archived at {archived_at} to a bundle with SHA-256 "
+        "{bundle_sha256}"
+    )
+
+    def __init__(self, run_id: object, archived_at: str, bundle_sha256: str) -> None:
+        WorkflowError.__init__(
+            self, run_id=run_id, archived_at=archived_at, bundle_sha256=bundle_sha256
+        )
