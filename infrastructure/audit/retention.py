@@ -26,10 +26,10 @@ from runledger.domain.errors import (
     InvalidCutoffError,
     InvalidPageError,
 )
-from runledger.domain.records import ArchivedTree, KeptTree
-from runledger.domain.retention import aggregate_keep_reason, run_keep_reason
+from runledger.domain.records import ArchivedTree, KeptTree, RunSummary
+from runledger.domain.retention import KeepReason, aggregate_keep_reason, run_keep_reason
 from runledger.domain.runs import Run, run_aggregate_id
-from runledger.domain.values import is_count
+from runledger.domain.values import TERMINAL_STATUSES, is_count
 from runledger.infrastructure.audit.bundle import export_bundle
 from runledger.infrastructure.audit.bundle_format import HEADS
 from runledger.infrastructure.audit.stored_events import aggregate_text, run_notifications
@@ -57,30 +57,47 @@ def check_cutoff(settled_before: object) -> datetime:
     return settled_before
 
 
-def run_trees(runtime: StoreRuntime) -> Iterator[list[str]]:
-    """Each run tree's runs (its root first), trees in their roots' creation order."""
+def run_trees(runtime: StoreRuntime) -> Iterator[list[RunSummary]]:
+    """Each run tree's runs as the runs list shows them (its root first), trees in their
+    roots' creation order."""
     reader = runtime.reader(runs_model.RunsProjection.name)
     after: str | None = None
     while True:
         page = runs_model.list_runs(reader, after=after, limit=_PAGE)
         for summary in page.runs:
             if summary.parent_run_id is None:
-                yield [summary.run_id, *_descendants(runtime, summary.run_id)]
+                yield [summary, *_descendants(runtime, summary.run_id)]
         if page.next_after is None:
             return
         after = page.next_after
 
 
-def _descendants(runtime: StoreRuntime, root_run_id: str) -> list[str]:
+def _descendants(runtime: StoreRuntime, root_run_id: str) -> list[RunSummary]:
     reader = runtime.reader(runs_model.RunsProjection.name)
-    found: list[str] = []
+    found: list[RunSummary] = []
     after: str | None = None
     while True:
         page = runs_model.list_runs(reader, root_run_id=root_run_id, after=after, limit=_PAGE)
-        found.extend(run.run_id for run in page.runs if run.run_id != root_run_id)
+        found.extend(run for run in page.runs if run.run_id != root_run_id)
         if page.next_after is None:
             return found
         after = page.next_after
+
+
+def _listed_keep_reason(
+    runs: list[RunSummary], settled_before: datetime
+) -> tuple[KeepReason, str] | None:
+    """The first reason the runs list already shows: most trees of a large store are recent,
+    and this keeps them without replaying a single aggregate."""
+    for run in runs:
+        if run.status not in TERMINAL_STATUSES or run.finished_at is None:
+            return "run-not-ended", f"run {run.run_id} is {run.status}"
+        if run.finished_at >= settled_before:
+            return (
+                "finished-after-cutoff",
+                f"run {run.run_id} finished at {run.finished_at.isoformat()}",
+            )
+    return None
 
 
 def judge_tree(
@@ -129,9 +146,20 @@ def plan_prune(
         raise InvalidPageError("prune limit")
     settled: list[SettledTree] = []
     kept: list[KeptTree] = []
-    for run_ids in run_trees(runtime):
+    for runs in run_trees(runtime):
         if limit is not None and len(settled) >= limit:
             break
+        run_ids = [run.run_id for run in runs]
+        listed = _listed_keep_reason(runs, cutoff)
+        if listed is not None:
+            kept.append(
+                KeptTree(
+                    root_run_id=run_ids[0], run_ids=run_ids, reason=listed[0], detail=listed[1]
+                )
+            )
+            continue
+        # The runs list can lag behind the log (a store whose worker projects), so a tree it
+        # shows as settled is judged again from the aggregates themselves.
         verdict = judge_tree(runtime, run_ids, settled_before=cutoff)
         if isinstance(verdict, SettledTree):
             settled.append(verdict)

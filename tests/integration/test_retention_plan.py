@@ -306,3 +306,17 @@ def test_judging_one_tree_reads_its_runs_in_the_order_given(
 
     assert isinstance(verdict, KeptTree)
     assert verdict.detail == "run first is running"
+
+
+def test_judging_a_tree_checks_each_runs_end_against_the_cutoff_itself(
+    store: WorkflowStore, runtime: StoreRuntime
+) -> None:
+    finished(store, "recent")
+    run = store.get_run("recent")
+    assert run is not None
+    assert run.finished_at is not None
+
+    verdict = judge_tree(runtime, ["recent"], settled_before=run.finished_at)
+
+    assert isinstance(verdict, KeptTree)
+    assert verdict.reason == "finished-after-cutoff"
