@@ -1293,3 +1293,11 @@ class RunArchivedError(RunNotFoundError):
         WorkflowError.__init__(
             self, run_id=run_id, archived_at=archived_at, bundle_sha256=bundle_sha256
         )
+
+
+class CompactUnsupportedError(WorkflowError):
+    code = "compact.unsupported-url"
+    template = "runledger compact works on a SQLite or PostgreSQL store, not {url}"
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url=url)
