@@ -15,6 +15,7 @@ from runledger.domain.effects import Effect
 from runledger.domain.events import LedgerEvent, LedgerSnapshot
 from runledger.domain.follow_ups import FollowUp
 from runledger.domain.human_decisions import HumanDecision
+from runledger.domain.run_tree_archives import RunTreeArchive
 from runledger.domain.runs import Run
 from runledger.domain.session_segments import SessionSegment
 from runledger.domain.settings_scopes import SettingsScope
@@ -30,6 +31,7 @@ AGGREGATES: Final[tuple[type[BaseAggregate[UUID]], ...]] = (
     SessionSegment,
     Effect,
     SettingsScope,
+    RunTreeArchive,
 )
 
 DOMAIN_EVENTS: Final[tuple[type[LedgerEvent], ...]] = (
@@ -73,6 +75,7 @@ DOMAIN_EVENTS: Final[tuple[type[LedgerEvent], ...]] = (
     SettingsScope.Created,
     SettingsScope.Changed,
     SettingsScope.Moved,
+    RunTreeArchive.Archived,
 )
 
 SNAPSHOTS: Final[tuple[type[LedgerSnapshot], ...]] = (
@@ -84,6 +87,7 @@ SNAPSHOTS: Final[tuple[type[LedgerSnapshot], ...]] = (
     SessionSegment.Snapshot,
     Effect.Snapshot,
     SettingsScope.Snapshot,
+    RunTreeArchive.Snapshot,
 )
 
 WIRE_NAMES: Final[tuple[str, ...]] = tuple(event.TOPIC for event in DOMAIN_EVENTS)

@@ -1264,3 +1264,56 @@ class InvalidLogFormatError(WorkflowError):
 
     def __init__(self, log_format: object, allowed: str) -> None:
         super().__init__(log_format=log_format, allowed=allowed)
+
+
+# -- retention ----------------------------------------------------------------------------
+
+
+class ArchiveNotVerifiedError(WorkflowError):
+    """The bundle written for a run tree did not read back intact: nothing may be pruned."""
+
+    code = "retention.bundle-not-verified"
+    template = "Archive bundle {path} of run tree {root_run_id} did not verify: {reason}"
+
+    def __init__(self, path: object, root_run_id: object, reason: str) -> None:
+        super().__init__(path=path, root_run_id=root_run_id, reason=reason)
+
+
+class InvalidCutoffError(WorkflowError):
+    code = "retention.invalid-cutoff"
+    template = "Retention cutoff must be a datetime with a time zone, got {value}"
+
+    def __init__(self, value: object) -> None:
+        super().__init__(value=value)
+
+
+class InvalidArchiveFolderError(WorkflowError):
+    code = "retention.invalid-archive"
+    template = "Archive folder must be an existing directory: {path}"
+
+    def __init__(self, path: object) -> None:
+        super().__init__(path=path)
+
+
+class RunArchivedError(RunNotFoundError):
+    """A run whose tree was pruned: known, but its history lives in a bundle now. A subclass
+    of not-found, so a host that only handles a missing run still stops there."""
+
+    code = "run.archived"
+    template = (
+        "Workflow run {run_id} was archived at {archived_at} to a bundle with SHA-256 "
+        "{bundle_sha256}"
+    )
+
+    def __init__(self, run_id: object, archived_at: str, bundle_sha256: str) -> None:
+        WorkflowError.__init__(
+            self, run_id=run_id, archived_at=archived_at, bundle_sha256=bundle_sha256
+        )
+
+
+class CompactUnsupportedError(WorkflowError):
+    code = "compact.unsupported-url"
+    template = "runledger compact works on a SQLite or PostgreSQL store, not {url}"
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url=url)

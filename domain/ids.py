@@ -20,6 +20,7 @@ AggregateKind = Literal[
     "settings",
     "effect",
     "segment",
+    "run-tree-archive",
 ]
 
 FOLLOW_UP_MESSAGE_KEY: Final[str] = "initial"

@@ -503,3 +503,27 @@ class BundleVerdict(Record):
     version: int | None = None
     position: int | None = None
     model: str | None = None
+
+
+class KeptTree(Record):
+    """A run tree retention leaves in the live store, with the first reason found."""
+
+    root_run_id: str
+    run_ids: list[str]
+    reason: str
+    detail: str
+
+
+class ArchivedTree(Record):
+    """A run tree whose verified bundle retention wrote: where it is, its SHA-256, and what
+    the tree's tombstone records of it (each aggregate's last version and chain head, the
+    read-model digests the bundle expects)."""
+
+    root_run_id: str
+    run_ids: list[str]
+    events: int
+    bundle: str
+    bundle_sha256: str
+    versions: dict[str, int]
+    chain_heads: dict[str, str]
+    digests: dict[str, Any]

@@ -145,6 +145,13 @@ EFFECT: Final[Mapping[str, Summary]] = {
     "effect.ambiguous": lambda p: f"attempt {p['attempt']} ambiguous",
 }
 
+RUN_TREE: Final[Mapping[str, Summary]] = {
+    "run-tree.archived": lambda p: (
+        f"tree of {len(p['run_ids'])} run(s) archived: {p['events']} events to "
+        f"{text(p['bundle'])} (sha256 {p['bundle_sha256']})"
+    ),
+}
+
 FAMILIES: Final[Mapping[str, Mapping[str, Summary]]] = {
     "run": RUN,
     "follow-up": FOLLOW_UP,
@@ -154,6 +161,7 @@ FAMILIES: Final[Mapping[str, Mapping[str, Summary]]] = {
     "settings": SETTINGS,
     "session": SESSION,
     "effect": EFFECT,
+    "run-tree": RUN_TREE,
 }
 
 SUMMARIES: Final[Mapping[str, Summary]] = {

@@ -20,6 +20,7 @@ from typer.core import TyperGroup
 
 from runledger.domain.values import RunStatus
 from runledger.infrastructure.cli.audit_report import audit, check_bundle
+from runledger.infrastructure.cli.compaction import compact_store, print_compaction
 from runledger.infrastructure.cli.demo_story import run_demo
 from runledger.infrastructure.cli.failures import EXIT_DIFFERENCE, run_command_line
 from runledger.infrastructure.cli.operations import (
@@ -111,6 +112,17 @@ def demo(url: UrlOption = None) -> None:
     resolved = resolve_url(url)
     with open_store(resolved) as store:
         run_demo(store, out, url=redact_url(resolved))
+
+
+@app.command()
+def compact(url: UrlOption = None, as_json: JsonOption = False) -> None:
+    """Give a SQLite store's free pages back to the disk (VACUUM); PostgreSQL's autovacuum
+    does this by itself."""
+    resolved = resolve_url(url)
+    # Opened first so a missing or foreign store is refused as every read-only command does.
+    with open_runtime(resolved, embedded_projections=False, create=False) as runtime:
+        backend = runtime.backend
+    print_compaction(compact_store(resolved, backend), console(), as_json=as_json)
 
 
 runs_app = _typer("Find runs and look at one.")

@@ -25,6 +25,7 @@ READ_ONLY = [
     pytest.param(["audit", "run-1", "--verify"], id="audit-verify"),
     pytest.param(["runs", "list"], id="runs-list"),
     pytest.param(["runs", "show", "run-1"], id="runs-show"),
+    pytest.param(["compact"], id="compact"),
 ]
 
 

@@ -72,3 +72,16 @@ def test_a_format_1_chain_started_from_its_aggregate_alone() -> None:
         chain_start_v1(aggregate)
         == hashlib.sha256(f"runledger-audit-chain-v1\0{aggregate}".encode()).hexdigest()
     )
+
+
+def test_a_tombstone_summary_names_its_runs_events_bundle_and_digest() -> None:
+    payload = {
+        "run_ids": ["root", "child"],
+        "events": 12,
+        "bundle": "/archive/tree-1.jsonl",
+        "bundle_sha256": "ab" * 32,
+    }
+
+    assert summarise("run-tree.archived", payload) == (
+        f"tree of 2 run(s) archived: 12 events to /archive/tree-1.jsonl (sha256 {'ab' * 32})"
+    )

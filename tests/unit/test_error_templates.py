@@ -164,3 +164,14 @@ def test_a_projection_version_error_names_the_projection_once_and_quotes_it_twic
         "Projection runs is at version 1 in the store, this code reads version 2: "
         "run `runledger projections rebuild runs` with the code of the version wanted"
     )
+
+
+def test_an_archived_run_is_a_run_not_found_that_names_its_bundle_and_time() -> None:
+    error = errors.RunArchivedError("run-1", "2026-02-01T00:00:00+00:00", "ab" * 32)
+
+    assert isinstance(error, errors.RunNotFoundError)
+    assert error.code == "run.archived"
+    assert str(error) == (
+        "Workflow run run-1 was archived at 2026-02-01T00:00:00+00:00 to a bundle with "
+        f"SHA-256 {'ab' * 32}"
+    )

@@ -36,6 +36,7 @@ from runledger.domain.ids import (
     restart_run_id,
     terminal_message_id,
 )
+from runledger.domain.run_tree_archives import RunTreeArchive
 from runledger.domain.runs import Run
 from runledger.domain.session_segments import SessionSegment, segment_id_for
 from runledger.domain.settings_policy import check_policy
@@ -91,6 +92,7 @@ WIRE_NAMES = (
     "settings.scope-created",
     "settings.changed",
     "settings.scope-moved",
+    "run-tree.archived",
 )
 
 AGGREGATE_TOPICS: dict[type[BaseAggregate[UUID]], str] = {
@@ -102,6 +104,7 @@ AGGREGATE_TOPICS: dict[type[BaseAggregate[UUID]], str] = {
     SessionSegment: "session-segment",
     Effect: "effect",
     SettingsScope: "settings-scope",
+    RunTreeArchive: "run-tree-archive",
 }
 
 SNAPSHOT_TOPICS = (
@@ -113,6 +116,7 @@ SNAPSHOT_TOPICS = (
     "session-segment.snapshot",
     "effect.snapshot",
     "settings-scope.snapshot",
+    "run-tree-archive.snapshot",
 )
 
 
@@ -332,6 +336,22 @@ def build_samples() -> dict[str, LedgerEvent]:
     )
     scope.move_to("continuation-1", actor=HOST, now=now())
     events += scope.collect_events()
+
+    archive = RunTreeArchive.archive(
+        "run-3",
+        run_ids=["run-3", "run-3-child"],
+        events=4,
+        aggregates={
+            "0b9f2c4e-1f0d-5b55-9a55-3f1f2d3c4b5a": {"version": 3, "chain_head": "ab" * 32},
+            "5d6e7f80-91a2-5b3c-8d4e-5f6a7b8c9d0e": {"version": 1, "chain_head": "cd" * 32},
+        },
+        bundle="archive/tree-3.jsonl",
+        bundle_sha256="ef" * 32,
+        removed_digests={"runs": "01" * 32, "terminal_data": "23" * 32},
+        actor=SYSTEM,
+        now=now(),
+    )
+    events += archive.collect_events()
 
     samples: dict[str, LedgerEvent] = {}
     for event in events:
@@ -764,6 +784,23 @@ EXPECTED.update(
             b'3ac5","attempt":1}',
         ),
     }
+)
+
+EXPECTED["run-tree.archived"] = (
+    "eed5aa9d-e0cf-5e63-a490-5b5413114bc5",
+    1,
+    "run-3",
+    "run-tree-archive:run-3",
+    b'{"timestamp":"2026-01-01T00:00:00.047000+00:00","originator_topic":"run-tree-archive'
+    b'","actor":{"type":"system","id":null},"run_id":"run-3","run_ids":["run-3","run-3-chi'
+    b'ld"],"events":4,"aggregates":{"0b9f2c4e-1f0d-5b55-9a55-3f1f2d3c4b5a":{"version":3,"c'
+    b'hain_head":"abababababababababababababababababababababababababababababababab"},"5d6e'
+    b'7f80-91a2-5b3c-8d4e-5f6a7b8c9d0e":{"version":1,"chain_head":"cdcdcdcdcdcdcdcdcdcdcdc'
+    b'dcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd"}},"bundle":"archive/tree-3.jsonl","bundle'
+    b'_sha256":"efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef","removed'
+    b'_digests":{"runs":"0101010101010101010101010101010101010101010101010101010101010101"'
+    b',"terminal_data":"2323232323232323232323232323232323232323232323232323232323232323"}'
+    b"}",
 )
 
 
