@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.support.cli import bench
 
 ROW_KEYS = {
     "id",
@@ -32,34 +31,6 @@ BUILT_IN_ROWS = ["P1", "P2b", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "
 EXTRA_ROWS = ["P13", "P2t", "V1", "V2", "V3", "A1", "A2", "S1", "S2", "O1"]
 SQLITE_ROWS = [*BUILT_IN_ROWS, *EXTRA_ROWS]
 POSTGRES_ROWS = ["P1", "P2", *SQLITE_ROWS[1:]]
-
-
-def bench(url: str, cwd: Path, *only: str) -> subprocess.CompletedProcess[str]:
-    environment = {key: value for key, value in os.environ.items() if key != "RUNLEDGER_URL"}
-    chosen = ["--only", ",".join(only)] if only else []
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "runledger.infrastructure.cli",
-            "bench",
-            "--url",
-            url,
-            "--json",
-            "--quick",
-            "--events",
-            "3000",
-            "--seconds",
-            "0.5",
-            *chosen,
-        ],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=environment,
-        timeout=600,
-        check=False,
-    )
 
 
 def check_document(stdout: str, backend: str, ids: list[str]) -> dict[str, Any]:

@@ -4,41 +4,23 @@ URL goes through a pooler and names the server as its listen_url, absent otherwi
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 
+from tests.support.cli import bench
 from tests.support.clusters import PASSWORD, PgBouncer
 
 pytestmark = [pytest.mark.postgres, pytest.mark.pgbouncer]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def bench(url: str, *rows: str) -> subprocess.CompletedProcess[str]:
-    environment = {key: value for key, value in os.environ.items() if key != "RUNLEDGER_URL"}
-    return subprocess.run(
-        [
-            *(sys.executable, "-m", "runledger.infrastructure.cli", "bench", "--url", url),
-            *("--json", "--quick", "--seconds", "0.3", "--only", ",".join(rows)),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=environment,
-        timeout=600,
-        check=False,
-    )
-
-
 def test_x1_measures_commands_through_the_pooler_and_directly(pgbouncer: PgBouncer) -> None:
     direct = quote(pgbouncer.server.url("postgres"), safe="")
     url = pgbouncer.url("postgres", query=f"pooler=transaction&listen_url={direct}")
 
-    finished = bench(url, "X1", "P11")
+    finished = bench(url, ROOT, "X1", "P11")
 
     assert finished.returncode == 0, finished.stderr
     rows = {row["id"]: row for row in json.loads(finished.stdout)["results"]}
@@ -53,7 +35,7 @@ def test_x1_measures_commands_through_the_pooler_and_directly(pgbouncer: PgBounc
 
 
 def test_x1_is_absent_without_a_pooler(pgbouncer: PgBouncer) -> None:
-    finished = bench(pgbouncer.server.url("postgres"), "X1")
+    finished = bench(pgbouncer.server.url("postgres"), ROOT, "X1")
 
     assert finished.returncode == 0, finished.stderr
     assert json.loads(finished.stdout)["results"] == []

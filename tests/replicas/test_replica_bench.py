@@ -4,40 +4,14 @@ against the primary alone): measured when the bench URL names a replica, absent 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from urllib.parse import quote
 
 from tests.replicas.conftest import ReplicatedDatabase
+from tests.support.cli import bench
 from tests.support.postgres import PostgresServer
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def bench(url: str, only: str) -> subprocess.CompletedProcess[str]:
-    environment = {key: value for key, value in os.environ.items() if key != "RUNLEDGER_URL"}
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "runledger.infrastructure.cli",
-            "bench",
-            "--url",
-            url,
-            "--json",
-            "--quick",
-            "--only",
-            only,
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=environment,
-        timeout=600,
-        check=False,
-    )
 
 
 def test_x2_is_measured_from_the_replica_the_bench_url_names(
@@ -46,7 +20,7 @@ def test_x2_is_measured_from_the_replica_the_bench_url_names(
     replica = quote(replicated.replica.url("postgres"), safe="")
     url = replicated.primary.url("postgres", query=f"replica_url={replica}")
 
-    finished = bench(url, "X2")
+    finished = bench(url, ROOT, "X2")
 
     assert finished.returncode == 0, finished.stderr
     [row] = json.loads(finished.stdout)["results"]
@@ -59,7 +33,7 @@ def test_x2_is_measured_from_the_replica_the_bench_url_names(
 
 
 def test_x2_is_absent_without_a_replica(postgres_server: PostgresServer) -> None:
-    finished = bench(postgres_server.admin_url, "X2")
+    finished = bench(postgres_server.admin_url, ROOT, "X2")
 
     assert finished.returncode == 0, finished.stderr
     assert json.loads(finished.stdout)["results"] == []

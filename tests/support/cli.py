@@ -53,3 +53,32 @@ def free_port() -> int:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
         return port
+
+
+def bench(url: str, cwd: Path, *only: str) -> subprocess.CompletedProcess[str]:
+    """``runledger bench --json --quick`` on ``url`` (small sizes), only the rows named."""
+    environment = {key: value for key, value in os.environ.items() if key != "RUNLEDGER_URL"}
+    chosen = ["--only", ",".join(only)] if only else []
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "runledger.infrastructure.cli",
+            "bench",
+            "--url",
+            url,
+            "--json",
+            "--quick",
+            "--events",
+            "3000",
+            "--seconds",
+            "0.5",
+            *chosen,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=environment,
+        timeout=600,
+        check=False,
+    )

@@ -83,22 +83,7 @@ def _one_run(store: WorkflowStore, journal: Journal, host: int, n: int, embedded
         return run_id
     store.record_progress(run_id, status="running", current_node="step", authority=claim)
     for k in range(2):
-        request_id = f"h{host}-r{n}-q{k}"
-        queued = store.queue_follow_up(
-            run_id,
-            request_id=request_id,
-            target_session_id=session,
-            actor=Actor("session", session),
-            source="soak",
-            prompt=f"follow-up {k} of run {n}",
-        )
-        journal.write(
-            kind="follow_up",
-            run_id=run_id,
-            request_id=request_id,
-            follow_up_id=queued.follow_up.follow_up_id,
-            order=queued.follow_up.order,
-        )
+        _follow_up(store, journal, run_id, session, f"h{host}-r{n}-q{k}")
     scope = store.ensure_settings_scope(run_id, settings={"notes": []}, policy=POLICY)
     change = store.change_settings(
         run_id,
@@ -154,21 +139,23 @@ def _one_run(store: WorkflowStore, journal: Journal, host: int, n: int, embedded
     return run_id
 
 
-def _shared_follow_up(store: WorkflowStore, journal: Journal, host: int, n: int) -> None:
+def _follow_up(
+    store: WorkflowStore, journal: Journal, run_id: str, session: str, request_id: str
+) -> None:
+    """Queue a follow-up from the run's session; journalled once acknowledged."""
     from runledger.domain import Actor
 
-    request_id = f"shared-h{host}-{n}"
     queued = store.queue_follow_up(
-        SHARED_RUN,
+        run_id,
         request_id=request_id,
-        target_session_id=SHARED_SESSION,
-        actor=Actor("session", SHARED_SESSION),
+        target_session_id=session,
+        actor=Actor("session", session),
         source="soak",
-        prompt=f"shared {n} from host {host}",
+        prompt=f"follow-up {request_id}",
     )
     journal.write(
         kind="follow_up",
-        run_id=SHARED_RUN,
+        run_id=run_id,
         request_id=request_id,
         follow_up_id=queued.follow_up.follow_up_id,
         order=queued.follow_up.order,
@@ -212,7 +199,7 @@ def host_main(
                 try:
                     run_id = _one_run(store, journal, host, n, embedded)
                     neighbour.put((run_id, store.position_token()))
-                    _shared_follow_up(store, journal, host, n)
+                    _follow_up(store, journal, SHARED_RUN, SHARED_SESSION, f"shared-h{host}-{n}")
                     _check_tokens(store, journal, inbox)
                 except WorkflowError as error:
                     # A storage fault is retryable and leaves the command unacknowledged; any
