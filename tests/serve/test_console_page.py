@@ -9,7 +9,6 @@ With ``RUNLEDGER_CONSOLE_SCREENSHOTS=docs`` the story test writes the README's s
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from collections.abc import Iterator
@@ -260,16 +259,22 @@ def test_a_deep_link_opens_its_run_and_an_unknown_one_says_so(
     page = open_page(run_url(served_memory, long_id), "phone")
     panel(page, "run-header").get_by_text(long_id).wait_for()
     panel(page, "event-rows").locator("tr").first.wait_for()
-    title = page.locator("#run-title .id")
-    # The header is laid out again as the other panels arrive: wait (bounded) for the layout
-    # that cuts the id, then read it; a layout that never cuts it still fails below.
-    with contextlib.suppress(PlaywrightTimeoutError):
-        page.wait_for_function(
-            "() => { const e = document.querySelector('#run-title .id');"
-            " return e !== null && e.scrollWidth > e.clientWidth; }",
-            timeout=5000,
-        )
-    full, cut = title.get_attribute("title"), title.evaluate("e => e.scrollWidth > e.clientWidth")
+    # The header is laid out again as the other panels arrive (slowly on a loaded machine):
+    # wait (bounded) for the layout that cuts the id, and read it in the same look, so that a
+    # header drawn again in between cannot be read half laid out; a layout that never cuts
+    # the id still fails below.
+    read_title = (
+        "() => { const e = document.querySelector('#run-title .id');"
+        " return e === null ? [null, false] : [e.getAttribute('title'),"
+        " e.scrollWidth > e.clientWidth]; }"
+    )
+    try:
+        full, cut = page.wait_for_function(
+            f"() => {{ const seen = ({read_title})(); return seen[1] ? seen : false; }}",
+            timeout=20000,
+        ).json_value()
+    except PlaywrightTimeoutError:
+        full, cut = page.evaluate(read_title)
     width = page.evaluate(WIDE_ELEMENTS)
 
     page.goto(run_url(served_memory, "no-such-run"))
