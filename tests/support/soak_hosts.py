@@ -21,6 +21,8 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tests.support.sessions import session_events
+
 if TYPE_CHECKING:
     import multiprocessing
 
@@ -52,20 +54,6 @@ def read_journals(folder: Path) -> list[dict[str, Any]]:
     for path in sorted(folder.glob("host-*.jsonl")):
         lines.extend(json.loads(text) for text in path.read_text().splitlines() if text)
     return lines
-
-
-def _events(first: int, count: int) -> list[dict[str, Any]]:
-    return [
-        {
-            "seq": seq,
-            "at": "2026-01-01T00:00:01.000Z",
-            "type": "tool_execution_finished",
-            "nodeId": "step",
-            "attemptId": "attempt-1",
-            "payload": {"n": seq},
-        }
-        for seq in range(first, first + count)
-    ]
 
 
 def _one_run(store: WorkflowStore, journal: Journal, host: int, n: int, embedded: bool) -> str:
@@ -104,7 +92,7 @@ def _one_run(store: WorkflowStore, journal: Journal, host: int, n: int, embedded
         },
         authority=claim,
     )
-    store.append_session_events(run_id, _events(1, 8), authority=claim)
+    store.append_session_events(run_id, session_events(1, 8), authority=claim)
     store.update_session_capture(
         run_id,
         {
