@@ -38,6 +38,7 @@ from runledger.domain.errors import (
     DecisionNotFoundError,
     DecisionRunMissingError,
     InvalidPageError,
+    RunArchivedError,
     RunNotFoundError,
     SettingsKeptChangingError,
 )
@@ -87,6 +88,7 @@ from runledger.domain.records import (
     UpdateRecord,
     WorkflowMessageRecord,
 )
+from runledger.domain.run_tree_archives import RunTreeArchive
 from runledger.domain.runs import (
     Run,
     check_interruption_reason,
@@ -213,8 +215,51 @@ class WorkflowRuns(Application[UUID]):
         attempts: int | None = None,
         exhausted: Callable[[], Exception] | None = None,
     ) -> T:
-        """Run ``command`` and commit what it changed (``domain.ports.Commits``)."""
-        return self.commits.execute(command, attempts=attempts, exhausted=exhausted)
+        """Run ``command`` and commit what it changed (``domain.ports.Commits``); a run
+        not found because its tree was pruned is ``RunArchivedError``."""
+        try:
+            return self.commits.execute(command, attempts=attempts, exhausted=exhausted)
+        except RunNotFoundError as error:
+            archived = self._archived_run(error)
+            if archived is None:
+                raise
+            raise archived from None
+
+    # -- pruned run trees (DESIGN.md "Retention") -------------------------------------------
+
+    def archived_error(self, run_id: str, aggregate_id: UUID) -> RunArchivedError | None:
+        """``RunArchivedError`` for ``run_id`` if ``aggregate_id`` was in a pruned tree."""
+        archive_id = self.wiring.archive_of(aggregate_id)
+        if archive_id is None:
+            return None
+        archive = self.load(RunTreeArchive, archive_id)
+        if archive is None:
+            # The guard names a tombstone the log does not hold: the tree was restored.
+            return None
+        return RunArchivedError(run_id, archive.archived_at.isoformat(), archive.bundle_sha256)
+
+    def archived_refusal(self, aggregates: Sequence[BaseAggregate[UUID]]) -> Exception | None:
+        """Why the storage refused a save that wrote to a pruned tree (its guard): the run
+        of the first archived aggregate among those the command changed."""
+        for aggregate in aggregates:
+            run_id = getattr(aggregate, "run_id", None)
+            archive_id = self.wiring.archive_of(aggregate.id)
+            if archive_id is None:
+                continue
+            archive = self.load(RunTreeArchive, archive_id)
+            if archive is None:
+                continue
+            return RunArchivedError(
+                run_id if isinstance(run_id, str) else archive.root_run_id,
+                archive.archived_at.isoformat(),
+                archive.bundle_sha256,
+            )
+        return None
+
+    def _archived_run(self, error: RunNotFoundError) -> RunArchivedError | None:
+        if isinstance(error, RunArchivedError) or not isinstance(error.run_id, str):
+            return None
+        return self.archived_error(error.run_id, run_aggregate_id(error.run_id))
 
     # -- runs -----------------------------------------------------------------------------
 
@@ -1067,8 +1112,14 @@ class WorkflowRuns(Application[UUID]):
     def get_run(self, run_id: str) -> RunRecord | None:
         """The run as its events leave it, or None for an unknown id."""
         looked_up_id("run_id", run_id)
-        run = self.load(Run, run_aggregate_id(run_id))
-        return None if run is None else run.to_record()
+        aggregate_id = run_aggregate_id(run_id)
+        run = self.load(Run, aggregate_id)
+        if run is None:
+            archived = self.archived_error(run_id, aggregate_id)
+            if archived is not None:
+                raise archived
+            return None
+        return run.to_record()
 
     def get_follow_up(self, follow_up_id: str) -> FollowUpRecord | None:
         """The follow-up as its events leave it, or None for an unknown id."""

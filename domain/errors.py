@@ -219,6 +219,8 @@ class RunNotFoundError(WorkflowError):
 
     def __init__(self, run_id: object) -> None:
         super().__init__(run_id=run_id)
+        self.run_id = run_id
+        """The run asked for (a pruned one's is ``RunArchivedError`` at the door)."""
 
 
 class RunMissingError(RunNotFoundError):
@@ -1309,6 +1311,9 @@ class RunArchivedError(RunNotFoundError):
         WorkflowError.__init__(
             self, run_id=run_id, archived_at=archived_at, bundle_sha256=bundle_sha256
         )
+        self.run_id = run_id
+        self.archived_at = archived_at
+        self.bundle_sha256 = bundle_sha256
 
 
 class CompactUnsupportedError(WorkflowError):

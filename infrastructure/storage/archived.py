@@ -1,0 +1,83 @@
+"""What every event storage does for retention: remove a pruned run tree in one transaction,
+and keep its aggregate ids out of the log for good (the archived-ids guard).
+
+``remove_tree`` is the one write of a prune (DESIGN.md "Retention"). In one transaction it
+
+1. appends the tree's tombstone (first: on SQLite positions are rowids, and a rowid above
+   every deleted row cannot be one of theirs, so no position is ever reused);
+2. checks that the tree is exactly what its bundle holds: the aggregates with events of the
+   tree's runs are the archived ones, at the archived versions (a command that wrote to the
+   tree since it was judged makes it ``TreeChangedError``, and nothing is written);
+3. records every aggregate id of the tree in the guard, naming the tombstone;
+4. deletes the tree's events, checking that they are as many as the bundle holds, and the
+   snapshots of its aggregates;
+5. lets the caller write the read models on the same transaction (``ViewsWrite``): rows out
+   of every slot, tracking moved onto the tombstone. False from it rolls everything back
+   (``ViewsMovedError``).
+
+The guard is enforced by the storage itself (SQLite and PostgreSQL: a trigger on the events
+table; memory: the recorder), so no writer, in any process, with any cache, can give a pruned
+aggregate a new event: the insert fails with ``ArchivedAggregateError`` (an
+``IntegrityError``), and the command runs again, reading, and finds the tree archived. A
+restore may use the same pieces the other way round (``ARCHIVED_TABLE`` rows name the
+tombstone's aggregate, so one archive's ids can be released together).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+from uuid import UUID
+
+from eventsourcing.persistence import StoredEvent
+
+ARCHIVED_TABLE: Final = "runledger_archived_ids"
+"""The guard: one row per aggregate id of a pruned tree, with its tombstone's aggregate id."""
+
+ARCHIVED_MESSAGE: Final = "runledger: aggregate archived"
+"""How the SQLite trigger refuses an insert (``RAISE(ABORT, ...)``: an integrity error)."""
+
+ARCHIVED_SQLSTATE: Final = "23RL1"
+"""The SQLSTATE of PostgreSQL's guard (class 23: psycopg raises an ``IntegrityError``)."""
+
+TOMBSTONE_TOPIC: Final = "run-tree.archived"
+"""The wire name of a tombstone: carrying its root's run id, it is no event of the tree."""
+
+ViewsWrite = Callable[[Any, int, int], bool]
+"""``(cursor, head, tombstone_position) -> written``: the read models' share of the removal,
+on the transaction's cursor (None on memory); ``head`` is the log's last position before
+the tombstone. False when the views moved or lag: the removal is rolled back."""
+
+
+@dataclass(frozen=True)
+class TreeRemoval:
+    """One archived tree, as its removal checks and deletes it."""
+
+    run_ids: Sequence[str]
+    versions: Mapping[UUID, int]
+    """Each aggregate of the tree and its last version, as the bundle holds them."""
+    events: int
+    """How many events the bundle holds: exactly as many are deleted."""
+    tombstone: StoredEvent
+    """The ``run-tree.archived`` event, appended in the same transaction."""
+
+    @property
+    def archive_id(self) -> UUID:
+        """The tombstone's aggregate, which the guard rows name."""
+        originator_id = self.tombstone.originator_id
+        return originator_id if isinstance(originator_id, UUID) else UUID(str(originator_id))
+
+
+class TreeChangedError(Exception):
+    """A command wrote to the tree after its bundle was written: nothing was removed."""
+
+
+class ViewsMovedError(Exception):
+    """The read models moved (or lagged) under the removal: nothing was removed."""
+
+
+def same_tree(found: Mapping[UUID, int], removal: TreeRemoval) -> bool:
+    """Whether the tree's aggregates in the log (each with its last version) are the
+    archived ones."""
+    return dict(found) == dict(removal.versions)
