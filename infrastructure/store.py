@@ -518,9 +518,7 @@ class WorkflowStore(ClosedOnExit):
         dry_run: bool = False,
         progress: TreeProgress | None = None,
     ) -> PruneReport:
-        """Archive each run tree settled before the cutoff to a verified bundle in ``archive``
-        and prune it (at most ``limit`` trees); ``dry_run`` only says which would go and why
-        each other tree stays. ``progress`` hears of each tree done."""
+        """Archive each run tree settled before the cutoff to a verified bundle, then prune it."""
         if progress is not None and not callable(progress):
             raise InvalidProgressError()
         runtime = self._runtime

@@ -20,16 +20,19 @@ from uuid import UUID
 import orjson
 from eventsourcing.domain import BaseAggregate
 
+from runledger.domain.application import WorkflowRuns
 from runledger.domain.errors import (
     ArchiveNotVerifiedError,
     InvalidArchiveFolderError,
     InvalidCutoffError,
     InvalidPageError,
 )
+from runledger.domain.follow_ups import FollowUp
 from runledger.domain.records import ArchivedTree, KeptTree, RunSummary
 from runledger.domain.retention import KeepReason, aggregate_keep_reason, run_keep_reason
 from runledger.domain.runs import Run, run_aggregate_id
 from runledger.domain.values import TERMINAL_STATUSES, is_count
+from runledger.domain.workflow_messages import WorkflowMessage, message_aggregate_id
 from runledger.infrastructure.audit.bundle import export_bundle
 from runledger.infrastructure.audit.bundle_format import HEADS
 from runledger.infrastructure.audit.stored_events import aggregate_text, run_notifications
@@ -132,9 +135,18 @@ def judge_tree(
             continue
         aggregate = app.load(BaseAggregate, UUID(aggregate_id))
         reason = None if aggregate is None else aggregate_keep_reason(aggregate)
+        if isinstance(aggregate, FollowUp) and reason is not None and _delivered(app, aggregate):
+            reason = None
         if reason is not None:
             return KeptTree(root_run_id=root, run_ids=run_ids, reason=reason[0], detail=reason[1])
     return SettledTree(root_run_id=root, run_ids=run_ids, versions=versions, events=events)
+
+
+def _delivered(app: WorkflowRuns, follow_up: FollowUp) -> bool:
+    """Whether the follow-up's message was sent: a follow-up stays ``queued`` for good once
+    delivered (only removal or cancellation change its state), so its message tells."""
+    message = app.load(WorkflowMessage, message_aggregate_id(follow_up.workflow_message_id))
+    return message is not None and message.status != "pending"
 
 
 def plan_prune(

@@ -15,8 +15,20 @@ from runledger.domain.records import PruneReport
 from runledger.infrastructure import verify_bundle
 from runledger.infrastructure.runtime import StoreRuntime
 from runledger.infrastructure.store import WorkflowStore
+from tests.support.scenario import (
+    HUMAN,
+    IC,
+    SESSION,
+    deliver,
+    follow_up_message,
+    present_terminal,
+    queued_id,
+    running_run,
+)
+from tests.support.sessions import session_binding, session_capture, session_events
 
 LATER = datetime(2027, 1, 1, tzinfo=UTC)
+DECISION_REQUEST = {"title": "Ship the release?", "choices": ["ship", "hold"]}
 
 
 def finished(store: WorkflowStore, run_id: str, **create: object) -> None:
@@ -96,3 +108,73 @@ def test_after_a_prune_the_live_read_models_equal_a_rebuild(
 
     assert digests(store) == live
     assert all(outcome.equal for outcome in runtime.verify_projections())
+
+
+def lived(
+    store: WorkflowStore, run_id: str, *, parent_run_id: str | None = None, pending: bool = False
+) -> None:
+    """A run of session-1 with a bit of everything: a delivered follow-up, settings and a
+    change, an answered decision, an applied effect, a recorded session, then its end with
+    the terminal message presented."""
+    running_run(store, run_id, parent_run_id=parent_run_id)
+    follow_up = queued_id(store, f"{run_id}-ask", run_id=run_id)
+    deliver(store, follow_up_message(store, follow_up).workflow_message_id, f"entry-{run_id}")
+    scope = store.ensure_settings_scope(
+        run_id,
+        settings={"notes": []},
+        policy={"rules": [{"path": "/notes", "permissions": {"human": ["add"]}}]},
+    )
+    store.change_settings(
+        run_id,
+        scope.scope_id,
+        request_id=f"{run_id}-note",
+        actor=HUMAN,
+        source=IC,
+        patch=[{"op": "add", "path": "/notes/-", "value": run_id}],
+    )
+    store.record_progress(run_id, status="waiting", current_attempt_id="attempt-1")
+    decision = store.request_human_decision(
+        run_id, node_id="approve", attempt_id="attempt-1", request=DECISION_REQUEST
+    )
+    store.answer_human_decision(
+        decision.decision_id,
+        actor=HUMAN,
+        response={"choice": "ship"},
+        submission_id=f"{run_id}-answer",
+    )
+    store.record_progress(run_id, status="running", current_node="apply")
+    reservation = store.reserve_effect(
+        run_id, effect_type="http", key="charge", request={"amount": 3}
+    )
+    store.settle_effect(
+        reservation.effect.effect_id, attempt=reservation.effect.attempt, outcome="applied"
+    )
+    store.record_session_binding(run_id, session_binding(run_id, f"pi-{run_id}"))
+    store.append_session_events(run_id, session_events(1, 3))
+    store.update_session_capture(run_id, session_capture("complete", 0, 3))
+    if pending:
+        queued_id(store, f"{run_id}-pending", run_id=run_id)
+    store.finish_run(run_id, status="completed", final_output={"ok": run_id})
+    present_terminal(store, run_id)
+
+
+def test_pruning_a_tree_between_others_of_one_session_leaves_what_a_rebuild_gives(
+    store: WorkflowStore, runtime: StoreRuntime, tmp_path: Path
+) -> None:
+    lived(store, "before", pending=True)  # its queued follow-up keeps it
+    lived(store, "middle")
+    lived(store, "middle-child", parent_run_id="middle")
+    running_run(store, "after")
+    queued_id(store, "after-ask", run_id="after")
+
+    report = prune(store, tmp_path)
+
+    assert [tree.root_run_id for tree in report.archived] == ["middle"]
+    # What comes after the prune is numbered on from the closed-up session order.
+    queued_id(store, "after-more", run_id="after")
+    orders = [message.order for message in store.session_outbox(SESSION)]
+    assert orders == list(range(1, len(orders) + 1))
+    live = digests(store)
+    assert all(outcome.equal for outcome in runtime.verify_projections())
+    runtime.rebuild_projections()
+    assert digests(store) == live
