@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar, TypeVar
 from uuid import UUID
 
-from eventsourcing.application import AggregateNotFoundError, Application
+from eventsourcing.application import AggregateNotFoundError, Application, LRUCache
 from eventsourcing.domain import (
     BaseAggregate,
     ImmutableAggregateProtocol,
@@ -23,6 +23,7 @@ from eventsourcing.domain import (
 )
 
 from runledger.domain import lineage, outbox, restarts, run_endings, settings_changes
+from runledger.domain.cached_aggregates import PrunableRepository
 from runledger.domain.effects import (
     Effect,
     check_label,
@@ -38,6 +39,7 @@ from runledger.domain.errors import (
     DecisionNotFoundError,
     DecisionRunMissingError,
     InvalidPageError,
+    ParentRunMissingError,
     RunArchivedError,
     RunNotFoundError,
     SettingsKeptChangingError,
@@ -177,6 +179,17 @@ class WorkflowRuns(Application[UUID]):
 
     # -- wiring: persistence comes from the composition root, not from the environment ----
 
+    def construct_repository(self) -> PrunableRepository:
+        base = super().construct_repository()
+        return PrunableRepository(
+            event_store=base.event_store,
+            snapshot_store=base.snapshot_store,
+            cache_maxsize=base.cache.maxsize if isinstance(base.cache, LRUCache) else None,
+            fastforward=base.fastforward,
+            fastforward_skipping=base.fastforward_skipping,
+            deepcopy_from_cache=base.deepcopy_from_cache,
+        )
+
     def construct_mapper(self) -> Any:
         return self.wiring.mapper()
 
@@ -219,7 +232,7 @@ class WorkflowRuns(Application[UUID]):
         not found because its tree was pruned is ``RunArchivedError``."""
         try:
             return self.commits.execute(command, attempts=attempts, exhausted=exhausted)
-        except RunNotFoundError as error:
+        except (RunNotFoundError, ParentRunMissingError, DecisionRunMissingError) as error:
             archived = self._archived_run(error)
             if archived is None:
                 raise
@@ -236,7 +249,9 @@ class WorkflowRuns(Application[UUID]):
         if archive is None:
             # The guard names a tombstone the log does not hold: the tree was restored.
             return None
-        return RunArchivedError(run_id, archive.archived_at.isoformat(), archive.bundle_sha256)
+        return RunArchivedError(
+            run_id, archive.archived_at.isoformat(), archive.bundle_sha256, archive.bundle
+        )
 
     def archived_refusal(self, aggregates: Sequence[BaseAggregate[UUID]]) -> Exception | None:
         """Why the storage refused a save that wrote to a pruned tree (its guard): the run
@@ -253,10 +268,13 @@ class WorkflowRuns(Application[UUID]):
                 run_id if isinstance(run_id, str) else archive.root_run_id,
                 archive.archived_at.isoformat(),
                 archive.bundle_sha256,
+                archive.bundle,
             )
         return None
 
-    def _archived_run(self, error: RunNotFoundError) -> RunArchivedError | None:
+    def _archived_run(
+        self, error: RunNotFoundError | ParentRunMissingError | DecisionRunMissingError
+    ) -> RunArchivedError | None:
         if isinstance(error, RunArchivedError) or not isinstance(error.run_id, str):
             return None
         return self.archived_error(error.run_id, run_aggregate_id(error.run_id))

@@ -211,6 +211,7 @@ class ParentRunMissingError(WorkflowError):
 
     def __init__(self, run_id: object) -> None:
         super().__init__(run_id=run_id)
+        self.run_id = run_id
 
 
 class RunNotFoundError(WorkflowError):
@@ -926,6 +927,7 @@ class DecisionRunMissingError(WorkflowError):
 
     def __init__(self, run_id: object) -> None:
         super().__init__(run_id=run_id)
+        self.run_id = run_id
 
 
 class DecisionNotFoundError(WorkflowError):
@@ -1307,13 +1309,17 @@ class RunArchivedError(RunNotFoundError):
         "{bundle_sha256}"
     )
 
-    def __init__(self, run_id: object, archived_at: str, bundle_sha256: str) -> None:
+    def __init__(
+        self, run_id: object, archived_at: str, bundle_sha256: str, bundle: str | None = None
+    ) -> None:
         WorkflowError.__init__(
             self, run_id=run_id, archived_at=archived_at, bundle_sha256=bundle_sha256
         )
         self.run_id = run_id
         self.archived_at = archived_at
         self.bundle_sha256 = bundle_sha256
+        self.bundle = bundle
+        """Where the prune wrote the bundle (the tombstone records it; it may have moved)."""
 
 
 class CompactUnsupportedError(WorkflowError):

@@ -25,7 +25,7 @@ from typing import Any, Final
 from uuid import UUID
 
 from runledger.domain.records import ArchivedTree, KeptTree, PrunableTree, PruneReport
-from runledger.domain.run_tree_archives import RunTreeArchive
+from runledger.domain.run_tree_archives import RunTreeArchive, run_tree_lookup_key
 from runledger.domain.values import SYSTEM
 from runledger.infrastructure.audit.retention import (
     SettledTree,
@@ -201,12 +201,14 @@ def tree_removal(runtime: StoreRuntime, archived: ArchivedTree) -> TreeRemoval:
         now=app.now(),
     )
     [event] = tombstone.collect_events()
+    # A tree restored and pruned again holds its earlier tombstones (they carry its root's
+    # run id, so its bundle does too): history of the log, not of the tree, so they stay.
+    earlier = set(runtime.storage.originator_ids_by_key(run_tree_lookup_key(archived.root_run_id)))
+    versions = {UUID(aggregate): version for aggregate, version in archived.versions.items()}
     return TreeRemoval(
         run_ids=tuple(archived.run_ids),
-        versions={
-            UUID(aggregate_id): version for aggregate_id, version in archived.versions.items()
-        },
-        events=archived.events,
+        versions={key: version for key, version in versions.items() if key not in earlier},
+        events=archived.events - sum(versions[key] for key in earlier if key in versions),
         tombstone=app.mapper.to_stored_event(event),
     )
 

@@ -15,6 +15,8 @@ from runledger.domain.records import PruneReport
 from runledger.infrastructure import verify_bundle
 from runledger.infrastructure.runtime import StoreRuntime
 from runledger.infrastructure.store import WorkflowStore
+from tests.integration.test_tombstones import tombstone_only
+from tests.support.clock import FakeClock
 from tests.support.scenario import (
     HUMAN,
     IC,
@@ -178,3 +180,88 @@ def test_pruning_a_tree_between_others_of_one_session_leaves_what_a_rebuild_give
     assert all(outcome.equal for outcome in runtime.verify_projections())
     runtime.rebuild_projections()
     assert digests(store) == live
+
+
+def test_every_command_on_a_pruned_run_is_refused_as_archived(
+    store: WorkflowStore, tmp_path: Path
+) -> None:
+    finished(store, "root")
+    finished(store, "child", parent_run_id="root")
+    [archived] = prune(store, tmp_path).archived
+    log = store.event_log()
+
+    with pytest.raises(RunArchivedError) as raised:
+        store.record_progress("child", status="running")
+    assert (raised.value.run_id, raised.value.bundle) == ("child", archived.bundle)
+    with pytest.raises(RunArchivedError):
+        store.restart_run("root", session_id=SESSION, workflow_message_id="m")
+    with pytest.raises(RunArchivedError):
+        store.claim_run("root", owner_type="controller", owner_id="w", lease_ms=1000)
+    assert store.event_log() == log
+
+
+def test_a_pruned_run_id_is_never_given_again(store: WorkflowStore, tmp_path: Path) -> None:
+    finished(store, "root")
+    prune(store, tmp_path)
+
+    with pytest.raises(RunArchivedError):
+        store.create_run("root", workflow_name="review", input={})
+    with pytest.raises(RunArchivedError):
+        store.create_run("new-child", workflow_name="review", input={}, parent_run_id="root")
+    assert [event.wire_name for event in store.event_log()] == ["run-tree.archived"]
+
+
+def test_another_store_that_cached_the_tree_finds_it_archived(
+    store: WorkflowStore, second_store: WorkflowStore, tmp_path: Path
+) -> None:
+    store.create_run("root", workflow_name="review", input={})
+    # The other store caches the run as it writes it.
+    second_store.finish_run("root", status="completed")
+
+    prune(store, tmp_path)
+
+    with pytest.raises(RunArchivedError):
+        second_store.record_progress("root", status="running")
+    with pytest.raises(RunArchivedError):
+        second_store.create_run("root", workflow_name="review", input={})
+    with pytest.raises(RunArchivedError):
+        second_store.get_run("root")
+
+
+def test_the_event_log_pages_across_the_holes(store: WorkflowStore, tmp_path: Path) -> None:
+    finished(store, "first")
+    finished(store, "gone")
+    finished(store, "gone-child", parent_run_id="gone")
+    store.create_run("last", workflow_name="review", input={})
+    store.create_run("first-child", workflow_name="review", input={}, parent_run_id="first")
+    gone = ("gone", "gone-child")
+    kept = [e.position for e in store.event_log() if e.payload.get("run_id") not in gone]
+
+    store.prune_runs(settled_before=LATER, archive=tmp_path)
+
+    paged: list[int] = []
+    after = 0
+    while page := store.event_log(after=after, limit=2):
+        paged += [event.position for event in page]
+        after = page[-1].position
+    [tombstone] = store.event_log(run_id="gone")
+    assert paged == [*kept, tombstone.position]
+    assert paged == sorted(paged)
+    first = [event.position for event in store.event_log(run_id="first", limit=1)]
+    assert first == kept[:1]
+
+
+def test_an_earlier_tombstone_of_a_tree_is_no_run_and_stays(
+    store: WorkflowStore, runtime: StoreRuntime, clock: FakeClock, tmp_path: Path
+) -> None:
+    finished(store, "root")
+    # As a tree restored after an earlier prune holds its tombstone (under its root's id).
+    tombstone_only(runtime, clock)
+    earlier = store.event_log()[-1]
+
+    report = prune(store, tmp_path)
+
+    assert [tree.root_run_id for tree in report.archived] == ["root"]
+    assert store.event_log()[0].position == earlier.position
+    assert [event.wire_name for event in store.event_log()] == ["run-tree.archived"] * 2
+    assert prune(store, tmp_path).trees == 0
