@@ -76,6 +76,7 @@ DOMAIN_EVENTS: Final[tuple[type[LedgerEvent], ...]] = (
     SettingsScope.Changed,
     SettingsScope.Moved,
     RunTreeArchive.Archived,
+    RunTreeArchive.Restored,
 )
 
 SNAPSHOTS: Final[tuple[type[LedgerSnapshot], ...]] = (

@@ -40,7 +40,7 @@ class RunTreeArchive(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
     """A pruned run tree's tombstone."""
 
     TOPIC = "run-tree-archive"
-    DATETIME_FIELDS: ClassVar[tuple[str, ...]] = ("archived_at",)
+    DATETIME_FIELDS: ClassVar[tuple[str, ...]] = ("archived_at", "restored_at")
 
     root_run_id: str
     run_ids: list[str]
@@ -50,9 +50,15 @@ class RunTreeArchive(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
     bundle_sha256: str
     removed_digests: dict[str, str]
     archived_at: datetime
+    restored_at: datetime | None
 
     def __init__(self) -> None:
         """State is set by the Archived event."""
+
+    @property
+    def is_restored(self) -> bool:
+        """Whether the tree's events were put back from this archive's bundle."""
+        return self.restored_at is not None
 
     class Event(LedgerEvent):
         """Base of every RunTreeArchive event."""
@@ -84,6 +90,23 @@ class RunTreeArchive(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
             archive.bundle_sha256 = self.bundle_sha256
             archive.removed_digests = dict(self.removed_digests)
             archive.archived_at = self.timestamp
+            archive.restored_at = None
+
+    class Restored(Event):
+        """The tree's events were re-inserted from the archive's bundle (new log positions,
+        their original versions) and its rows re-projected to the bundle's digests: the
+        tombstone stays, so the log still says where the tree was in between.
+
+        ``bundle`` is the file the events were read from (it may have moved since the prune);
+        ``events`` how many were put back; ``run_id`` is the tree's root.
+        """
+
+        TOPIC = "run-tree.restored"
+        events: int
+        bundle: str
+
+        def apply(self, archive: RunTreeArchive) -> None:
+            archive.restored_at = self.timestamp
 
     class Snapshot(LedgerSnapshot):
         """The tombstone at a version."""
@@ -117,4 +140,15 @@ class RunTreeArchive(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
             bundle=bundle,
             bundle_sha256=bundle_sha256,
             removed_digests=removed_digests,
+        )
+
+    def restore(self, *, events: int, bundle: str, actor: Actor, now: datetime) -> None:
+        """Record that the tree came back from ``bundle`` with ``events`` events."""
+        self.trigger_event(
+            self.Restored,
+            timestamp=now,
+            actor=actor.to_json(),
+            run_id=self.root_run_id,
+            events=events,
+            bundle=bundle,
         )

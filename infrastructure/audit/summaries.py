@@ -150,6 +150,7 @@ RUN_TREE: Final[Mapping[str, Summary]] = {
         f"tree of {len(p['run_ids'])} run(s) archived: {p['events']} events to "
         f"{text(p['bundle'])} (sha256 {p['bundle_sha256']})"
     ),
+    "run-tree.restored": lambda p: f"tree restored: {p['events']} events from {text(p['bundle'])}",
 }
 
 FAMILIES: Final[Mapping[str, Mapping[str, Summary]]] = {

@@ -85,3 +85,11 @@ def test_a_tombstone_summary_names_its_runs_events_bundle_and_digest() -> None:
     assert summarise("run-tree.archived", payload) == (
         f"tree of 2 run(s) archived: 12 events to /archive/tree-1.jsonl (sha256 {'ab' * 32})"
     )
+
+
+def test_a_restore_summary_names_its_events_and_bundle() -> None:
+    payload = {"events": 12, "bundle": "/archive/tree-1.jsonl"}
+
+    assert summarise("run-tree.restored", payload) == (
+        "tree restored: 12 events from /archive/tree-1.jsonl"
+    )

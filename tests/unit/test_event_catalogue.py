@@ -93,6 +93,7 @@ WIRE_NAMES = (
     "settings.changed",
     "settings.scope-moved",
     "run-tree.archived",
+    "run-tree.restored",
 )
 
 AGGREGATE_TOPICS: dict[type[BaseAggregate[UUID]], str] = {
@@ -351,6 +352,8 @@ def build_samples() -> dict[str, LedgerEvent]:
         actor=SYSTEM,
         now=now(),
     )
+    events += archive.collect_events()
+    archive.restore(events=4, bundle="moved/tree-3.jsonl", actor=Actor("human", "ops-1"), now=now())
     events += archive.collect_events()
 
     samples: dict[str, LedgerEvent] = {}
@@ -801,6 +804,16 @@ EXPECTED["run-tree.archived"] = (
     b'_digests":{"runs":"0101010101010101010101010101010101010101010101010101010101010101"'
     b',"terminal_data":"2323232323232323232323232323232323232323232323232323232323232323"}'
     b"}",
+)
+
+
+EXPECTED["run-tree.restored"] = (
+    "eed5aa9d-e0cf-5e63-a490-5b5413114bc5",
+    2,
+    "run-3",
+    None,
+    b'{"timestamp":"2026-01-01T00:00:00.048000+00:00","actor":{"type":"human","id":"ops-1"},'
+    b'"run_id":"run-3","events":4,"bundle":"moved/tree-3.jsonl"}',
 )
 
 
