@@ -1322,6 +1322,28 @@ class RunArchivedError(RunNotFoundError):
         """Where the prune wrote the bundle (the tombstone records it; it may have moved)."""
 
 
+class RestoreRefusedError(WorkflowError):
+    """A bundle that cannot put its tree back: it does not verify, no tombstone names it, it
+    does not match its tombstone, or the tree is in the store. Nothing was written."""
+
+    code = "retention.restore-refused"
+    template = "Cannot restore from {bundle}: {reason}"
+
+    def __init__(self, bundle: object, reason: str) -> None:
+        super().__init__(bundle=bundle, reason=reason)
+
+
+class RestoreNotVerifiedError(WorkflowError):
+    """The restored tree's rows do not re-project to its bundle's digests: the events are
+    back, but the read models differ from what the bundle promised (``projections verify``)."""
+
+    code = "retention.restore-not-verified"
+    template = "Run tree {root_run_id} was restored from {bundle}, but {reason}"
+
+    def __init__(self, root_run_id: object, bundle: object, reason: str) -> None:
+        super().__init__(root_run_id=root_run_id, bundle=bundle, reason=reason)
+
+
 class CompactUnsupportedError(WorkflowError):
     code = "compact.unsupported-url"
     template = "runledger compact works on a SQLite or PostgreSQL store, not {url}"

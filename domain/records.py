@@ -552,3 +552,15 @@ class PruneReport(Record):
     """Trees archived (a dry run: that would be)."""
     runs: int
     events: int
+
+
+class RestoredTree(Record):
+    """A run tree ``restore_runs`` put back: its runs, how many events, the bundle they came
+    from and its SHA-256, and when (the tombstone's ``run-tree.restored``)."""
+
+    root_run_id: str
+    run_ids: list[str]
+    events: int
+    bundle: str
+    bundle_sha256: str
+    restored_at: datetime

@@ -12,10 +12,17 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from runledger.domain.application import Clock, WorkflowRuns, utc_now
 from runledger.domain.arguments import SIZED_BY_RULES, check_arguments
 from runledger.domain.errors import InvalidCallError, InvalidProgressError
-from runledger.domain.records import AuditTrail, AuditVerdict, ProjectionStatus, PruneReport
+from runledger.domain.records import (
+    AuditTrail,
+    AuditVerdict,
+    ProjectionStatus,
+    PruneReport,
+    RestoredTree,
+)
 from runledger.domain.values import looked_up_id
 from runledger.infrastructure.audit.bundle import export_bundle
 from runledger.infrastructure.audit.prune import TreeProgress, prune_runs
+from runledger.infrastructure.audit.restore import restore_runs
 from runledger.infrastructure.audit.run_verification import verify_run_models
 from runledger.infrastructure.audit.trail import audit_trail
 from runledger.infrastructure.event_log import EventLog
@@ -536,6 +543,19 @@ class WorkflowStore(ClosedOnExit):
                     dry_run=dry_run,
                     progress=progress,
                 ),
+            )
+
+    def restore_runs(self, bundle: str | os.PathLike[str]) -> RestoredTree:
+        """Put a pruned run tree back from its bundle, once it verifies and matches the
+        tree's tombstone; its rows must re-project to the bundle's digests."""
+        runtime = self._runtime
+        with runtime.running():
+            return TELEMETRY.call(
+                COMMAND_SPAN,
+                "restore_runs",
+                runtime,
+                None,
+                lambda: restore_runs(runtime, bundle),
             )
 
     def close(self) -> None:

@@ -19,8 +19,9 @@ The guard is enforced by the storage itself (SQLite and PostgreSQL: a trigger on
 table; memory: the recorder), so no writer, in any process, with any cache, can give a pruned
 aggregate a new event: the insert fails with ``ArchivedAggregateError`` (an
 ``IntegrityError``), and the command runs again, reading, and finds the tree archived. A
-restore may use the same pieces the other way round (``ARCHIVED_TABLE`` rows name the
-tombstone's aggregate, so one archive's ids can be released together).
+restore (``restore_tree``) does the other way round in one transaction: it lifts one
+archive's guard rows (they name the tombstone's aggregate), re-inserts the tree's events with
+their original versions at new positions, and appends the tombstone's ``run-tree.restored``.
 """
 
 from __future__ import annotations
@@ -41,8 +42,9 @@ ARCHIVED_MESSAGE: Final = "runledger: aggregate archived"
 ARCHIVED_SQLSTATE: Final = "23RL1"
 """The SQLSTATE of PostgreSQL's guard (class 23: psycopg raises an ``IntegrityError``)."""
 
-TOMBSTONE_TOPIC: Final = "run-tree.archived"
-"""The wire name of a tombstone: carrying its root's run id, it is no event of the tree."""
+TOMBSTONE_TOPICS: Final = ("run-tree.archived", "run-tree.restored")
+"""The wire names of a tombstone's events: carrying their root's run id, they are no events
+of the tree."""
 
 ViewsWrite = Callable[[Any, int, int], bool]
 """``(cursor, head, tombstone_position) -> written``: the read models' share of the removal,
@@ -65,8 +67,34 @@ class TreeRemoval:
     @property
     def archive_id(self) -> UUID:
         """The tombstone's aggregate, which the guard rows name."""
-        originator_id = self.tombstone.originator_id
-        return originator_id if isinstance(originator_id, UUID) else UUID(str(originator_id))
+        return _uuid(self.tombstone.originator_id)
+
+
+@dataclass(frozen=True)
+class TreeRestoral:
+    """One archived tree, as its restore puts it back."""
+
+    events: Sequence[StoredEvent]
+    """The tree's events from its bundle, in their log order, with their original versions."""
+    archive_id: UUID
+    """The tombstone whose guard rows the restore lifts."""
+    restored: StoredEvent
+    """The tombstone's ``run-tree.restored``, appended in the same transaction."""
+
+    @property
+    def aggregate_ids(self) -> list[UUID]:
+        """The tree's aggregates, each once, as the guard holds them."""
+        ids = {_uuid(s.originator_id): None for s in self.events}
+        return list(ids)
+
+
+def _uuid(originator_id: UUID | str) -> UUID:
+    return originator_id if isinstance(originator_id, UUID) else UUID(str(originator_id))
+
+
+class GuardMovedError(Exception):
+    """The guard does not hold every aggregate of the tree under this archive (the tree was
+    restored already, or pruned again since): nothing was restored."""
 
 
 class TreeChangedError(Exception):

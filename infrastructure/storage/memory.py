@@ -24,9 +24,11 @@ from runledger.domain.ports import LogEntry
 from runledger.infrastructure.commits.group_commit import GroupCommit
 from runledger.infrastructure.commits.ports import ArchivedAggregateError, Fence, SameCommit
 from runledger.infrastructure.storage.archived import (
-    TOMBSTONE_TOPIC,
+    TOMBSTONE_TOPICS,
+    GuardMovedError,
     TreeChangedError,
     TreeRemoval,
+    TreeRestoral,
     ViewsMovedError,
     ViewsWrite,
     same_tree,
@@ -216,7 +218,7 @@ class MemoryEventRecorder(MemoryAggregateRecorder, ApplicationRecorder):
             runs = set(removal.run_ids)
             found: dict[UUID, int] = {}
             for notification in self._log:
-                if notification is None or notification.topic == TOMBSTONE_TOPIC:
+                if notification is None or notification.topic in TOMBSTONE_TOPICS:
                     continue
                 run_id = self._run_of.get(notification.id)
                 if run_id in runs:
@@ -246,6 +248,22 @@ class MemoryEventRecorder(MemoryAggregateRecorder, ApplicationRecorder):
             for aggregate_id in ids:
                 self._archived[aggregate_id] = removal.archive_id
             return written
+
+    def restore_tree(self, restoral: TreeRestoral) -> list[int]:
+        """``storage.archived``'s restore under the log's lock: the guard is lifted only if it
+        names this archive for every aggregate, and put back if the insert fails."""
+        with self._lock:
+            ids = restoral.aggregate_ids
+            if any(self._archived.get(aggregate_id) != restoral.archive_id for aggregate_id in ids):
+                raise GuardMovedError()
+            for aggregate_id in ids:
+                del self._archived[aggregate_id]
+            try:
+                return self._write([*restoral.events, restoral.restored], None)
+            except BaseException:
+                for aggregate_id in ids:
+                    self._archived[aggregate_id] = restoral.archive_id
+                raise
 
     def archived_by(self, aggregate_id: UUID) -> UUID | None:
         """The tombstone aggregate of the pruned tree ``aggregate_id`` was in, if it was."""
@@ -420,6 +438,10 @@ class MemoryStorage(RecorderBackedStorage[MemoryEventRecorder, MemoryAggregateRe
         position = self._events.remove_tree(removal, write_views)
         self._snapshots.forget(list(removal.versions))
         return position
+
+    def restore_tree(self, restoral: TreeRestoral) -> list[int]:
+        """Put a pruned tree back (``storage.archived``); returns the new positions."""
+        return self._events.restore_tree(restoral)
 
     def archived_by(self, aggregate_id: UUID) -> UUID | None:
         """The tombstone aggregate of the pruned tree ``aggregate_id`` was in, if it was."""

@@ -49,9 +49,11 @@ from runledger.infrastructure.storage.archived import (
     ARCHIVED_MESSAGE,
     ARCHIVED_SQLSTATE,
     ARCHIVED_TABLE,
-    TOMBSTONE_TOPIC,
+    TOMBSTONE_TOPICS,
+    GuardMovedError,
     TreeChangedError,
     TreeRemoval,
+    TreeRestoral,
     ViewsMovedError,
     ViewsWrite,
     same_tree,
@@ -1210,9 +1212,9 @@ class PostgresStorage(RecorderBackedStorage[PostgresEventRecorder, PostgresSnaps
                 curs.execute(
                     SQL(
                         "SELECT originator_id, MAX(originator_version) AS version FROM {0} "
-                        "WHERE run_id = ANY(%s) AND topic <> %s GROUP BY originator_id"
+                        "WHERE run_id = ANY(%s) AND topic <> ALL(%s) GROUP BY originator_id"
                     ).format(table),
-                    (list(removal.run_ids), TOMBSTONE_TOPIC),
+                    (list(removal.run_ids), list(TOMBSTONE_TOPICS)),
                 )
                 found = {row["originator_id"]: row["version"] for row in curs.fetchall()}
                 if not same_tree(found, removal):
@@ -1253,6 +1255,52 @@ class PostgresStorage(RecorderBackedStorage[PostgresEventRecorder, PostgresSnaps
                     conn.execute("ROLLBACK")
                 raise
         return position
+
+    def restore_tree(self, restoral: TreeRestoral) -> list[int]:
+        """Put a pruned tree back in one transaction (``storage.archived``); returns the new
+        positions of its events and, last, of the tombstone's ``run-tree.restored``.
+
+        It writes alone, as a wide batch does: the log's writer lock exclusively (positions
+        drawn with no other writer open, so followers' gap waits stay exact), then the guard
+        rows out, then the events in their bundle order.
+        """
+        events = self._events
+        schema = Identifier(self.schema)
+        guard = SQL("{0}.{1}").format(schema, Identifier(ARCHIVED_TABLE))
+        ids = restoral.aggregate_ids
+        stored = [*restoral.events, restoral.restored]
+        indexes = [index_columns(s) for s in stored]
+        with self.datastore.holding() as conn, conn.cursor() as curs:
+            try:
+                curs.execute(b"BEGIN")
+                curs.execute(BEGIN_WIDE_WRITE, (events.writer_lock_key, events.channel_name))
+                curs.execute(
+                    SQL(
+                        "DELETE FROM {0} WHERE archive_id = %s AND aggregate_id = ANY(%s::uuid[])"
+                    ).format(guard),
+                    (restoral.archive_id, ids),
+                )
+                if curs.rowcount != len(ids):
+                    raise GuardMovedError()
+                curs.execute(
+                    events.insert_events_statement,
+                    [
+                        *stored_event_arrays(stored),
+                        [run_id for run_id, _ in indexes],
+                        [lookup_key for _, lookup_key in indexes],
+                    ],
+                )
+                positions = sorted(row["notification_id"] for row in curs.fetchall())
+                curs.execute(b"COMMIT")
+                self.datastore.committed(curs.execute(WAL_AFTER_COMMIT).fetchone(), positions)
+            except BaseException:
+                if conn.info.transaction_status in (
+                    TransactionStatus.INTRANS,
+                    TransactionStatus.INERROR,
+                ):
+                    conn.execute("ROLLBACK")
+                raise
+        return positions
 
     def archived_by(self, aggregate_id: UUID) -> UUID | None:
         """The tombstone aggregate of the pruned tree ``aggregate_id`` was in, if it was."""

@@ -31,9 +31,11 @@ from runledger.infrastructure.databases import create_private_file
 from runledger.infrastructure.storage.archived import (
     ARCHIVED_MESSAGE,
     ARCHIVED_TABLE,
-    TOMBSTONE_TOPIC,
+    TOMBSTONE_TOPICS,
+    GuardMovedError,
     TreeChangedError,
     TreeRemoval,
+    TreeRestoral,
     ViewsMovedError,
     ViewsWrite,
     same_tree,
@@ -409,9 +411,9 @@ class SQLiteStorage(RecorderBackedStorage[SQLiteEventRecorder, SQLiteSnapshotRec
             head: int = c.fetchone()[0] or 0
             c.execute(
                 f"SELECT originator_id, MAX(originator_version) FROM {table} "
-                "WHERE run_id IN (SELECT value FROM json_each(?)) AND topic <> ? "
+                "WHERE run_id IN (SELECT value FROM json_each(?)) AND topic NOT IN (?, ?) "
                 "GROUP BY originator_id",
-                (runs, TOMBSTONE_TOPIC),
+                (runs, *TOMBSTONE_TOPICS),
             )
             found = {UUID(row[0]): row[1] for row in c.fetchall()}
             if not same_tree(found, removal):
@@ -437,6 +439,23 @@ class SQLiteStorage(RecorderBackedStorage[SQLiteEventRecorder, SQLiteSnapshotRec
             if not write_views(c, head, tombstone):
                 raise ViewsMovedError()
         return tombstone
+
+    def restore_tree(self, restoral: TreeRestoral) -> list[int]:
+        """Put a pruned tree back in one transaction (``storage.archived``); returns the new
+        positions of its events and, last, of the tombstone's ``run-tree.restored``. The
+        guard rows go first: the delete takes the file's write lock, and the inserts after it
+        would be refused while they stood."""
+        ids = orjson.dumps([aggregate_id.hex for aggregate_id in restoral.aggregate_ids]).decode()
+        with self.datastore.transaction(commit=True) as c:
+            c.execute(
+                f"DELETE FROM {ARCHIVED_TABLE} WHERE archive_id = ? "
+                "AND aggregate_id IN (SELECT value FROM json_each(?))",
+                (restoral.archive_id.hex, ids),
+            )
+            c.execute("SELECT changes()")
+            if c.fetchone()[0] != len(restoral.aggregate_ids):
+                raise GuardMovedError()
+            return self._events._insert_events(c, [*restoral.events, restoral.restored])
 
     def archived_by(self, aggregate_id: UUID) -> UUID | None:
         """The tombstone aggregate of the pruned tree ``aggregate_id`` was in, if it was."""
