@@ -1291,6 +1291,19 @@ class InvalidCutoffError(WorkflowError):
         super().__init__(value=value)
 
 
+class InvalidCutoffTextError(WorkflowError):
+    """``runledger prune --settled-before`` given something that is no cutoff."""
+
+    code = "retention.invalid-cutoff"
+    template = (
+        "--settled-before must be a number of days (e.g. 30d) or an ISO date or datetime "
+        "(UTC unless it names a zone), got {value}"
+    )
+
+    def __init__(self, value: object) -> None:
+        super().__init__(value=value)
+
+
 class InvalidArchiveFolderError(WorkflowError):
     code = "retention.invalid-archive"
     template = "Archive folder must be an existing directory: {path}"

@@ -146,10 +146,11 @@ def _drop_foreign_builds(runtime: StoreRuntime) -> None:
 
 def prune_tree(runtime: StoreRuntime, tree: SettledTree, folder: Path) -> ArchivedTree | KeptTree:
     """Archive one settled tree and remove it from the live store (or keep it, and why)."""
+    judged_at = tree.judged_at
     archived = archive_tree(runtime, tree, folder)
     if isinstance(archived, KeptTree):
         return archived
-    removal = tree_removal(runtime, archived)
+    removal = tree_removal(runtime, archived, judged_at)
     write = views_write(runtime, archived.run_ids)
     for _ in range(REMOVE_ATTEMPTS):
         # Commands of this process project their own events; a worker's store may lag.
@@ -179,7 +180,7 @@ def _changed(archived: ArchivedTree, detail: str) -> KeptTree:
     )
 
 
-def tree_removal(runtime: StoreRuntime, archived: ArchivedTree) -> TreeRemoval:
+def tree_removal(runtime: StoreRuntime, archived: ArchivedTree, judged_at: int) -> TreeRemoval:
     """The tree's removal: what its bundle holds and the tombstone saying so."""
     app = runtime.app
     tombstone = RunTreeArchive.archive(
@@ -210,6 +211,8 @@ def tree_removal(runtime: StoreRuntime, archived: ArchivedTree) -> TreeRemoval:
         versions={key: version for key, version in versions.items() if key not in earlier},
         events=archived.events - sum(versions[key] for key in earlier if key in versions),
         tombstone=app.mapper.to_stored_event(event),
+        root_run_id=archived.root_run_id,
+        judged_at=judged_at,
     )
 
 

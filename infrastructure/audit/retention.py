@@ -9,6 +9,7 @@ other than what was judged.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from collections.abc import Iterator
@@ -51,6 +52,8 @@ class SettledTree:
     run_ids: list[str]
     versions: dict[str, int]
     events: int
+    judged_at: int = 0
+    """The log's head before the tree was judged (its runs were listed before that)."""
 
 
 def check_cutoff(settled_before: object) -> datetime:
@@ -60,19 +63,29 @@ def check_cutoff(settled_before: object) -> datetime:
     return settled_before
 
 
-def run_trees(runtime: StoreRuntime) -> Iterator[list[RunSummary]]:
+def run_trees(runtime: StoreRuntime) -> Iterator[tuple[list[RunSummary], int]]:
     """Each run tree's runs as the runs list shows them (its root first), trees in their
-    roots' creation order."""
+    roots' creation order; with the log position the list had reached before its runs
+    were read (a run created in the tree after it is not among them)."""
     reader = runtime.reader(runs_model.RunsProjection.name)
     after: str | None = None
     while True:
         page = runs_model.list_runs(reader, after=after, limit=_PAGE)
         for summary in page.runs:
             if summary.parent_run_id is None:
-                yield [summary, *_descendants(runtime, summary.run_id)]
+                listed_at = _runs_position(runtime)
+                yield [summary, *_descendants(runtime, summary.run_id)], listed_at
         if page.next_after is None:
             return
         after = page.next_after
+
+
+def _runs_position(runtime: StoreRuntime) -> int:
+    """Where the runs list is in the log (every process's commits up to there are in it)."""
+    for state in runtime.views.tracking():
+        if state.name == runs_model.RunsProjection.name:
+            return state.position
+    return 0
 
 
 def _descendants(runtime: StoreRuntime, root_run_id: str) -> list[RunSummary]:
@@ -158,7 +171,7 @@ def plan_prune(
         raise InvalidPageError("prune limit")
     settled: list[SettledTree] = []
     kept: list[KeptTree] = []
-    for runs in run_trees(runtime):
+    for runs, listed_at in run_trees(runtime):
         if limit is not None and len(settled) >= limit:
             break
         run_ids = [run.run_id for run in runs]
@@ -174,7 +187,7 @@ def plan_prune(
         # shows as settled is judged again from the aggregates themselves.
         verdict = judge_tree(runtime, run_ids, settled_before=cutoff)
         if isinstance(verdict, SettledTree):
-            settled.append(verdict)
+            settled.append(dataclasses.replace(verdict, judged_at=listed_at))
         else:
             kept.append(verdict)
     return settled, kept

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Final, NoReturn
 
@@ -31,6 +32,7 @@ from runledger.infrastructure.cli.operations import (
     run_worker,
     verify,
 )
+from runledger.infrastructure.cli.prune_report import parse_cutoff, print_prune, prune
 from runledger.infrastructure.cli.runs_report import print_run, print_runs
 from runledger.infrastructure.exporters import start_observability
 from runledger.infrastructure.runtime import (
@@ -123,6 +125,47 @@ def compact(url: UrlOption = None, as_json: JsonOption = False) -> None:
     with open_runtime(resolved, embedded_projections=False, create=False) as runtime:
         backend = runtime.backend
     print_compaction(compact_store(resolved, backend), console(), as_json=as_json)
+
+
+@app.command("prune")
+def prune_command(
+    settled_before: Annotated[
+        str,
+        typer.Option(
+            "--settled-before",
+            help="Prune trees whose runs all ended before this: 30d (days ago), or an ISO "
+            "date or datetime (UTC unless it names a zone).",
+            show_default=False,
+        ),
+    ],
+    archive: Annotated[
+        Path,
+        typer.Option(
+            "--archive", help="Existing folder the trees' bundles go to.", show_default=False
+        ),
+    ],
+    url: UrlOption = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Only say which trees would go, and why not.")
+    ] = False,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="Prune at most this many trees.")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Archive each settled run tree to a verified bundle, then prune it from the store."""
+    with open_store(resolve_url(url), create=False) as store:
+        cutoff = parse_cutoff(settled_before, datetime.now(UTC))
+        report = prune(
+            store,
+            Console(stderr=True),
+            settled_before=cutoff,
+            archive=archive,
+            limit=limit,
+            dry_run=dry_run,
+            quiet=as_json,
+        )
+    print_prune(report, console(), as_json=as_json)
 
 
 runs_app = _typer("Find runs and look at one.")

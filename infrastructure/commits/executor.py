@@ -168,12 +168,17 @@ class CommandExecutor:
                         self._save(changed, unit.fences(changed))
             except ArchivedAggregateError:
                 # A pruned tree: what this process cached of it is gone from the store, and
-                # its ids are never given again, so no retry can succeed.
+                # its ids are never given again, so writing one of them cannot succeed.
                 self._forget(changed)
                 error = None if self._refused is None else self._refused(changed)
                 if error is not None:
                     raise error from None
-                raise
+                # Only something it read (a fence) was pruned: run again, reading, as after
+                # a conflict; the read now finds it gone.
+                self.stats.conflicts += 1
+                conflicted = True
+                trusting = assume_new = False
+                continue
             except IntegrityError:
                 self.stats.conflicts += 1
                 conflicted = True

@@ -31,7 +31,10 @@ from dataclasses import dataclass
 from typing import Any, Final
 from uuid import UUID
 
+import orjson
 from eventsourcing.persistence import StoredEvent
+
+from runledger.infrastructure.commits.ports import Fence, VersionFence
 
 ARCHIVED_TABLE: Final = "runledger_archived_ids"
 """The guard: one row per aggregate id of a pruned tree, with its tombstone's aggregate id."""
@@ -63,6 +66,10 @@ class TreeRemoval:
     """How many events the bundle holds: exactly as many are deleted."""
     tombstone: StoredEvent
     """The ``run-tree.archived`` event, appended in the same transaction."""
+    root_run_id: str
+    judged_at: int
+    """The log's head when the tree was judged: a run created in the tree after it (a
+    continuation or restart, whose events carry its own run id) keeps the tree."""
 
     @property
     def archive_id(self) -> UUID:
@@ -105,7 +112,25 @@ class ViewsMovedError(Exception):
     """The read models moved (or lagged) under the removal: nothing was removed."""
 
 
+CREATED_TOPIC: Final = "run.created"
+
+
+def fenced_ids(fences: Sequence[Fence]) -> list[UUID]:
+    """The aggregates an insert's commit rests on without writing them (its fences): one
+    pruned since it was read makes the insert ``ArchivedAggregateError`` too, so nothing
+    new (a continuation of a pruned parent, say) can hang off a pruned tree."""
+    return [
+        fence.aggregate_id if isinstance(fence, VersionFence) else fence.guard_id
+        for fence in fences
+    ]
+
+
 def same_tree(found: Mapping[UUID, int], removal: TreeRemoval) -> bool:
     """Whether the tree's aggregates in the log (each with its last version) are the
     archived ones."""
     return dict(found) == dict(removal.versions)
+
+
+def created_in_tree(state: bytes, root_run_id: str) -> bool:
+    """Whether a ``run.created`` event's state makes a run of the tree rooted there."""
+    return bool(orjson.loads(state).get("root_run_id") == root_run_id)

@@ -24,6 +24,7 @@ from runledger.domain.ports import LogEntry
 from runledger.infrastructure.commits.group_commit import GroupCommit
 from runledger.infrastructure.commits.ports import ArchivedAggregateError, Fence, SameCommit
 from runledger.infrastructure.storage.archived import (
+    CREATED_TOPIC,
     TOMBSTONE_TOPICS,
     GuardMovedError,
     TreeChangedError,
@@ -31,6 +32,8 @@ from runledger.infrastructure.storage.archived import (
     TreeRestoral,
     ViewsMovedError,
     ViewsWrite,
+    created_in_tree,
+    fenced_ids,
     same_tree,
 )
 from runledger.infrastructure.storage.base import (
@@ -184,7 +187,7 @@ class MemoryEventRecorder(MemoryAggregateRecorder, ApplicationRecorder):
             self._wait_for_holders(stored_events)
         try:
             with self._lock:
-                self._check_archived(stored_events)
+                self._check_archived(stored_events, fences)
                 self._check_fences(fences, stored_events)
                 positions = list(super().insert_events(stored_events, **kwargs) or [])
                 if same_commit is not None and positions:
@@ -203,7 +206,12 @@ class MemoryEventRecorder(MemoryAggregateRecorder, ApplicationRecorder):
             listener.set()
         return positions
 
-    def _check_archived(self, stored_events: Sequence[StoredEvent]) -> None:
+    def _check_archived(
+        self, stored_events: Sequence[StoredEvent], fences: Sequence[Fence]
+    ) -> None:
+        if any(aggregate_id in self._archived for aggregate_id in fenced_ids(fences)):
+            msg = "a fenced aggregate was archived"
+            raise ArchivedAggregateError(msg)
         for s in stored_events:
             originator_id = as_uuid(s.originator_id)
             if originator_id in self._archived:
@@ -225,6 +233,14 @@ class MemoryEventRecorder(MemoryAggregateRecorder, ApplicationRecorder):
                     found[as_uuid(notification.originator_id)] = notification.originator_version
             if not same_tree(found, removal):
                 raise TreeChangedError()
+            for notification in self._log[removal.judged_at :]:
+                if (
+                    notification is not None
+                    and notification.topic == CREATED_TOPIC
+                    and self._run_of.get(notification.id) not in runs
+                    and created_in_tree(notification.state, removal.root_run_id)
+                ):
+                    raise TreeChangedError()
             ids = set(removal.versions)
             doomed = [n.id for n in self._log if n is not None and n.originator_id in ids]
             if len(doomed) != removal.events:

@@ -49,6 +49,7 @@ from runledger.infrastructure.storage.archived import (
     ARCHIVED_MESSAGE,
     ARCHIVED_SQLSTATE,
     ARCHIVED_TABLE,
+    CREATED_TOPIC,
     TOMBSTONE_TOPICS,
     GuardMovedError,
     TreeChangedError,
@@ -56,6 +57,7 @@ from runledger.infrastructure.storage.archived import (
     TreeRestoral,
     ViewsMovedError,
     ViewsWrite,
+    fenced_ids,
     same_tree,
 )
 from runledger.infrastructure.storage.base import (
@@ -529,6 +531,13 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
                 "END IF; RETURN NULL; END $$"
             ).format(schema=schema, guard=Identifier(ARCHIVED_TABLE)),
             SQL(
+                "CREATE OR REPLACE FUNCTION {schema}.runledger_check_archived(p_ids uuid[]) "
+                "RETURNS void LANGUAGE plpgsql AS $$ BEGIN IF EXISTS (SELECT 1 FROM "
+                "{schema}.{guard} WHERE aggregate_id = ANY(p_ids)) THEN "
+                f"RAISE EXCEPTION '{ARCHIVED_MESSAGE}' USING ERRCODE = '{ARCHIVED_SQLSTATE}'; "
+                "END IF; END $$"
+            ).format(schema=schema, guard=Identifier(ARCHIVED_TABLE)),
+            SQL(
                 "CREATE OR REPLACE TRIGGER {trigger} AFTER INSERT ON {schema}.{table} "
                 "REFERENCING NEW TABLE AS inserted FOR EACH STATEMENT "
                 "EXECUTE FUNCTION {schema}.runledger_refuse_archived()"
@@ -584,6 +593,9 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
         self._check_fences = SQL(
             "SELECT {schema}.runledger_check_fences(%s::uuid[], %s::bigint[], %s::text[])"
         ).format(schema=schema)
+        self._check_archived = SQL("SELECT {schema}.runledger_check_archived(%s::uuid[])").format(
+            schema=schema
+        )
         self._check_index_fence = SQL(
             "SELECT {schema}.runledger_check_index_fence(%s, %s::uuid[])"
         ).format(schema=schema)
@@ -739,6 +751,8 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
             self._insert_stored_events(insert, stored_events, fences)
             # After the insert, under the fenced aggregates' locks: a claim that committed
             # first is seen, one in this very batch too (a group's).
+            if fences:
+                curs.execute(self._check_archived, (fenced_ids(fences),))
             if fence_conditions(fences):
                 curs.execute(self._check_fences, _fence_arrays(fences))
             for fence in index_fences(fences):
@@ -1218,6 +1232,16 @@ class PostgresStorage(RecorderBackedStorage[PostgresEventRecorder, PostgresSnaps
                 )
                 found = {row["originator_id"]: row["version"] for row in curs.fetchall()}
                 if not same_tree(found, removal):
+                    raise TreeChangedError()
+                curs.execute(
+                    SQL(
+                        "SELECT 1 FROM {0} WHERE position > %s AND topic = %s "
+                        "AND NOT run_id = ANY(%s) "
+                        "AND convert_from(state, 'UTF8')::jsonb ->> 'root_run_id' = %s LIMIT 1"
+                    ).format(table),
+                    (removal.judged_at, CREATED_TOPIC, list(removal.run_ids), removal.root_run_id),
+                )
+                if curs.fetchone() is not None:
                     raise TreeChangedError()
                 curs.execute(
                     SQL(

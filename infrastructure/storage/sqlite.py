@@ -31,6 +31,7 @@ from runledger.infrastructure.databases import create_private_file
 from runledger.infrastructure.storage.archived import (
     ARCHIVED_MESSAGE,
     ARCHIVED_TABLE,
+    CREATED_TOPIC,
     TOMBSTONE_TOPICS,
     GuardMovedError,
     TreeChangedError,
@@ -38,6 +39,7 @@ from runledger.infrastructure.storage.archived import (
     TreeRestoral,
     ViewsMovedError,
     ViewsWrite,
+    fenced_ids,
     same_tree,
 )
 from runledger.infrastructure.storage.base import (
@@ -241,6 +243,15 @@ class SQLiteEventRecorder(SqlLogQueries, SQLiteApplicationRecorder):
         """Refuse the insert (rolled back) if a fence is broken. Checked after the insert,
         which took the file's write lock: no other commit can come between the check and
         this one's, and a claim in the batch itself is seen too."""
+        if fences:
+            fenced = orjson.dumps([i.hex for i in fenced_ids(fences)]).decode()
+            c.execute(
+                f"SELECT 1 FROM {ARCHIVED_TABLE} "
+                "WHERE aggregate_id IN (SELECT value FROM json_each(?)) LIMIT 1",
+                (fenced,),
+            )
+            if c.fetchone() is not None:
+                raise ArchivedAggregateError(ARCHIVED_MESSAGE)
         for condition in fence_conditions(fences):
             aggregate_id, version, topic = condition
             c.execute(self._broken_fence_statement, (aggregate_id.hex, version, topic))
@@ -417,6 +428,14 @@ class SQLiteStorage(RecorderBackedStorage[SQLiteEventRecorder, SQLiteSnapshotRec
             )
             found = {UUID(row[0]): row[1] for row in c.fetchall()}
             if not same_tree(found, removal):
+                raise TreeChangedError()
+            c.execute(
+                f"SELECT 1 FROM {table} WHERE position > ? AND topic = ? "
+                "AND run_id NOT IN (SELECT value FROM json_each(?)) "
+                "AND json_extract(CAST(state AS TEXT), '$.root_run_id') = ? LIMIT 1",
+                (removal.judged_at, CREATED_TOPIC, runs, removal.root_run_id),
+            )
+            if c.fetchone() is not None:
                 raise TreeChangedError()
             c.execute(
                 f"INSERT OR REPLACE INTO {ARCHIVED_TABLE} (aggregate_id, archive_id) "

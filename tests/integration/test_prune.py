@@ -13,6 +13,7 @@ import pytest
 from runledger.domain.errors import RunArchivedError, RunNotFoundError
 from runledger.domain.records import PruneReport
 from runledger.infrastructure import verify_bundle
+from runledger.infrastructure.audit import prune as prune_module
 from runledger.infrastructure.runtime import StoreRuntime
 from runledger.infrastructure.store import WorkflowStore
 from tests.integration.test_tombstones import tombstone_only
@@ -226,6 +227,9 @@ def test_another_store_that_cached_the_tree_finds_it_archived(
         second_store.create_run("root", workflow_name="review", input={})
     with pytest.raises(RunArchivedError):
         second_store.get_run("root")
+    with pytest.raises(RunArchivedError):
+        # Its commit rests on the parent it read from its cache: the guard refuses it.
+        second_store.create_run("late", workflow_name="review", input={}, parent_run_id="root")
 
 
 def test_the_event_log_pages_across_the_holes(store: WorkflowStore, tmp_path: Path) -> None:
@@ -265,3 +269,27 @@ def test_an_earlier_tombstone_of_a_tree_is_no_run_and_stays(
     assert store.event_log()[0].position == earlier.position
     assert [event.wire_name for event in store.event_log()] == ["run-tree.archived"] * 2
     assert prune(store, tmp_path).trees == 0
+
+
+def test_a_run_created_in_the_tree_after_its_bundle_was_written_keeps_the_tree(
+    store: WorkflowStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    finished(store, "root")
+    written = prune_module.archive_tree
+
+    def archive_then_continue(*args: object) -> object:
+        archived = written(*args)  # type: ignore[arg-type]
+        # A continuation writes nothing to its parent: only the log can tell.
+        store.create_run("late", workflow_name="review", input={}, parent_run_id="root")
+        return archived
+
+    monkeypatch.setattr(prune_module, "archive_tree", archive_then_continue)
+
+    report = prune(store, tmp_path)
+
+    assert report.archived == []
+    assert [(tree.root_run_id, tree.reason) for tree in report.kept] == [
+        ("root", "changed-while-archiving")
+    ]
+    assert store.get_run("late") is not None
+    assert store.get_run("root") is not None
