@@ -32,7 +32,12 @@ from runledger.infrastructure.cli.operations import (
     run_worker,
     verify,
 )
-from runledger.infrastructure.cli.prune_report import parse_cutoff, print_prune, prune
+from runledger.infrastructure.cli.prune_report import (
+    parse_cutoff,
+    print_prune,
+    print_restore,
+    prune,
+)
 from runledger.infrastructure.cli.runs_report import print_run, print_runs
 from runledger.infrastructure.exporters import start_observability
 from runledger.infrastructure.runtime import (
@@ -166,6 +171,19 @@ def prune_command(
             quiet=as_json,
         )
     print_prune(report, console(), as_json=as_json)
+
+
+@app.command("restore")
+def restore_command(
+    bundle: Annotated[Path, typer.Argument(help="The bundle a prune wrote.", show_default=False)],
+    url: UrlOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Put a pruned run tree back from its bundle, once it verifies and matches the tree's
+    tombstone (exit 1 if its rows then differ from the bundle's digests)."""
+    with open_store(resolve_url(url), create=False) as store:
+        restored = store.restore_runs(bundle)
+    print_restore(restored, console(), as_json=as_json)
 
 
 runs_app = _typer("Find runs and look at one.")

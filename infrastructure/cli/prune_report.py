@@ -1,5 +1,6 @@
 """``runledger prune``: archive and prune settled run trees, with a progress bar, a table of
-what went (run ids, events, bundle and SHA-256) and what stayed (the first reason), or JSON."""
+what went (run ids, events, bundle and SHA-256) and what stayed (the first reason), or JSON;
+``runledger restore``: what came back."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from runledger.domain.errors import InvalidCutoffTextError
-from runledger.domain.records import PruneReport
+from runledger.domain.records import PruneReport, RestoredTree
 from runledger.infrastructure.audit.retention import archive_folder
 from runledger.infrastructure.store import WorkflowStore
 
@@ -107,3 +108,16 @@ def print_prune(report: PruneReport, out: Console, *, as_json: bool) -> None:
     )
     if report.trees and not report.dry_run:
         out.print("SQLite gives the space back with `runledger compact`.", markup=False)
+
+
+def print_restore(restored: RestoredTree, out: Console, *, as_json: bool) -> None:
+    """The tree put back: its runs, events, and the bundle they came from."""
+    if as_json:
+        print(json.dumps(restored.model_dump(mode="json")))
+        return
+    out.print(
+        f"restored run tree {restored.root_run_id} ({len(restored.run_ids)} run(s): "
+        f"{' '.join(restored.run_ids)}), {restored.events} event(s) from {restored.bundle} "
+        f"(sha256 {restored.bundle_sha256}); its rows re-projected to the bundle's digests",
+        markup=False,
+    )
