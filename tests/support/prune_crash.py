@@ -32,30 +32,30 @@ def die(*_: Any) -> NoReturn:
     raise AssertionError("unreachable")
 
 
+def _killed_mid_transaction(real: Any) -> Any:
+    def views_write(runtime: Any, run_ids: Any) -> Any:
+        write = real(runtime, run_ids)
+
+        def written_then_killed(cursor: Any, head: int, tombstone: int) -> bool:
+            write(cursor, head, tombstone)
+            die()
+
+        return written_then_killed
+
+    return views_write
+
+
 def arm(step: str) -> None:
-    if step == "bundle-written":
-        retention._fsync = die  # type: ignore[assignment]
-    elif step == "not-verified":
-        retention.verify_bundle = die  # type: ignore[assignment]
-    elif step == "verified":
-        prune.tree_removal = die  # type: ignore[assignment]
-    elif step == "mid-transaction":
-        real = prune.views_write
-
-        def views_write(runtime: Any, run_ids: Any) -> Any:
-            write = real(runtime, run_ids)
-
-            def written_then_killed(cursor: Any, head: int, tombstone: int) -> bool:
-                write(cursor, head, tombstone)
-                die()
-
-            return written_then_killed
-
-        prune.views_write = views_write  # type: ignore[assignment]
-    elif step == "committed":
-        prune.forget_cached = die  # type: ignore[assignment]
-    else:
-        raise SystemExit(f"unknown step {step!r}")
+    """Replace the function the prune calls at ``step`` with one that kills the process."""
+    module, name = {
+        "bundle-written": (retention, "_fsync"),
+        "not-verified": (retention, "verify_bundle"),
+        "verified": (prune, "tree_removal"),
+        "mid-transaction": (prune, "views_write"),
+        "committed": (prune, "forget_cached"),
+    }[step]
+    replacement = _killed_mid_transaction(prune.views_write) if name == "views_write" else die
+    setattr(module, name, replacement)
 
 
 def main(url: str, archive: str, step: str) -> None:
