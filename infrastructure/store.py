@@ -546,8 +546,7 @@ class WorkflowStore(ClosedOnExit):
             )
 
     def restore_runs(self, bundle: str | os.PathLike[str]) -> RestoredTree:
-        """Put a pruned run tree back from its bundle, once it verifies and matches the
-        tree's tombstone; its rows must re-project to the bundle's digests."""
+        """Put a pruned run tree back from its bundle once it matches the tree's tombstone."""
         runtime = self._runtime
         with runtime.running():
             return TELEMETRY.call(

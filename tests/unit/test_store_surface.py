@@ -84,6 +84,7 @@ DESIGNED_API = frozenset(
         "export_run",
         # retention
         "prune_runs",
+        "restore_runs",
         # operations
         "projection_status",
         "rebuild_projection",
