@@ -95,7 +95,7 @@ EXTRA_ROWS: Final[list[tuple[str, RowMeasure]]] = [
         "R1",
         lambda bench: retention.prune_rate(
             bench.scratch.new_url(),
-            events=_history(bench, retention.PRUNE_EVENTS, 50_000),
+            events=_history(bench, retention.PRUNE_EVENTS, 20_000),
             trees=retention.PRUNE_TREES,
         ),
     ),
