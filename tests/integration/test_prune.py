@@ -275,7 +275,7 @@ def test_a_run_created_in_the_tree_after_its_bundle_was_written_keeps_the_tree(
     store: WorkflowStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     finished(store, "root")
-    written = prune_module.archive_tree
+    written = prune_module.archive_tree  # type: ignore[attr-defined]
 
     def archive_then_continue(*args: object) -> object:
         archived = written(*args)  # type: ignore[arg-type]
