@@ -15,7 +15,7 @@ from runledger.domain.records import PruneReport
 from runledger.infrastructure import verify_bundle
 from runledger.infrastructure.audit import prune as prune_module
 from runledger.infrastructure.runtime import StoreRuntime
-from runledger.infrastructure.store import WorkflowStore
+from runledger.infrastructure.store import WorkflowStore, open_store
 from tests.integration.test_tombstones import tombstone_only
 from tests.support.clock import FakeClock
 from tests.support.scenario import (
@@ -293,3 +293,22 @@ def test_a_run_created_in_the_tree_after_its_bundle_was_written_keeps_the_tree(
     ]
     assert store.get_run("late") is not None
     assert store.get_run("root") is not None
+
+
+def test_another_store_numbers_its_session_on_from_the_pruned_order(
+    durable_url: str, tmp_path: Path
+) -> None:
+    with open_store(durable_url) as store, open_store(durable_url) as other:
+        lived(store, "gone")
+        running_run(other, "after")
+        # The other store projects its own commands: its cache holds the session's counter.
+        queued_id(other, "after-ask", run_id="after")
+        assert [m.order for m in other.session_outbox(SESSION)] == [1, 2, 3]
+
+        prune(store, tmp_path)
+        queued_id(other, "after-more", run_id="after")
+
+        assert [m.order for m in other.session_outbox(SESSION)] == [1, 2]
+        live = digests(store)
+        store.rebuild_projection("session_outbox")
+        assert digests(store) == live
