@@ -82,7 +82,8 @@ def prune_runs(
     """Archive and prune the settled run trees (at most ``limit``), or with ``dry_run`` only
     say which would go; ``planned`` hears how many trees will be archived first."""
     cutoff = check_cutoff(settled_before)
-    folder = archive_folder(archive)
+    # Absolute: the tombstone records where the bundle went, for whoever reads it later.
+    folder = archive_folder(archive).resolve()
     dry = check_flag("dry_run", dry_run)
     settled, kept = plan_prune(runtime, settled_before=cutoff, limit=limit)
     if planned is not None:

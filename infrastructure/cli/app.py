@@ -159,10 +159,10 @@ def prune_command(
     as_json: JsonOption = False,
 ) -> None:
     """Archive each settled run tree to a verified bundle, then prune it from the store."""
-    with open_store(resolve_url(url), create=False) as store:
+    with open_runtime(resolve_url(url), create=False) as runtime:
         cutoff = parse_cutoff(settled_before, datetime.now(UTC))
         report = prune(
-            store,
+            runtime,
             Console(stderr=True),
             settled_before=cutoff,
             archive=archive,

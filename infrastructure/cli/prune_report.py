@@ -16,8 +16,10 @@ from rich.table import Table
 
 from runledger.domain.errors import InvalidCutoffTextError
 from runledger.domain.records import PruneReport, RestoredTree
+from runledger.infrastructure.audit.prune import prune_runs
 from runledger.infrastructure.audit.retention import archive_folder
-from runledger.infrastructure.store import WorkflowStore
+from runledger.infrastructure.runtime import StoreRuntime
+from runledger.infrastructure.telemetry import COMMAND_SPAN, TELEMETRY
 
 _DAYS: Final = re.compile(r"([0-9]{1,6})d")
 
@@ -38,7 +40,7 @@ def parse_cutoff(text: str, now: datetime) -> datetime:
 
 
 def prune(
-    store: WorkflowStore,
+    runtime: StoreRuntime,
     err: Console,
     *,
     settled_before: datetime,
@@ -47,7 +49,7 @@ def prune(
     dry_run: bool,
     quiet: bool,
 ) -> PruneReport:
-    """``prune_runs`` with a bar of trees done (when there is anything to archive)."""
+    """``prune_runs`` with a bar of the trees done out of those found settled."""
     # Refused before the bar is drawn: a bad folder is one error line, nothing else.
     archive_folder(archive)
     columns = (
@@ -58,20 +60,21 @@ def prune(
     )
     with Progress(*columns, console=err, transient=False, disable=quiet or dry_run) as progress:
         task = progress.add_task("trees", total=None)
-        report = store.prune_runs(
-            settled_before=settled_before,
-            archive=archive,
-            limit=limit,
-            dry_run=dry_run,
-            progress=lambda done: progress.advance(task, done),
+        return TELEMETRY.call(
+            COMMAND_SPAN,
+            "prune_runs",
+            runtime,
+            None,
+            lambda: prune_runs(
+                runtime,
+                settled_before=settled_before,
+                archive=archive,
+                limit=limit,
+                dry_run=dry_run,
+                progress=lambda done: progress.advance(task, done),
+                planned=lambda trees: progress.update(task, total=trees),
+            ),
         )
-        progress.update(task, total=len(report.archived) + _changed(report))
-    return report
-
-
-def _changed(report: PruneReport) -> int:
-    # Trees kept at the last step were trees the bar counted.
-    return sum(tree.reason == "changed-while-archiving" for tree in report.kept)
 
 
 def print_prune(report: PruneReport, out: Console, *, as_json: bool) -> None:

@@ -537,11 +537,17 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
                 f"RAISE EXCEPTION '{ARCHIVED_MESSAGE}' USING ERRCODE = '{ARCHIVED_SQLSTATE}'; "
                 "END IF; END $$"
             ).format(schema=schema, guard=Identifier(ARCHIVED_TABLE)),
+            # Made once: creating a trigger locks the table against inserts, and every store
+            # that opens runs these statements.
             SQL(
-                "CREATE OR REPLACE TRIGGER {trigger} AFTER INSERT ON {schema}.{table} "
+                "DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = {name} "
+                "AND tgrelid = {qualified}::regclass) THEN "
+                "CREATE TRIGGER {trigger} AFTER INSERT ON {schema}.{table} "
                 "REFERENCING NEW TABLE AS inserted FOR EACH STATEMENT "
-                "EXECUTE FUNCTION {schema}.runledger_refuse_archived()"
+                "EXECUTE FUNCTION {schema}.runledger_refuse_archived(); END IF; END $$"
             ).format(
+                name=Literal(f"{events_table_name}_archived_guard"),
+                qualified=Literal(f'"{datastore.schema}"."{events_table_name}"'),
                 trigger=Identifier(f"{events_table_name}_archived_guard"),
                 schema=schema,
                 table=table,

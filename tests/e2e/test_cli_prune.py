@@ -53,13 +53,15 @@ def test_prune_writes_the_bundles_and_audit_shows_the_tombstone(url: str, tmp_pa
     archive = tmp_path / "archive"
     archive.mkdir()
 
+    # A folder relative to where the operator stands: the tombstone records where it is.
     outcome = runledger(
-        "prune", "--url", url, "--settled-before", "2099-01-01", "--archive", str(archive),
+        "prune", "--url", url, "--settled-before", "2099-01-01", "--archive", "archive",
         cwd=tmp_path,
     )  # fmt: skip
 
     assert outcome.returncode == 0, outcome
     [bundle] = archive.iterdir()
+    assert bundle.is_absolute()
     sha = hashlib.sha256(bundle.read_bytes()).hexdigest()
     assert sha in outcome.stdout.replace("\n", "")
     assert "archived 1 tree(s), 2 run(s)" in outcome.stdout
@@ -72,6 +74,8 @@ def test_prune_writes_the_bundles_and_audit_shows_the_tombstone(url: str, tmp_pa
         sha,
         str(bundle),
     )
+    verified = runledger("projections", "verify", "--all", "--url", url, cwd=tmp_path)
+    assert verified.returncode == 0, verified
     shown = runledger("runs", "show", "root", "--url", url, cwd=tmp_path)
     assert shown.returncode == 2
     assert "error [run.archived]" in shown.stderr

@@ -15,7 +15,8 @@ from runledger.domain.records import PruneReport
 from runledger.infrastructure import verify_bundle
 from runledger.infrastructure.audit import prune as prune_module
 from runledger.infrastructure.runtime import StoreRuntime
-from runledger.infrastructure.store import WorkflowStore
+from runledger.infrastructure.store import WorkflowStore, open_store
+from runledger.infrastructure.views import rebuild as rebuild_module
 from tests.integration.test_tombstones import tombstone_only
 from tests.support.clock import FakeClock
 from tests.support.scenario import (
@@ -275,7 +276,7 @@ def test_a_run_created_in_the_tree_after_its_bundle_was_written_keeps_the_tree(
     store: WorkflowStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     finished(store, "root")
-    written = prune_module.archive_tree
+    written = prune_module.archive_tree  # type: ignore[attr-defined]
 
     def archive_then_continue(*args: object) -> object:
         archived = written(*args)  # type: ignore[arg-type]
@@ -293,3 +294,55 @@ def test_a_run_created_in_the_tree_after_its_bundle_was_written_keeps_the_tree(
     ]
     assert store.get_run("late") is not None
     assert store.get_run("root") is not None
+
+
+def test_another_store_numbers_its_session_on_from_the_pruned_order(
+    durable_url: str, tmp_path: Path
+) -> None:
+    with open_store(durable_url) as store, open_store(durable_url) as other:
+        lived(store, "gone")
+        running_run(other, "after")
+        # The other store projects its own commands: its cache holds the session's counter.
+        queued_id(other, "after-ask", run_id="after")
+        assert [m.order for m in other.session_outbox(SESSION)] == [1, 2, 3]
+
+        prune(store, tmp_path)
+        queued_id(other, "after-more", run_id="after")
+
+        assert [m.order for m in other.session_outbox(SESSION)] == [1, 2]
+        live = digests(store)
+        store.rebuild_projection("session_outbox")
+        assert digests(store) == live
+
+
+class BuildStoppedError(Exception):
+    """Stops a rebuild between two pages, leaving its building slot to be resumed."""
+
+
+def test_a_building_slot_loses_the_tree_too_and_its_build_ends_equal(
+    store: WorkflowStore, runtime: StoreRuntime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lived(store, "first")
+    gone_from = store.event_log()[-1].position
+    lived(store, "gone")
+    running_run(store, "after")
+    queued_id(store, "after-ask", run_id="after")
+    name = "session_outbox"
+    monkeypatch.setattr(rebuild_module, "DEFAULT_PAGE_SIZE", 4)
+
+    def stop_inside_the_tree() -> None:
+        building = runtime.views.registry(name).building
+        if building is not None and building.position > gone_from + 4:
+            raise BuildStoppedError
+
+    with pytest.raises(BuildStoppedError):
+        runtime.builds.rebuild([name], on_page=stop_inside_the_tree)
+    assert runtime.views.registry(name).building is not None
+
+    assert [tree.root_run_id for tree in prune(store, tmp_path).archived] == ["first", "gone"]
+
+    [outcome] = runtime.rebuild_blue_green([name])
+    assert (outcome.equal, outcome.switched) == (True, True)
+    live = digests(store)
+    runtime.rebuild_projections()
+    assert digests(store) == live
