@@ -113,8 +113,11 @@ def check_event_batch(records: object) -> list[dict[str, Any]]:
     return list(records)
 
 
-def check_event_record(record: dict[str, Any], expected_seq: int) -> None:
-    """Decision 21's order: seq shape, envelope, no incremental delta, expected seq, size."""
+def check_event_record(
+    record: dict[str, Any], expected_seq: int, *, size_proven: bool = False
+) -> None:
+    """Decision 21's order: seq shape, envelope, no incremental delta, expected seq, size
+    (unless ``size_proven``: see ``small_batch``)."""
     seq = record.get("seq")
     if isinstance(seq, bool) or not isinstance(seq, int) or not 0 < seq <= MAX_SAFE_INTEGER:
         raise InvalidSessionEventSeqError()
@@ -132,8 +135,24 @@ def check_event_record(record: dict[str, Any], expected_seq: int) -> None:
         raise IncrementalSessionEventError()
     if seq != expected_seq:
         raise UnexpectedSessionEventSeqError(expected=expected_seq, got=seq)
-    if exceeds_event_limit(record):
+    if not size_proven and exceeds_event_limit(record):
         raise SessionEventTooLargeError(limit=MAX_EVENT_BYTES)
+
+
+def small_batch(records: Sequence[dict[str, Any]]) -> bool:
+    """Whether the whole batch proves at once that no record is over ``MAX_EVENT_BYTES`` and
+    the batch not over ``MAX_SESSION_BATCH_BYTES``: one orjson encoding that reads back equal
+    and whose bytes, three times over, are within both (the bound of
+    ``exceeds_event_limit``; each record's encoding is a part of the batch's). What hosts
+    send is proven so, once a batch instead of twice a record."""
+    try:
+        encoded = orjson.dumps(records)
+    except orjson.JSONEncodeError:
+        return False
+    return (
+        3 * len(encoded) <= min(MAX_EVENT_BYTES, MAX_SESSION_BATCH_BYTES)
+        and orjson.loads(encoded) == records
+    )
 
 
 def exceeds_event_limit(record: dict[str, Any]) -> bool:
@@ -334,10 +353,13 @@ class SessionSegment(CopiedCheaply, OwnsNestedEvents, BaseAggregate[UUID]):
         if self.status != "recording":
             raise SessionCaptureStoppedError()
         expected = self.last_event_seq + 1
+        # Proving the sizes first changes no error's order: it only skips checks that pass.
+        proven = small_batch(records)
         for record in records:
-            check_event_record(record, expected)
+            check_event_record(record, expected, size_proven=proven)
             expected += 1
-        check_batch_size(records)
+        if not proven:
+            check_batch_size(records)
         self._trigger(
             self.EventsAppended,
             now,

@@ -61,6 +61,14 @@ class Table:
     key: tuple[str, ...]
     indexes: tuple[tuple[str, ...], ...] = ()
     owner: str | None = field(kw_only=True)
+    dropped_indexes: tuple[tuple[str, ...], ...] = field(default=(), kw_only=True)
+    """Indexes an earlier release declared and no query needs: a store drops them on open."""
+    clustered: bool = field(default=False, kw_only=True)
+    """Rows are small and found by their key: a backend that can keeps each row in its key's
+    b-tree (SQLite ``WITHOUT ROWID``), so a new row writes one b-tree, not a table and its
+    key's index. Left off where rows may be large (JSON, long text), which SQLite would then
+    spill to overflow pages beyond a quarter of a page, or where a range read relies on rows
+    lying together in insertion order."""
     session_order: tuple[str, str] | None = field(default=None, kw_only=True)
     column_names: tuple[str, ...] = field(init=False)
     column_set: frozenset[str] = field(init=False, repr=False)

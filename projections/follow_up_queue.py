@@ -35,6 +35,7 @@ RUNS: Final = Table(
     columns=(("run_id", "text"), ("origin_session_id", "text")),
     key=("run_id",),
     owner="run_id",
+    clustered=True,
 )
 
 # ``order`` is an SQL keyword, hence ``order_number`` (upstream's column name too).

@@ -43,6 +43,7 @@ RUNS: Final = Table(
     key=("run_id",),
     indexes=(("parent_run_id",), ("origin_session_id", "status")),
     owner="run_id",
+    clustered=True,
 )
 """What eligibility needs of a run: status, pause, lineage, origin and terminal message."""
 
@@ -58,6 +59,7 @@ FOLLOW_UPS: Final = Table(
     key=("follow_up_id",),
     indexes=(("run_id", "state", "follow_up_order"),),
     owner="run_id",
+    clustered=True,
 )
 """Each follow-up's state, its order within its run and its message."""
 
@@ -80,10 +82,11 @@ MESSAGES: Final = Table(
         ("latest_turn_state", "text"),
     ),
     key=("workflow_message_id",),
-    indexes=(
-        ("target_session_id", "session_order"),
-        ("target_session_id", "status", "session_order"),
-    ),
+    # One index serves both reads: the next deliverable's (session, pending, order) range,
+    # and the whole outbox of a session, which it reads whole and sorts by order. An index on
+    # (session, order) alone would be one more page written with every message.
+    indexes=(("target_session_id", "status", "session_order"),),
+    dropped_indexes=(("target_session_id", "session_order"),),
     owner="run_id",
     session_order=("target_session_id", "session_order"),
 )
@@ -95,6 +98,7 @@ SESSIONS: Final = Table(
     key=("target_session_id",),
     # A counter per Pi session, shared by every run that targets it.
     owner=None,
+    clustered=True,
 )
 """The highest order given in each session, so the next message gets one more."""
 

@@ -134,7 +134,9 @@ REVISIONS = Table(
         ("undo", "json"),
     ),
     key=("run_id", "slot"),
-    indexes=(("run_id", "revision"),),
+    # No index on (run_id, revision): a read names the slots of the revisions it wants, so
+    # the key finds them, and every revision written would have moved an index entry too.
+    dropped_indexes=(("run_id", "revision"),),
     owner="run_id",
 )
 """The retained revisions of a run as a ring: slot = revision % 256. ``deltas`` lists them
@@ -766,12 +768,20 @@ def viewer_deltas(
     snapshot = SnapshotRequired(current_revision=current, retained_from_revision=retained_from)
     if after_revision == 0 or after_revision > current or after_revision < retained_from - 1:
         return snapshot
+    wanted = range(after_revision + 1, current + 1)
     rows = reader.scan(
-        REVISIONS, equals={"run_id": run_id}, order_by="revision", after=after_revision
+        REVISIONS,
+        equals={"run_id": run_id},
+        within=(
+            None
+            if len(wanted) >= VIEWER_DELTA_RETENTION
+            else {"slot": [revision % VIEWER_DELTA_RETENTION for revision in wanted]}
+        ),
     )
+    rows.sort(key=lambda row: row["revision"])
     # Upstream's gap rule: a viewer must get every revision or start over. It also proves the
     # rows are those of the run row read above, which the walk back starts from.
-    if [row["revision"] for row in rows] != list(range(after_revision + 1, current + 1)):
+    if [row["revision"] for row in rows] != list(wanted):
         return snapshot
     shown = Shown.now(run)
     newest_first: list[list[ViewerDelta]] = []

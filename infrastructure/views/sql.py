@@ -86,6 +86,10 @@ class Dialect(ABC, Generic[S]):
     def number(self, value: int) -> S:
         """An integer written into the statement (a ``LIMIT``)."""
 
+    clustered: str = ""
+    """What ends the ``CREATE TABLE`` of a ``Table.clustered`` table (nothing where the
+    backend's tables all have their own heap)."""
+
     def finish(self, statement: S) -> S:
         """A statement kept and run often, in the form cheapest to send again."""
         return statement
@@ -166,10 +170,11 @@ def _table_ddl(table: Table, dialect: Dialect[S], physical: str) -> S:
         ),
     )
     return dialect.sql(
-        "CREATE TABLE IF NOT EXISTS {} ({}, PRIMARY KEY ({}))",
+        "CREATE TABLE IF NOT EXISTS {} ({}, PRIMARY KEY ({})){}",
         dialect.table(physical),
         columns,
         dialect.identifiers(table.key),
+        dialect.sql(dialect.clustered if table.clustered else ""),
     )
 
 
@@ -197,6 +202,11 @@ def _index_ddl(table: Table, dialect: Dialect[S], physical: str) -> list[S]:
         )
         for index in table.indexes
     ]
+
+
+def _dropped_index_names(table: Table, physical: str) -> list[str]:
+    """The names the indexes ``table`` no longer declares had on one slot's table."""
+    return [_index_name(physical, index) for index in table.dropped_indexes]
 
 
 def _conditions(scan: Scan, dialect: Dialect[S]) -> S:
@@ -567,6 +577,7 @@ class SqlViewStore(ViewStore, Generic[S]):
         if active is not None and (
             active.version != projection.version or self._complete(projection, active)
         ):
+            self._drop_retired_indexes(projection, active)
             self._known(projection, active)
             return active
         with self._transaction() as cursor:
@@ -590,8 +601,29 @@ class SqlViewStore(ViewStore, Generic[S]):
             if active.version == projection.version:
                 self._create_tables(cursor, projection, active, indexes=True)
             self._point_views(cursor, active)
+        self._drop_retired_indexes(projection, active)
         self._known(projection, active)
         return active
+
+    def _drop_retired_indexes(self, projection: Projection, slot: TrackingState) -> None:
+        """Drop the indexes an earlier release made on the slot's tables that no query needs
+        now: each costs a page or more of every commit that writes its table. Looked for
+        first, so an open takes no schema lock once they are gone."""
+        names = [
+            name
+            for table in projection.tables
+            if table.name in slot.tables
+            for name in _dropped_index_names(table, self.physical_name(table, slot))
+            if self._kind(None, name) == "index"
+        ]
+        if not names:
+            return
+        with self._transaction() as cursor:
+            self._before_ddl(cursor)
+            for name in names:
+                cursor.execute(
+                    self.dialect.sql("DROP INDEX IF EXISTS {}", self.dialect.table(name))
+                )
 
     def begin_build(self, projection: Projection, *, restart: bool = False) -> TrackingState:
         with self._transaction() as cursor:

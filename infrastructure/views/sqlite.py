@@ -31,6 +31,7 @@ class SQLiteDialect(Dialect[str]):
     """SQLite statements as text, with ``?`` parameters."""
 
     types = _TYPES
+    clustered = " WITHOUT ROWID"
 
     def sql(self, template: str, *parts: str) -> str:
         return template.format(*parts, mark="?")

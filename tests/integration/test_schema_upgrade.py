@@ -9,6 +9,7 @@ same answers.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import sqlite3
 from collections.abc import Iterator
@@ -25,8 +26,9 @@ from runledger.infrastructure.cli.demo_story import PLAN_ATTEMPT, PLAN_NODE
 from runledger.infrastructure.runtime import default_projections, open_runtime
 from runledger.infrastructure.storage.sqlite import SQLiteStorage
 from runledger.infrastructure.views.digest import digest_rows, view_digest
+from runledger.infrastructure.views.sql import _index_ddl, _index_name
 from runledger.infrastructure.views.store import ViewStore, decode_row
-from runledger.projections import settings
+from runledger.projections import session_outbox, settings
 from tests.fixtures.make_store_v1 import PATCHES, SETTINGS_RUN, TOKEN
 from tests.support.audit import read_lines
 from tests.support.event_copy import copy_events
@@ -258,3 +260,56 @@ def test_an_upgraded_run_exports_its_old_events_as_stored_and_the_bundle_verifie
     assert all("changed_paths" not in state for state in changes)
     assert lines[0]["catalogue"]["settings.changed"]["class_version"] == 2
     assert verify_bundle(bundle).ok
+
+
+OUTBOX_SESSION: Final = "pi-v1fix"
+RETIRED_OUTBOX_INDEX: Final = ("target_session_id", "session_order")
+"""Declared on the session outbox's messages until the session's whole outbox read could use
+the (session, status, order) index and sort: it cost a page of every message written."""
+
+
+def _outbox_index_name(views: ViewStore) -> str:
+    slot = views.registry(session_outbox.SessionOutboxProjection.name).active
+    assert slot is not None
+    return _index_name(views.physical_name(session_outbox.MESSAGES, slot), RETIRED_OUTBOX_INDEX)
+
+
+def _index_exists(views: ViewStore, name: str) -> bool:
+    return views._kind(None, name) == "index"  # type: ignore[attr-defined]
+
+
+def test_an_index_no_query_needs_is_dropped_when_the_store_opens(upgraded_url: str) -> None:
+    with sqlite3.connect(f"file:{FIXTURE}?mode=ro", uri=True) as connection:
+        written = [
+            name
+            for (name,) in connection.execute(
+                "SELECT name FROM sqlite_master WHERE name = 'rl_so_messages_"
+                "target_session_id_session_order_idx'"
+            )
+        ]
+        expected = [
+            message_id
+            for (message_id,) in connection.execute(
+                "SELECT workflow_message_id FROM rl_so_messages WHERE target_session_id = ? "
+                "ORDER BY session_order",
+                (OUTBOX_SESSION,),
+            )
+        ]
+    assert len(written) == 1, "the old code wrote the index"
+    assert len(expected) == 9
+    with open_runtime(upgraded_url) as runtime:
+        name = _outbox_index_name(runtime.views)
+        dropped_at_first_open = not _index_exists(runtime.views, name)
+        # A process of the earlier release opening the store makes it again.
+        table = dataclasses.replace(session_outbox.MESSAGES, indexes=(RETIRED_OUTBOX_INDEX,))
+        physical = name.removesuffix("_" + "_".join(RETIRED_OUTBOX_INDEX) + "_idx")
+        with runtime.views._transaction() as cursor:  # type: ignore[attr-defined]
+            for statement in _index_ddl(table, runtime.views.dialect, physical):  # type: ignore[attr-defined]
+                cursor.execute(statement)
+        assert _index_exists(runtime.views, name)
+    with open_store(upgraded_url) as store, open_runtime(upgraded_url) as runtime:
+        outbox = [message.workflow_message_id for message in store.session_outbox(OUTBOX_SESSION)]
+        again = _index_exists(runtime.views, name)
+
+    assert (dropped_at_first_open, again) == (True, False)
+    assert outbox == expected

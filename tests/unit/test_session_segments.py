@@ -29,6 +29,7 @@ from runledger.domain.session_segments import (
     check_binding,
     check_capture,
     segment_id_for,
+    small_batch,
 )
 from runledger.domain.values import CaptureStatus
 from tests.support.specification import Event, events_of, given
@@ -222,6 +223,22 @@ def test_a_record_with_a_non_finite_number_is_refused(number: float) -> None:
     event = record(1, payload={"score": number})
     given(SessionSegment, history()).when(appended(event)).then_raises(
         NonFiniteJsonNumberError, "JSON numbers must be finite"
+    )
+
+
+def test_a_batch_of_plain_small_records_proves_every_size_at_once() -> None:
+    assert small_batch([record(seq) for seq in range(1, 65)])
+    assert not small_batch([record(1), record(2, payload={"score": float("nan")})])
+    assert not small_batch([record(1), record(2, payload={"text": "x" * 400_000})])
+
+
+def test_a_large_record_is_refused_before_a_later_records_seq() -> None:
+    big = record(1, payload={"text": "x" * 1_048_576})
+    given(SessionSegment, history()).when(appended(big, record(3))).then_raises(
+        SessionEventTooLargeError, "session event exceeded 1048576 bytes"
+    )
+    given(SessionSegment, history()).when(appended(record(2), big)).then_raises(
+        UnexpectedSessionEventSeqError, "Expected session event seq 1, got 2"
     )
 
 
