@@ -346,3 +346,18 @@ def test_a_building_slot_loses_the_tree_too_and_its_build_ends_equal(
     live = digests(store)
     runtime.rebuild_projections()
     assert digests(store) == live
+
+
+def test_positions_of_a_pruned_tree_are_never_given_again(
+    store: WorkflowStore, tmp_path: Path
+) -> None:
+    store.create_run("live", workflow_name="review", input={})
+    finished(store, "last")  # the top of the log
+    top = store.event_log()[-1].position
+
+    prune(store, tmp_path)
+    store.create_run("next", workflow_name="review", input={})
+
+    [tombstone] = store.event_log(run_id="last")
+    [created] = store.event_log(run_id="next")
+    assert top < tombstone.position < created.position
