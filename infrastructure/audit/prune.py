@@ -101,9 +101,13 @@ def prune_runs(
     lock.take(wait=False)
     try:
         _drop_foreign_builds(runtime)
+        # Held locks: no build starts, switches or ends meanwhile, so these stay the ones.
+        building = [
+            name for name in runtime.projection_names() if runtime.views.registry(name).building
+        ]
         for tree in settled:
             lock.renew()
-            outcome = prune_tree(runtime, tree, folder)
+            outcome = prune_tree(runtime, tree, folder, building)
             if isinstance(outcome, ArchivedTree):
                 archived.append(outcome)
             else:
@@ -145,14 +149,17 @@ def _drop_foreign_builds(runtime: StoreRuntime) -> None:
             runtime.views.drop_slot(building)
 
 
-def prune_tree(runtime: StoreRuntime, tree: SettledTree, folder: Path) -> ArchivedTree | KeptTree:
-    """Archive one settled tree and remove it from the live store (or keep it, and why)."""
+def prune_tree(
+    runtime: StoreRuntime, tree: SettledTree, folder: Path, building: Sequence[str] = ()
+) -> ArchivedTree | KeptTree:
+    """Archive one settled tree and remove it from the live store (or keep it, and why);
+    ``building``: the projections with a building slot."""
     judged_at = tree.judged_at
     archived = archive_tree(runtime, tree, folder)
     if isinstance(archived, KeptTree):
         return archived
     removal = tree_removal(runtime, archived, judged_at)
-    write = views_write(runtime, archived.run_ids)
+    write = views_write(runtime, archived.run_ids, building)
     for _ in range(REMOVE_ATTEMPTS):
         # Commands of this process project their own events; a worker's store may lag.
         runtime.projector.catch_up()
@@ -168,7 +175,12 @@ def prune_tree(runtime: StoreRuntime, tree: SettledTree, folder: Path) -> Archiv
     forget_cached(runtime.app, [*removal.versions])
     # This process's projectors go on from the tombstone with empty caches, as every other
     # process's will once its next page finds the slots moved.
-    runtime.projector.reload(runtime.projection_names())
+    with runtime.projector.paused():
+        states = runtime.views.refresh()
+        for name, runner in runtime.projector.runners.items():
+            state = states.get(name)
+            if state is not None and runner.slot is not None and state.slot == runner.slot.slot:
+                runner.abandon(state.position)
     return archived
 
 
@@ -217,19 +229,24 @@ def tree_removal(runtime: StoreRuntime, archived: ArchivedTree, judged_at: int) 
     )
 
 
-def views_write(runtime: StoreRuntime, run_ids: Sequence[str]) -> ViewsWrite:
-    """The read models' share of a tree's removal (``storage.archived.ViewsWrite``)."""
+def views_write(
+    runtime: StoreRuntime, run_ids: Sequence[str], building: Sequence[str] = ()
+) -> ViewsWrite:
+    """The read models' share of a tree's removal (``storage.archived.ViewsWrite``);
+    ``building`` names the projections with a building slot (the rest have none)."""
     views = runtime.views
     projections = [runner.projection for runner in runtime.projector.runners.values()]
 
     def write(cursor: Any, head: int, tombstone: int) -> bool:
         pages: list[PageCommit] = []
+        active = {state.name: state for state in views.tracking()}
         for projection in projections:
             if RunTreeArchive.Archived.TOPIC in projection.topics:
                 # Moving it over the tombstone unread would lose what it makes of it.
                 raise AssertionError(f"{projection.name} consumes tombstones")
-            registry = views.registry(projection.name)
-            for slot in (registry.active, registry.building):
+            name = projection.name
+            built = views.registry(name).building if name in building else None
+            for slot in (active.get(name), built):
                 if slot is None:
                     continue
                 if slot.version != projection.version or (

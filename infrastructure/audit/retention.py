@@ -195,7 +195,8 @@ def plan_prune(
 
 def archive_folder(archive: object) -> Path:
     """The archive folder, which must exist: retention never guesses where bundles go."""
-    if not isinstance(archive, (str, os.PathLike)):
+    # An empty path would be the working folder: retention never guesses where bundles go.
+    if not isinstance(archive, (str, os.PathLike)) or not os.fspath(archive):
         raise InvalidArchiveFolderError(path=archive)
     folder = Path(os.fsdecode(archive))
     if not folder.is_dir():

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from runledger.domain.errors import RunArchivedError, RunNotFoundError
+from runledger.domain.errors import RunArchivedError, RunNotFoundError, WorkflowError
 from runledger.domain.records import PruneReport
 from runledger.infrastructure import verify_bundle
 from runledger.infrastructure.audit import prune as prune_module
@@ -346,3 +346,52 @@ def test_a_building_slot_loses_the_tree_too_and_its_build_ends_equal(
     live = digests(store)
     runtime.rebuild_projections()
     assert digests(store) == live
+
+
+def test_positions_of_a_pruned_tree_are_never_given_again(
+    store: WorkflowStore, tmp_path: Path
+) -> None:
+    store.create_run("live", workflow_name="review", input={})
+    finished(store, "last")  # the top of the log
+    top = store.event_log()[-1].position
+
+    prune(store, tmp_path)
+    store.create_run("next", workflow_name="review", input={})
+
+    [tombstone] = store.event_log(run_id="last")
+    [created] = store.event_log(run_id="next")
+    assert top < tombstone.position < created.position
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"settled_before": datetime(2027, 1, 1)},  # no zone
+        {"settled_before": "2027-01-01"},
+        {"archive": ""},
+        {"archive": 42},
+        {"archive": "no-such-folder"},
+        {"limit": -1},
+        {"limit": "2"},
+        {"limit": True},
+        {"dry_run": "yes"},
+        {"progress": "bar"},
+    ],
+    ids=repr,
+)
+def test_bad_arguments_are_refused_and_nothing_is_written(
+    store: WorkflowStore,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    arguments: dict[str, object],
+) -> None:
+    finished(store, "root")
+    monkeypatch.chdir(tmp_path)
+    log = store.event_log()
+    given: dict[str, object] = {"settled_before": LATER, "archive": tmp_path, **arguments}
+
+    with pytest.raises(WorkflowError):
+        store.prune_runs(**given)  # type: ignore[arg-type]
+
+    assert store.event_log() == log
+    assert list(tmp_path.iterdir()) == []
