@@ -33,8 +33,8 @@ def die(*_: Any) -> NoReturn:
 
 
 def _killed_mid_transaction(real: Any) -> Any:
-    def views_write(runtime: Any, run_ids: Any) -> Any:
-        write = real(runtime, run_ids)
+    def views_write(*args: Any) -> Any:
+        write = real(*args)
 
         def written_then_killed(cursor: Any, head: int, tombstone: int) -> bool:
             write(cursor, head, tombstone)
