@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar, TypeVar
 from uuid import UUID
 
-from eventsourcing.application import AggregateNotFoundError, Application
+from eventsourcing.application import AggregateNotFoundError, Application, LRUCache
 from eventsourcing.domain import (
     BaseAggregate,
     ImmutableAggregateProtocol,
@@ -23,6 +23,7 @@ from eventsourcing.domain import (
 )
 
 from runledger.domain import lineage, outbox, restarts, run_endings, settings_changes
+from runledger.domain.cached_aggregates import PrunableRepository
 from runledger.domain.effects import (
     Effect,
     check_label,
@@ -38,6 +39,8 @@ from runledger.domain.errors import (
     DecisionNotFoundError,
     DecisionRunMissingError,
     InvalidPageError,
+    ParentRunMissingError,
+    RunArchivedError,
     RunNotFoundError,
     SettingsKeptChangingError,
 )
@@ -87,6 +90,7 @@ from runledger.domain.records import (
     UpdateRecord,
     WorkflowMessageRecord,
 )
+from runledger.domain.run_tree_archives import RunTreeArchive
 from runledger.domain.runs import (
     Run,
     check_interruption_reason,
@@ -175,6 +179,17 @@ class WorkflowRuns(Application[UUID]):
 
     # -- wiring: persistence comes from the composition root, not from the environment ----
 
+    def construct_repository(self) -> PrunableRepository:
+        base = super().construct_repository()
+        return PrunableRepository(
+            event_store=base.event_store,
+            snapshot_store=base.snapshot_store,
+            cache_maxsize=base.cache.maxsize if isinstance(base.cache, LRUCache) else None,
+            fastforward=base.fastforward,
+            fastforward_skipping=base.fastforward_skipping,
+            deepcopy_from_cache=base.deepcopy_from_cache,
+        )
+
     def construct_mapper(self) -> Any:
         return self.wiring.mapper()
 
@@ -213,8 +228,56 @@ class WorkflowRuns(Application[UUID]):
         attempts: int | None = None,
         exhausted: Callable[[], Exception] | None = None,
     ) -> T:
-        """Run ``command`` and commit what it changed (``domain.ports.Commits``)."""
-        return self.commits.execute(command, attempts=attempts, exhausted=exhausted)
+        """Run ``command`` and commit what it changed (``domain.ports.Commits``); a run
+        not found because its tree was pruned is ``RunArchivedError``."""
+        try:
+            return self.commits.execute(command, attempts=attempts, exhausted=exhausted)
+        except (RunNotFoundError, ParentRunMissingError, DecisionRunMissingError) as error:
+            archived = self._archived_run(error)
+            if archived is None:
+                raise
+            raise archived from None
+
+    # -- pruned run trees (DESIGN.md "Retention") -------------------------------------------
+
+    def archived_error(self, run_id: str, aggregate_id: UUID) -> RunArchivedError | None:
+        """``RunArchivedError`` for ``run_id`` if ``aggregate_id`` was in a pruned tree."""
+        archive_id = self.wiring.archive_of(aggregate_id)
+        if archive_id is None:
+            return None
+        archive = self.load(RunTreeArchive, archive_id)
+        if archive is None:
+            # The guard names a tombstone the log does not hold: the tree was restored.
+            return None
+        return RunArchivedError(
+            run_id, archive.archived_at.isoformat(), archive.bundle_sha256, archive.bundle
+        )
+
+    def archived_refusal(self, aggregates: Sequence[BaseAggregate[UUID]]) -> Exception | None:
+        """Why the storage refused a save that wrote to a pruned tree (its guard): the run
+        of the first archived aggregate among those the command changed."""
+        for aggregate in aggregates:
+            run_id = getattr(aggregate, "run_id", None)
+            archive_id = self.wiring.archive_of(aggregate.id)
+            if archive_id is None:
+                continue
+            archive = self.load(RunTreeArchive, archive_id)
+            if archive is None:
+                continue
+            return RunArchivedError(
+                run_id if isinstance(run_id, str) else archive.root_run_id,
+                archive.archived_at.isoformat(),
+                archive.bundle_sha256,
+                archive.bundle,
+            )
+        return None
+
+    def _archived_run(
+        self, error: RunNotFoundError | ParentRunMissingError | DecisionRunMissingError
+    ) -> RunArchivedError | None:
+        if isinstance(error, RunArchivedError) or not isinstance(error.run_id, str):
+            return None
+        return self.archived_error(error.run_id, run_aggregate_id(error.run_id))
 
     # -- runs -----------------------------------------------------------------------------
 
@@ -1067,8 +1130,14 @@ class WorkflowRuns(Application[UUID]):
     def get_run(self, run_id: str) -> RunRecord | None:
         """The run as its events leave it, or None for an unknown id."""
         looked_up_id("run_id", run_id)
-        run = self.load(Run, run_aggregate_id(run_id))
-        return None if run is None else run.to_record()
+        aggregate_id = run_aggregate_id(run_id)
+        run = self.load(Run, aggregate_id)
+        if run is None:
+            archived = self.archived_error(run_id, aggregate_id)
+            if archived is not None:
+                raise archived
+            return None
+        return run.to_record()
 
     def get_follow_up(self, follow_up_id: str) -> FollowUpRecord | None:
         """The follow-up as its events leave it, or None for an unknown id."""

@@ -211,6 +211,7 @@ class ParentRunMissingError(WorkflowError):
 
     def __init__(self, run_id: object) -> None:
         super().__init__(run_id=run_id)
+        self.run_id = run_id
 
 
 class RunNotFoundError(WorkflowError):
@@ -219,6 +220,8 @@ class RunNotFoundError(WorkflowError):
 
     def __init__(self, run_id: object) -> None:
         super().__init__(run_id=run_id)
+        self.run_id = run_id
+        """The run asked for (a pruned one's is ``RunArchivedError`` at the door)."""
 
 
 class RunMissingError(RunNotFoundError):
@@ -924,6 +927,7 @@ class DecisionRunMissingError(WorkflowError):
 
     def __init__(self, run_id: object) -> None:
         super().__init__(run_id=run_id)
+        self.run_id = run_id
 
 
 class DecisionNotFoundError(WorkflowError):
@@ -1287,6 +1291,19 @@ class InvalidCutoffError(WorkflowError):
         super().__init__(value=value)
 
 
+class InvalidCutoffTextError(WorkflowError):
+    """``runledger prune --settled-before`` given something that is no cutoff."""
+
+    code = "retention.invalid-cutoff"
+    template = (
+        "--settled-before must be a number of days (e.g. 30d) or an ISO date or datetime "
+        "(UTC unless it names a zone), got {value}"
+    )
+
+    def __init__(self, value: object) -> None:
+        super().__init__(value=value)
+
+
 class InvalidArchiveFolderError(WorkflowError):
     code = "retention.invalid-archive"
     template = "Archive folder must be an existing directory: {path}"
@@ -1305,10 +1322,39 @@ class RunArchivedError(RunNotFoundError):
         "{bundle_sha256}"
     )
 
-    def __init__(self, run_id: object, archived_at: str, bundle_sha256: str) -> None:
+    def __init__(
+        self, run_id: object, archived_at: str, bundle_sha256: str, bundle: str | None = None
+    ) -> None:
         WorkflowError.__init__(
             self, run_id=run_id, archived_at=archived_at, bundle_sha256=bundle_sha256
         )
+        self.run_id = run_id
+        self.archived_at = archived_at
+        self.bundle_sha256 = bundle_sha256
+        self.bundle = bundle
+        """Where the prune wrote the bundle (the tombstone records it; it may have moved)."""
+
+
+class RestoreRefusedError(WorkflowError):
+    """A bundle that cannot put its tree back: it does not verify, no tombstone names it, it
+    does not match its tombstone, or the tree is in the store. Nothing was written."""
+
+    code = "retention.restore-refused"
+    template = "Cannot restore from {bundle}: {reason}"
+
+    def __init__(self, bundle: object, reason: str) -> None:
+        super().__init__(bundle=bundle, reason=reason)
+
+
+class RestoreNotVerifiedError(WorkflowError):
+    """The restored tree's rows do not re-project to its bundle's digests: the events are
+    back, but the read models differ from what the bundle promised (``projections verify``)."""
+
+    code = "retention.restore-not-verified"
+    template = "Run tree {root_run_id} was restored from {bundle}, but {reason}"
+
+    def __init__(self, root_run_id: object, bundle: object, reason: str) -> None:
+        super().__init__(root_run_id=root_run_id, bundle=bundle, reason=reason)
 
 
 class CompactUnsupportedError(WorkflowError):

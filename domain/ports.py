@@ -83,3 +83,7 @@ class Wiring(Protocol):
         load: Callable[[type[Any], UUID], Any],
         now: Callable[[], datetime],
     ) -> Commits: ...
+
+    def archive_of(self, aggregate_id: UUID) -> UUID | None:
+        """The tombstone aggregate of the pruned run tree this aggregate was in, if any."""
+        ...

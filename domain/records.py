@@ -527,3 +527,40 @@ class ArchivedTree(Record):
     versions: dict[str, int]
     chain_heads: dict[str, str]
     digests: dict[str, Any]
+
+
+class PrunableTree(Record):
+    """A settled run tree a dry run of retention would archive and prune."""
+
+    root_run_id: str
+    run_ids: list[str]
+    events: int
+
+
+class PruneReport(Record):
+    """What ``prune_runs`` did (or, on a dry run, would do): each archived tree with its
+    bundle, each kept tree with the first reason, and the totals."""
+
+    dry_run: bool
+    settled_before: datetime
+    archived: list[ArchivedTree]
+    """Trees archived and pruned (none on a dry run)."""
+    prunable: list[PrunableTree]
+    """On a dry run, the trees that would be archived; else empty."""
+    kept: list[KeptTree]
+    trees: int
+    """Trees archived (a dry run: that would be)."""
+    runs: int
+    events: int
+
+
+class RestoredTree(Record):
+    """A run tree ``restore_runs`` put back: its runs, how many events, the bundle they came
+    from and its SHA-256, and when (the tombstone's ``run-tree.restored``)."""
+
+    root_run_id: str
+    run_ids: list[str]
+    events: int
+    bundle: str
+    bundle_sha256: str
+    restored_at: datetime

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from eventsourcing.application import Application, Cache
+from eventsourcing.application import Application, Cache, Repository
 from eventsourcing.domain import BaseAggregate
 from eventsourcing.persistence import ListenNotifySubscription
 from eventsourcing.postgres import (
@@ -77,6 +77,29 @@ HOOKS: Final[tuple[LibraryHook, ...]] = (
         "override",
         "domain/application.py",
         "Snapshots go to the store's snapshot recorder, through runledger's mapper.",
+    ),
+    LibraryHook(
+        Application,
+        "construct_repository",
+        "override",
+        "domain/application.py",
+        "The application's repository is ``PrunableRepository`` (domain/cached_aggregates.py), "
+        "whose ``get`` fast-forwards a cached aggregate from its cached version itself, so an "
+        "aggregate whose events a prune deleted is not found in any process that cached it.",
+    ),
+    LibraryHook(
+        Repository,
+        "_use_fastforward_lock",
+        "call",
+        "domain/cached_aggregates.py",
+        "The library's per-aggregate fast-forward lock, taken as its own ``get`` takes it.",
+    ),
+    LibraryHook(
+        Repository,
+        "_disuse_fastforward_lock",
+        "call",
+        "domain/cached_aggregates.py",
+        "Gives back the fast-forward lock, as the library's own ``get`` does.",
     ),
     # -- commits -----------------------------------------------------------------------------
     LibraryHook(

@@ -6,14 +6,23 @@ import functools
 import inspect
 import os
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from runledger.domain.application import Clock, WorkflowRuns, utc_now
 from runledger.domain.arguments import SIZED_BY_RULES, check_arguments
 from runledger.domain.errors import InvalidCallError, InvalidProgressError
-from runledger.domain.records import AuditTrail, AuditVerdict, ProjectionStatus
+from runledger.domain.records import (
+    AuditTrail,
+    AuditVerdict,
+    ProjectionStatus,
+    PruneReport,
+    RestoredTree,
+)
 from runledger.domain.values import looked_up_id
 from runledger.infrastructure.audit.bundle import export_bundle
+from runledger.infrastructure.audit.prune import TreeProgress, prune_runs
+from runledger.infrastructure.audit.restore import restore_runs
 from runledger.infrastructure.audit.run_verification import verify_run_models
 from runledger.infrastructure.audit.trail import audit_trail
 from runledger.infrastructure.event_log import EventLog
@@ -503,6 +512,49 @@ class WorkflowStore(ClosedOnExit):
                 runtime,
                 run_id,
                 lambda: export_bundle(runtime, run_id, path, lineage=lineage, progress=progress),
+            )
+
+    # -- retention --------------------------------------------------------------------------
+
+    def prune_runs(
+        self,
+        *,
+        settled_before: datetime,
+        archive: str | os.PathLike[str],
+        limit: int | None = None,
+        dry_run: bool = False,
+        progress: TreeProgress | None = None,
+    ) -> PruneReport:
+        """Archive each run tree settled before the cutoff to a verified bundle, then prune it."""
+        if progress is not None and not callable(progress):
+            raise InvalidProgressError()
+        runtime = self._runtime
+        with runtime.running():
+            return TELEMETRY.call(
+                COMMAND_SPAN,
+                "prune_runs",
+                runtime,
+                None,
+                lambda: prune_runs(
+                    runtime,
+                    settled_before=settled_before,
+                    archive=archive,
+                    limit=limit,
+                    dry_run=dry_run,
+                    progress=progress,
+                ),
+            )
+
+    def restore_runs(self, bundle: str | os.PathLike[str]) -> RestoredTree:
+        """Put a pruned run tree back from its bundle once it matches the tree's tombstone."""
+        runtime = self._runtime
+        with runtime.running():
+            return TELEMETRY.call(
+                COMMAND_SPAN,
+                "restore_runs",
+                runtime,
+                None,
+                lambda: restore_runs(runtime, bundle),
             )
 
     def close(self) -> None:

@@ -33,6 +33,7 @@ verify, but nothing binds their header.
 
 from __future__ import annotations
 
+import functools
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Final
 
@@ -83,8 +84,10 @@ def catalogue() -> dict[str, dict[str, Any]]:
     }
 
 
+@functools.cache
 def store_version() -> str:
-    """The version of the runledger distribution writing or checking a bundle."""
+    """The version of the runledger distribution writing or checking a bundle (read once:
+    the metadata lookup scans the installed distributions, milliseconds a bundle)."""
     try:
         return version("runledger")
     except PackageNotFoundError:

@@ -9,6 +9,7 @@ other than what was judged.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from collections.abc import Iterator
@@ -20,16 +21,19 @@ from uuid import UUID
 import orjson
 from eventsourcing.domain import BaseAggregate
 
+from runledger.domain.application import WorkflowRuns
 from runledger.domain.errors import (
     ArchiveNotVerifiedError,
     InvalidArchiveFolderError,
     InvalidCutoffError,
     InvalidPageError,
 )
+from runledger.domain.follow_ups import FollowUp
 from runledger.domain.records import ArchivedTree, KeptTree, RunSummary
 from runledger.domain.retention import KeepReason, aggregate_keep_reason, run_keep_reason
 from runledger.domain.runs import Run, run_aggregate_id
 from runledger.domain.values import TERMINAL_STATUSES, is_count
+from runledger.domain.workflow_messages import WorkflowMessage, message_aggregate_id
 from runledger.infrastructure.audit.bundle import export_bundle
 from runledger.infrastructure.audit.bundle_format import HEADS
 from runledger.infrastructure.audit.stored_events import aggregate_text, run_notifications
@@ -48,6 +52,8 @@ class SettledTree:
     run_ids: list[str]
     versions: dict[str, int]
     events: int
+    judged_at: int = 0
+    """The log's head before the tree was judged (its runs were listed before that)."""
 
 
 def check_cutoff(settled_before: object) -> datetime:
@@ -57,19 +63,29 @@ def check_cutoff(settled_before: object) -> datetime:
     return settled_before
 
 
-def run_trees(runtime: StoreRuntime) -> Iterator[list[RunSummary]]:
+def run_trees(runtime: StoreRuntime) -> Iterator[tuple[list[RunSummary], int]]:
     """Each run tree's runs as the runs list shows them (its root first), trees in their
-    roots' creation order."""
+    roots' creation order; with the log position the list had reached before its runs
+    were read (a run created in the tree after it is not among them)."""
     reader = runtime.reader(runs_model.RunsProjection.name)
     after: str | None = None
     while True:
         page = runs_model.list_runs(reader, after=after, limit=_PAGE)
         for summary in page.runs:
             if summary.parent_run_id is None:
-                yield [summary, *_descendants(runtime, summary.run_id)]
+                listed_at = _runs_position(runtime)
+                yield [summary, *_descendants(runtime, summary.run_id)], listed_at
         if page.next_after is None:
             return
         after = page.next_after
+
+
+def _runs_position(runtime: StoreRuntime) -> int:
+    """Where the runs list is in the log (every process's commits up to there are in it)."""
+    for state in runtime.views.tracking():
+        if state.name == runs_model.RunsProjection.name:
+            return state.position
+    return 0
 
 
 def _descendants(runtime: StoreRuntime, root_run_id: str) -> list[RunSummary]:
@@ -132,9 +148,18 @@ def judge_tree(
             continue
         aggregate = app.load(BaseAggregate, UUID(aggregate_id))
         reason = None if aggregate is None else aggregate_keep_reason(aggregate)
+        if isinstance(aggregate, FollowUp) and reason is not None and _delivered(app, aggregate):
+            reason = None
         if reason is not None:
             return KeptTree(root_run_id=root, run_ids=run_ids, reason=reason[0], detail=reason[1])
     return SettledTree(root_run_id=root, run_ids=run_ids, versions=versions, events=events)
+
+
+def _delivered(app: WorkflowRuns, follow_up: FollowUp) -> bool:
+    """Whether the follow-up's message was sent: a follow-up stays ``queued`` for good once
+    delivered (only removal or cancellation change its state), so its message tells."""
+    message = app.load(WorkflowMessage, message_aggregate_id(follow_up.workflow_message_id))
+    return message is not None and message.status != "pending"
 
 
 def plan_prune(
@@ -146,7 +171,7 @@ def plan_prune(
         raise InvalidPageError("prune limit")
     settled: list[SettledTree] = []
     kept: list[KeptTree] = []
-    for runs in run_trees(runtime):
+    for runs, listed_at in run_trees(runtime):
         if limit is not None and len(settled) >= limit:
             break
         run_ids = [run.run_id for run in runs]
@@ -162,7 +187,7 @@ def plan_prune(
         # shows as settled is judged again from the aggregates themselves.
         verdict = judge_tree(runtime, run_ids, settled_before=cutoff)
         if isinstance(verdict, SettledTree):
-            settled.append(verdict)
+            settled.append(dataclasses.replace(verdict, judged_at=listed_at))
         else:
             kept.append(verdict)
     return settled, kept
@@ -170,7 +195,8 @@ def plan_prune(
 
 def archive_folder(archive: object) -> Path:
     """The archive folder, which must exist: retention never guesses where bundles go."""
-    if not isinstance(archive, (str, os.PathLike)):
+    # An empty path would be the working folder: retention never guesses where bundles go.
+    if not isinstance(archive, (str, os.PathLike)) or not os.fspath(archive):
         raise InvalidArchiveFolderError(path=archive)
     folder = Path(os.fsdecode(archive))
     if not folder.is_dir():

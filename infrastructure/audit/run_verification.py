@@ -43,7 +43,7 @@ def verify_run_models(runtime: StoreRuntime, run_id: str) -> AuditVerdict:
             )
             break
         stored = runtime.reader(projection.name)
-        difference = _first_difference(projection, tree, fresh.reader(), stored)
+        difference = first_difference(projection, tree, fresh.reader(), stored)
         if difference is not None:
             break
     return AuditVerdict(
@@ -57,7 +57,7 @@ def verify_run_models(runtime: StoreRuntime, run_id: str) -> AuditVerdict:
     )
 
 
-def _first_difference(
+def first_difference(
     projection: Projection, tree: Sequence[str], fresh: ViewReader, stored: ViewReader
 ) -> AuditDifference | None:
     for table in projection.tables:

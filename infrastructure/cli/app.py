@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Final, NoReturn
 
@@ -30,6 +31,12 @@ from runledger.infrastructure.cli.operations import (
     rebuild,
     run_worker,
     verify,
+)
+from runledger.infrastructure.cli.prune_report import (
+    parse_cutoff,
+    print_prune,
+    print_restore,
+    prune,
 )
 from runledger.infrastructure.cli.runs_report import print_run, print_runs
 from runledger.infrastructure.exporters import start_observability
@@ -123,6 +130,60 @@ def compact(url: UrlOption = None, as_json: JsonOption = False) -> None:
     with open_runtime(resolved, embedded_projections=False, create=False) as runtime:
         backend = runtime.backend
     print_compaction(compact_store(resolved, backend), console(), as_json=as_json)
+
+
+@app.command("prune")
+def prune_command(
+    settled_before: Annotated[
+        str,
+        typer.Option(
+            "--settled-before",
+            help="Prune trees whose runs all ended before this: 30d (days ago), or an ISO "
+            "date or datetime (UTC unless it names a zone).",
+            show_default=False,
+        ),
+    ],
+    archive: Annotated[
+        Path,
+        typer.Option(
+            "--archive", help="Existing folder the trees' bundles go to.", show_default=False
+        ),
+    ],
+    url: UrlOption = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Only say which trees would go, and why not.")
+    ] = False,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="Prune at most this many trees.")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Archive each settled run tree to a verified bundle, then prune it from the store."""
+    with open_runtime(resolve_url(url), create=False) as runtime:
+        cutoff = parse_cutoff(settled_before, datetime.now(UTC))
+        report = prune(
+            runtime,
+            Console(stderr=True),
+            settled_before=cutoff,
+            archive=archive,
+            limit=limit,
+            dry_run=dry_run,
+            quiet=as_json,
+        )
+    print_prune(report, console(), as_json=as_json)
+
+
+@app.command("restore")
+def restore_command(
+    bundle: Annotated[Path, typer.Argument(help="The bundle a prune wrote.", show_default=False)],
+    url: UrlOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Put a pruned run tree back from its bundle, once it verifies and matches the tree's
+    tombstone (exit 1 if its rows then differ from the bundle's digests)."""
+    with open_store(resolve_url(url), create=False) as store:
+        restored = store.restore_runs(bundle)
+    print_restore(restored, console(), as_json=as_json)
 
 
 runs_app = _typer("Find runs and look at one.")

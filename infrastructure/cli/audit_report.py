@@ -22,6 +22,7 @@ from rich.progress import MofNCompleteColumn, Progress, SpinnerColumn, TextColum
 from rich.table import Table
 from rich.text import Text
 
+from runledger.domain.errors import RunArchivedError
 from runledger.domain.records import AuditEntry, AuditTrail, AuditVerdict, BundleVerdict
 from runledger.infrastructure.audit.verify_bundle import verify_bundle
 from runledger.infrastructure.cli.render import actor_label
@@ -48,7 +49,12 @@ def audit(
     document: dict[str, Any] = dict.fromkeys(AUDIT_KEYS)
     trail = None
     if not verify and export is None:
-        trail = store.audit_run(run_id, lineage=lineage, as_of=as_of)
+        try:
+            trail = store.audit_run(run_id, lineage=lineage, as_of=as_of)
+        except RunArchivedError as archived:
+            # A pruned run is a known run: its timeline is in the bundle its tombstone names.
+            print_archived(archived, out, as_json=as_json)
+            return True
         document["trail"] = trail.model_dump(mode="json")
     verdict = None
     if verify:
@@ -72,6 +78,27 @@ def audit(
         if export is not None:
             out.print(export_text(document["export"]))
     return verdict is None or verdict.ok
+
+
+def print_archived(archived: RunArchivedError, out: Console, *, as_json: bool) -> None:
+    """The tombstone of a pruned run's tree: when, and the bundle holding its history."""
+    tombstone = {
+        "run_id": archived.run_id,
+        "archived_at": archived.archived_at,
+        "bundle": archived.bundle,
+        "bundle_sha256": archived.bundle_sha256,
+    }
+    if as_json:
+        print(json.dumps({**dict.fromkeys(AUDIT_KEYS), "archived": tombstone}))
+        return
+    out.print(
+        Text.assemble(
+            ("archived ", "bold yellow"),
+            f"run {archived.run_id} was pruned at {archived.archived_at}; its history is in\n",
+            f"{archived.bundle_sha256}  {archived.bundle}",
+        ),
+        soft_wrap=True,
+    )
 
 
 def export_text(export: dict[str, Any]) -> Text:

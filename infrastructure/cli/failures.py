@@ -19,6 +19,7 @@ from runledger.domain.errors import (
     CorruptEventError,
     ProjectionStalledError,
     RebuildFailedError,
+    RestoreNotVerifiedError,
     WorkflowError,
 )
 from runledger.infrastructure.storage.urls import redact_url
@@ -57,7 +58,7 @@ def _redacted(text: str) -> str:
 def exit_code_of(error: WorkflowError) -> int:
     """The exit code a ``WorkflowError`` ends a command with."""
     # A corrupt stored event or a stalled read model is what a verification looks for.
-    if isinstance(error, CorruptEventError | ProjectionStalledError):
+    if isinstance(error, CorruptEventError | ProjectionStalledError | RestoreNotVerifiedError):
         return EXIT_DIFFERENCE
     if isinstance(error, RebuildFailedError) and error.corrupt:
         return EXIT_DIFFERENCE

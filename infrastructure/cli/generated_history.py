@@ -29,8 +29,16 @@ class HistoryGenerator:
     """Writes runs with progress, follow-ups, endings, terminal messages and turns."""
 
     def __init__(
-        self, *, seed: int = 7, start: datetime | None = None, prefix: str = "bench"
+        self,
+        *,
+        seed: int = 7,
+        start: datetime | None = None,
+        prefix: str = "bench",
+        delivered: bool = False,
     ) -> None:
+        self.delivered = delivered
+        """Each follow-up kept is delivered (its message sent) as soon as it is queued, so every
+        run's tree ends settled (retention's benchmarks); otherwise they stay queued."""
         self.random = random.Random(seed)  # noqa: S311 - a reproducible mix, not a secret
         self.now = start or datetime(2026, 1, 1, tzinfo=UTC)
         self.prefix = prefix
@@ -81,6 +89,9 @@ class HistoryGenerator:
                     source="interactive-command",
                     now=self._tick(),
                 )
+            elif self.delivered:
+                message = aggregates.message(queued.follow_up.workflow_message_id)
+                message.adopt_entry(f"entry-{self.runs}-{index}", actor=session, now=self._tick())
         failed = self.random.random() < 0.3
         finish_run(
             aggregates,

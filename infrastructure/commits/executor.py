@@ -8,7 +8,7 @@ import copy
 import random
 import time
 from collections.abc import Callable, Iterable, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, suppress
 from datetime import datetime
 from typing import Any, Final, TypeVar
 from uuid import UUID
@@ -19,7 +19,12 @@ from eventsourcing.persistence import IntegrityError
 
 from runledger.domain.errors import ConcurrencyError, WorkflowError
 from runledger.domain.ports import Command
-from runledger.infrastructure.commits.ports import EventStorage, Fence, SameCommit
+from runledger.infrastructure.commits.ports import (
+    ArchivedAggregateError,
+    EventStorage,
+    Fence,
+    SameCommit,
+)
 from runledger.infrastructure.commits.stats import CommitStats
 from runledger.infrastructure.commits.unit_of_work import UnitOfWork
 
@@ -35,6 +40,21 @@ MAX_ATTEMPTS: Final = 50
 SameCommitFactory = Callable[[], AbstractContextManager[SameCommit | None]]
 """Gives, per save, the step that writes the read models in the events' transaction."""
 
+Refused = Callable[[Sequence[BaseAggregate[UUID]]], Exception | None]
+"""The error for a save the archived-ids guard refused (a run archived), given what it
+changed; None when none of them was archived after all."""
+
+
+def forget_cached(app: Application[UUID], aggregate_ids: Iterable[UUID]) -> None:
+    """Drop these aggregates from the application's cache (a pruned tree's: a cached copy
+    would be fast-forwarded by no event and answer as if it still existed)."""
+    cache = app.repository.cache
+    if cache is None:
+        return
+    for aggregate_id in aggregate_ids:
+        with suppress(KeyError):
+            cache.get(aggregate_id, evict=True)
+
 
 class CommandExecutor:
     """Runs commands of one application against one storage (``domain.ports.Commits``)."""
@@ -49,9 +69,11 @@ class CommandExecutor:
         same_commit: SameCommitFactory | None = None,
         on_commit: Callable[[], None] | None = None,
         stats: CommitStats | None = None,
+        refused: Refused | None = None,
     ) -> None:
         """``on_commit`` runs after each command that saved something (the embedded read
-        models catch up there), in place of the library's private notification hook."""
+        models catch up there), in place of the library's private notification hook.
+        ``refused`` names the error of a save that wrote to a pruned tree."""
         self._app = app
         self._storage = storage
         self._load = load
@@ -60,6 +82,7 @@ class CommandExecutor:
         self._on_commit = on_commit
         self.stats = stats or CommitStats()
         self._conflicted_at: dict[UUID, float] = {}
+        self._refused = refused
 
     # -- what a unit of work reads ----------------------------------------------------------
 
@@ -143,6 +166,19 @@ class CommandExecutor:
                         continue
                     if changed:
                         self._save(changed, unit.fences(changed))
+            except ArchivedAggregateError:
+                # A pruned tree: what this process cached of it is gone from the store, and
+                # its ids are never given again, so writing one of them cannot succeed.
+                self._forget(changed)
+                error = None if self._refused is None else self._refused(changed)
+                if error is not None:
+                    raise error from None
+                # Only something it read (a fence) was pruned: run again, reading, as after
+                # a conflict; the read now finds it gone.
+                self.stats.conflicts += 1
+                conflicted = True
+                trusting = assume_new = False
+                continue
             except IntegrityError:
                 self.stats.conflicts += 1
                 conflicted = True
@@ -157,6 +193,9 @@ class CommandExecutor:
                 self._on_commit()
             return result
         raise ConcurrencyError() if exhausted is None else exhausted()
+
+    def _forget(self, aggregates: Iterable[BaseAggregate[UUID]]) -> None:
+        forget_cached(self._app, (aggregate.id for aggregate in aggregates))
 
     def _hot(self, aggregate_ids: Iterable[UUID]) -> list[UUID]:
         """The aggregates among these that conflicted lately, in the fixed (sorted) order."""

@@ -11,6 +11,7 @@ from uuid import UUID
 from eventsourcing.persistence import (
     AggregateRecorder,
     ApplicationRecorder,
+    IntegrityError,
     Notification,
     StoredEvent,
 )
@@ -50,6 +51,12 @@ class IndexFence(NamedTuple):
 
 Fence = VersionFence | IndexFence
 """A read that a command's insert is refused without (``IntegrityError``) if it changed."""
+
+
+class ArchivedAggregateError(IntegrityError):
+    """The insert wrote an event for an aggregate whose run tree was pruned: the storage's
+    archived-ids guard refused it (``storage.archived``). Ids are never reused, so the
+    command that wrote it must drop what it cached of that aggregate and read again."""
 
 
 class SameCommit(Protocol):

@@ -58,4 +58,13 @@ class StorageWiring:
             same_commit=self.same_commit,
             on_commit=self.on_commit,
             stats=self.stats,
+            refused=getattr(app, "archived_refusal", None),
         )
+
+    def archive_of(self, aggregate_id: UUID) -> UUID | None:
+        """The tombstone aggregate of the pruned run tree this aggregate was in, if any
+        (the storage's archived-ids guard)."""
+        archived_by: Callable[[UUID], UUID | None] | None = getattr(
+            self.storage, "archived_by", None
+        )
+        return None if archived_by is None else archived_by(aggregate_id)

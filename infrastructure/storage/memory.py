@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from bisect import bisect_right, insort
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -21,7 +22,20 @@ from eventsourcing.persistence import (
 
 from runledger.domain.ports import LogEntry
 from runledger.infrastructure.commits.group_commit import GroupCommit
-from runledger.infrastructure.commits.ports import Fence, SameCommit
+from runledger.infrastructure.commits.ports import ArchivedAggregateError, Fence, SameCommit
+from runledger.infrastructure.storage.archived import (
+    CREATED_TOPIC,
+    TOMBSTONE_TOPICS,
+    GuardMovedError,
+    TreeChangedError,
+    TreeRemoval,
+    TreeRestoral,
+    ViewsMovedError,
+    ViewsWrite,
+    created_in_tree,
+    fenced_ids,
+    same_tree,
+)
 from runledger.infrastructure.storage.base import (
     FenceBrokenError,
     RecorderBackedStorage,
@@ -66,6 +80,16 @@ class MemoryAggregateRecorder(AggregateRecorder):
             )
         return None
 
+    def forget(self, aggregate_ids: Sequence[UUID]) -> int:
+        """Delete every stored event of these aggregates; returns how many there were."""
+        with self._lock:
+            removed = 0
+            for aggregate_id in aggregate_ids:
+                for version in self._versions.pop(aggregate_id, []):
+                    del self._events[aggregate_id, version]
+                    removed += 1
+            return removed
+
     def select_events(
         self,
         originator_id: UUID | str,
@@ -89,12 +113,16 @@ class MemoryAggregateRecorder(AggregateRecorder):
 
 
 class MemoryEventRecorder(MemoryAggregateRecorder, ApplicationRecorder):
-    """The event log: positions are contiguous from 1, indexed by run id and lookup key."""
+    """The event log: positions count from 1, indexed by run id and lookup key. A pruned
+    tree leaves holes (None): positions are never given again, as on the other backends."""
 
     def __init__(self) -> None:
         super().__init__()
-        self._log: list[Notification] = []
+        self._log: list[Notification | None] = []
+        self._archived: dict[UUID, UUID] = {}
+        """The archived-ids guard (``storage.archived``): aggregate id -> its tombstone."""
         self._positions_by_run: dict[str, list[int]] = {}
+        self._run_of: dict[int, str] = {}
         # A dict keeps insertion order, which is first-position order, and makes ids distinct.
         self._originators_by_key: dict[str, dict[UUID, None]] = {}
         self._listeners: set[Event] = set()
@@ -159,6 +187,7 @@ class MemoryEventRecorder(MemoryAggregateRecorder, ApplicationRecorder):
             self._wait_for_holders(stored_events)
         try:
             with self._lock:
+                self._check_archived(stored_events, fences)
                 self._check_fences(fences, stored_events)
                 positions = list(super().insert_events(stored_events, **kwargs) or [])
                 if same_commit is not None and positions:
@@ -176,6 +205,86 @@ class MemoryEventRecorder(MemoryAggregateRecorder, ApplicationRecorder):
         for listener in list(self._listeners):
             listener.set()
         return positions
+
+    def _check_archived(
+        self, stored_events: Sequence[StoredEvent], fences: Sequence[Fence]
+    ) -> None:
+        if any(aggregate_id in self._archived for aggregate_id in fenced_ids(fences)):
+            msg = "a fenced aggregate was archived"
+            raise ArchivedAggregateError(msg)
+        for s in stored_events:
+            originator_id = as_uuid(s.originator_id)
+            if originator_id in self._archived:
+                msg = f"aggregate {originator_id} was archived"
+                raise ArchivedAggregateError(msg)
+
+    def remove_tree(self, removal: TreeRemoval, write_views: ViewsWrite) -> int:
+        """``storage.archived``'s removal under the log's lock (memory's transaction): the
+        views are written first, at the position the tombstone then takes, so a refusal of
+        theirs leaves the log untouched."""
+        with self._lock:
+            runs = set(removal.run_ids)
+            found: dict[UUID, int] = {}
+            for notification in self._log:
+                if notification is None or notification.topic in TOMBSTONE_TOPICS:
+                    continue
+                run_id = self._run_of.get(notification.id)
+                if run_id in runs:
+                    found[as_uuid(notification.originator_id)] = notification.originator_version
+            if not same_tree(found, removal):
+                raise TreeChangedError()
+            for notification in self._log[removal.judged_at :]:
+                if (
+                    notification is not None
+                    and notification.topic == CREATED_TOPIC
+                    and self._run_of.get(notification.id) not in runs
+                    and created_in_tree(notification.state, removal.root_run_id)
+                ):
+                    raise TreeChangedError()
+            ids = set(removal.versions)
+            doomed = [n.id for n in self._log if n is not None and n.originator_id in ids]
+            if len(doomed) != removal.events:
+                raise TreeChangedError()
+            head = len(self._log)
+            while head and self._log[head - 1] is None:
+                head -= 1
+            tombstone = len(self._log) + 1
+            if not write_views(None, head, tombstone):
+                raise ViewsMovedError()
+            [written] = self._write([removal.tombstone], None)
+            for position in doomed:
+                self._log[position - 1] = None
+                run_id = self._run_of.pop(position, None)
+                if run_id is not None:
+                    self._positions_by_run[run_id].remove(position)
+            for originators in self._originators_by_key.values():
+                for aggregate_id in ids:
+                    originators.pop(aggregate_id, None)
+            self.forget(list(ids))
+            for aggregate_id in ids:
+                self._archived[aggregate_id] = removal.archive_id
+            return written
+
+    def restore_tree(self, restoral: TreeRestoral) -> list[int]:
+        """``storage.archived``'s restore under the log's lock: the guard is lifted only if it
+        names this archive for every aggregate, and put back if the insert fails."""
+        with self._lock:
+            ids = restoral.aggregate_ids
+            if any(self._archived.get(aggregate_id) != restoral.archive_id for aggregate_id in ids):
+                raise GuardMovedError()
+            for aggregate_id in ids:
+                del self._archived[aggregate_id]
+            try:
+                return self._write([*restoral.events, restoral.restored], None)
+            except BaseException:
+                for aggregate_id in ids:
+                    self._archived[aggregate_id] = restoral.archive_id
+                raise
+
+    def archived_by(self, aggregate_id: UUID) -> UUID | None:
+        """The tombstone aggregate of the pruned tree ``aggregate_id`` was in, if it was."""
+        with self._lock:
+            return self._archived.get(aggregate_id)
 
     def _check_fences(self, fences: Sequence[Fence], stored_events: Sequence[StoredEvent]) -> None:
         """Refuse the insert if a fence is broken by a stored event or one of the batch's
@@ -224,6 +333,7 @@ class MemoryEventRecorder(MemoryAggregateRecorder, ApplicationRecorder):
             run_id, lookup_key = index_columns(s)
             if run_id is not None:
                 self._positions_by_run.setdefault(run_id, []).append(position)
+                self._run_of[position] = run_id
             if lookup_key is not None:
                 self._originators_by_key.setdefault(lookup_key, {})[key[0]] = None
             positions.append(position)
@@ -246,7 +356,7 @@ class MemoryEventRecorder(MemoryAggregateRecorder, ApplicationRecorder):
                 return selected
             for index in range(max(first, 1) - 1, last):
                 notification = self._log[index]
-                if topics and notification.topic not in topics:
+                if notification is None or (topics and notification.topic not in topics):
                     continue
                 selected.append(notification)
                 if len(selected) == limit:
@@ -276,10 +386,20 @@ class MemoryEventRecorder(MemoryAggregateRecorder, ApplicationRecorder):
             return []
         with self._lock:
             if run_id is None:
-                return self._log[max(after, 0) : max(after, 0) + limit]
+                selected: list[Notification] = []
+                for notification in itertools.islice(self._log, max(after, 0), None):
+                    if notification is not None:
+                        selected.append(notification)
+                        if len(selected) == limit:
+                            break
+                return selected
             positions = self._positions_by_run.get(run_id, [])
             start = bisect_right(positions, after)
-            return [self._log[p - 1] for p in positions[start : start + limit]]
+            return [
+                notification
+                for p in positions[start : start + limit]
+                if (notification := self._log[p - 1]) is not None
+            ]
 
     def originator_ids_by_key(self, lookup_key: str) -> list[UUID]:
         """Originators with an event under ``lookup_key``, by first position."""
@@ -328,6 +448,20 @@ class MemoryStorage(RecorderBackedStorage[MemoryEventRecorder, MemoryAggregateRe
             yield
         finally:
             self._events.release(aggregate_ids)
+
+    def remove_tree(self, removal: TreeRemoval, write_views: ViewsWrite) -> int:
+        """Remove a pruned tree (``storage.archived``); returns the tombstone's position."""
+        position = self._events.remove_tree(removal, write_views)
+        self._snapshots.forget(list(removal.versions))
+        return position
+
+    def restore_tree(self, restoral: TreeRestoral) -> list[int]:
+        """Put a pruned tree back (``storage.archived``); returns the new positions."""
+        return self._events.restore_tree(restoral)
+
+    def archived_by(self, aggregate_id: UUID) -> UUID | None:
+        """The tombstone aggregate of the pruned tree ``aggregate_id`` was in, if it was."""
+        return self._events.archived_by(aggregate_id)
 
     def read_log(self, *, after: int, limit: int) -> list[LogEntry]:
         """The next stored events after ``after``, as lean tuples."""

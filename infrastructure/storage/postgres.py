@@ -37,8 +37,29 @@ from psycopg.sql import SQL, Identifier, Literal
 from runledger.domain.errors import StorageUnavailableError, StoreNotFoundError
 from runledger.domain.ports import LogEntry
 from runledger.infrastructure.commits.group_commit import GroupCommit
-from runledger.infrastructure.commits.ports import Fence, IndexFence, SameCommit, VersionFence
+from runledger.infrastructure.commits.ports import (
+    ArchivedAggregateError,
+    Fence,
+    IndexFence,
+    SameCommit,
+    VersionFence,
+)
 from runledger.infrastructure.databases import MOVED_SQLSTATE, pipelined, psycopg_cause
+from runledger.infrastructure.storage.archived import (
+    ARCHIVED_MESSAGE,
+    ARCHIVED_SQLSTATE,
+    ARCHIVED_TABLE,
+    CREATED_TOPIC,
+    TOMBSTONE_TOPICS,
+    GuardMovedError,
+    TreeChangedError,
+    TreeRemoval,
+    TreeRestoral,
+    ViewsMovedError,
+    ViewsWrite,
+    fenced_ids,
+    same_tree,
+)
 from runledger.infrastructure.storage.base import (
     EVENTS_TABLE,
     SNAPSHOTS_TABLE,
@@ -325,6 +346,13 @@ class _InSchema(PostgresAggregateRecorder):
         super()._create_table(curs)
 
 
+def _first(curs: Cursor[DictRow]) -> Any:
+    """The first column of the statement's one row."""
+    row = curs.fetchone()
+    assert row is not None  # noqa: S101 - each caller's statement returns exactly one row
+    return next(iter(row.values()))
+
+
 def _advisory_key(name: str) -> int:
     digest = hashlib.sha256(name.encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
@@ -488,6 +516,43 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
                 f"USING ERRCODE = '{FENCE_BROKEN_SQLSTATE}'; END IF; END $$"
             ).format(schema=schema, table=table),
         ]
+        # The archived-ids guard (``storage.archived``): once per insert statement, over the
+        # rows it inserted, so a batch pays one probe of an index that is mostly empty.
+        self.sql_create_statements += [
+            SQL(
+                "CREATE TABLE IF NOT EXISTS {schema}.{guard} ("
+                "aggregate_id uuid PRIMARY KEY, archive_id uuid NOT NULL)"
+            ).format(schema=schema, guard=Identifier(ARCHIVED_TABLE)),
+            SQL(
+                "CREATE OR REPLACE FUNCTION {schema}.runledger_refuse_archived() "
+                "RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF EXISTS (SELECT 1 FROM "
+                "inserted AS i JOIN {schema}.{guard} AS a ON a.aggregate_id = i.originator_id) "
+                f"THEN RAISE EXCEPTION '{ARCHIVED_MESSAGE}' USING ERRCODE = '{ARCHIVED_SQLSTATE}'; "
+                "END IF; RETURN NULL; END $$"
+            ).format(schema=schema, guard=Identifier(ARCHIVED_TABLE)),
+            SQL(
+                "CREATE OR REPLACE FUNCTION {schema}.runledger_check_archived(p_ids uuid[]) "
+                "RETURNS void LANGUAGE plpgsql AS $$ BEGIN IF EXISTS (SELECT 1 FROM "
+                "{schema}.{guard} WHERE aggregate_id = ANY(p_ids)) THEN "
+                f"RAISE EXCEPTION '{ARCHIVED_MESSAGE}' USING ERRCODE = '{ARCHIVED_SQLSTATE}'; "
+                "END IF; END $$"
+            ).format(schema=schema, guard=Identifier(ARCHIVED_TABLE)),
+            # Made once: creating a trigger locks the table against inserts, and every store
+            # that opens runs these statements.
+            SQL(
+                "DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = {name} "
+                "AND tgrelid = {qualified}::regclass) THEN "
+                "CREATE TRIGGER {trigger} AFTER INSERT ON {schema}.{table} "
+                "REFERENCING NEW TABLE AS inserted FOR EACH STATEMENT "
+                "EXECUTE FUNCTION {schema}.runledger_refuse_archived(); END IF; END $$"
+            ).format(
+                name=Literal(f"{events_table_name}_archived_guard"),
+                qualified=Literal(f'"{datastore.schema}"."{events_table_name}"'),
+                trigger=Identifier(f"{events_table_name}_archived_guard"),
+                schema=schema,
+                table=table,
+            ),
+        ]
         # ORDER BY the array ordinal makes identity values follow the order of the batch;
         # the alias lets the library's _fetch_ids_after_insert_events read them.
         self.insert_events_statement = SQL(
@@ -534,6 +599,9 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
         self._check_fences = SQL(
             "SELECT {schema}.runledger_check_fences(%s::uuid[], %s::bigint[], %s::text[])"
         ).format(schema=schema)
+        self._check_archived = SQL("SELECT {schema}.runledger_check_archived(%s::uuid[])").format(
+            schema=schema
+        )
         self._check_index_fence = SQL(
             "SELECT {schema}.runledger_check_index_fence(%s, %s::uuid[])"
         ).format(schema=schema)
@@ -689,6 +757,8 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
             self._insert_stored_events(insert, stored_events, fences)
             # After the insert, under the fenced aggregates' locks: a claim that committed
             # first is seen, one in this very batch too (a group's).
+            if fences:
+                curs.execute(self._check_archived, (fenced_ids(fences),))
             if fence_conditions(fences):
                 curs.execute(self._check_fences, _fence_arrays(fences))
             for fence in index_fences(fences):
@@ -731,6 +801,8 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
             conn.execute(b"ROLLBACK")
         if error.sqlstate == FENCE_BROKEN_SQLSTATE:
             raise FenceBrokenError(str(error)) from error
+        if error.sqlstate == ARCHIVED_SQLSTATE:
+            raise ArchivedAggregateError(str(error)) from error
         if isinstance(error, psycopg.IntegrityError | psycopg.errors.DeadlockDetected):
             # A deadlock needs an aggregate this attempt changed but did not hold from the
             # start; like a version conflict, the command runs again holding it too.
@@ -1108,6 +1180,167 @@ class PostgresStorage(RecorderBackedStorage[PostgresEventRecorder, PostgresSnaps
                     TransactionStatus.INERROR,
                 ):
                     conn.execute("ROLLBACK")
+
+    def remove_tree(self, removal: TreeRemoval, write_views: ViewsWrite) -> int:
+        """Remove a pruned tree in one transaction (``storage.archived``); returns the
+        tombstone's position.
+
+        It locks like a command, then more: the tree's aggregate locks in the one fixed
+        order (a command holding one finishes first; beyond ``MAX_AGGREGATE_LOCKS`` none),
+        then the log's writer lock exclusively, so no writer is open while it draws the
+        tombstone's position (followers' gap waits stay exact) and every insert after it
+        sees the guard rows it commits.
+        """
+        events = self._events
+        schema = Identifier(self.schema)
+        table = SQL("{0}.{1}").format(schema, Identifier(EVENTS_TABLE))
+        guard = SQL("{0}.{1}").format(schema, Identifier(ARCHIVED_TABLE))
+        snapshots = SQL("{0}.{1}").format(schema, Identifier(SNAPSHOTS_TABLE))
+        ids = list(removal.versions)
+        keys = aggregate_lock_keys(events.channel_name, ids)
+        # Held: the read models' reads (``write_views``) run in this transaction too.
+        with self.datastore.holding() as conn, conn.cursor() as curs:
+            try:
+                curs.execute(b"BEGIN")
+                if len(keys) <= MAX_AGGREGATE_LOCKS:
+                    curs.execute(LOCK_AGGREGATES, (keys,))
+                curs.execute(BEGIN_WIDE_WRITE, (events.writer_lock_key, events.channel_name))
+                tombstone = removal.tombstone
+                run_id, lookup_key = index_columns(tombstone)
+                curs.execute(
+                    SQL(
+                        "INSERT INTO {0} (originator_id, originator_version, topic, state, "
+                        "run_id, lookup_key) VALUES (%s, %s, %s, %s, %s, %s) RETURNING position"
+                    ).format(table),
+                    (
+                        as_uuid(tombstone.originator_id),
+                        tombstone.originator_version,
+                        tombstone.topic,
+                        tombstone.state,
+                        run_id,
+                        lookup_key,
+                    ),
+                )
+                position: int = _first(curs)
+                curs.execute(
+                    SQL("SELECT COALESCE(MAX(position), 0) FROM {0} WHERE position < %s").format(
+                        table
+                    ),
+                    (position,),
+                )
+                head: int = _first(curs)
+                curs.execute(
+                    SQL(
+                        "SELECT originator_id, MAX(originator_version) AS version FROM {0} "
+                        "WHERE run_id = ANY(%s) AND topic <> ALL(%s) GROUP BY originator_id"
+                    ).format(table),
+                    (list(removal.run_ids), list(TOMBSTONE_TOPICS)),
+                )
+                found = {row["originator_id"]: row["version"] for row in curs.fetchall()}
+                if not same_tree(found, removal):
+                    raise TreeChangedError()
+                curs.execute(
+                    SQL(
+                        "SELECT 1 FROM {0} WHERE position > %s AND topic = %s "
+                        "AND NOT run_id = ANY(%s) "
+                        "AND convert_from(state, 'UTF8')::jsonb ->> 'root_run_id' = %s LIMIT 1"
+                    ).format(table),
+                    (removal.judged_at, CREATED_TOPIC, list(removal.run_ids), removal.root_run_id),
+                )
+                if curs.fetchone() is not None:
+                    raise TreeChangedError()
+                curs.execute(
+                    SQL(
+                        "INSERT INTO {0} (aggregate_id, archive_id) "
+                        "SELECT unnest(%s::uuid[]), %s ON CONFLICT (aggregate_id) "
+                        "DO UPDATE SET archive_id = EXCLUDED.archive_id"
+                    ).format(guard),
+                    (ids, removal.archive_id),
+                )
+                curs.execute(
+                    SQL("DELETE FROM {0} WHERE originator_id = ANY(%s::uuid[])").format(table),
+                    (ids,),
+                )
+                if curs.rowcount != removal.events:
+                    raise TreeChangedError()
+                curs.execute(
+                    SQL("DELETE FROM {0} WHERE originator_id = ANY(%s::uuid[])").format(snapshots),
+                    (ids,),
+                )
+                try:
+                    written = write_views(curs, head, position)
+                except psycopg.Error as error:
+                    if error.sqlstate != MOVED_SQLSTATE:
+                        raise
+                    written = False
+                if not written:
+                    raise ViewsMovedError()
+                curs.execute(b"COMMIT")
+                self.datastore.committed(curs.execute(WAL_AFTER_COMMIT).fetchone(), [position])
+            except BaseException:
+                if conn.info.transaction_status in (
+                    TransactionStatus.INTRANS,
+                    TransactionStatus.INERROR,
+                ):
+                    conn.execute("ROLLBACK")
+                raise
+        return position
+
+    def restore_tree(self, restoral: TreeRestoral) -> list[int]:
+        """Put a pruned tree back in one transaction (``storage.archived``); returns the new
+        positions of its events and, last, of the tombstone's ``run-tree.restored``.
+
+        It writes alone, as a wide batch does: the log's writer lock exclusively (positions
+        drawn with no other writer open, so followers' gap waits stay exact), then the guard
+        rows out, then the events in their bundle order.
+        """
+        events = self._events
+        schema = Identifier(self.schema)
+        guard = SQL("{0}.{1}").format(schema, Identifier(ARCHIVED_TABLE))
+        ids = restoral.aggregate_ids
+        stored = [*restoral.events, restoral.restored]
+        indexes = [index_columns(s) for s in stored]
+        with self.datastore.holding() as conn, conn.cursor() as curs:
+            try:
+                curs.execute(b"BEGIN")
+                curs.execute(BEGIN_WIDE_WRITE, (events.writer_lock_key, events.channel_name))
+                curs.execute(
+                    SQL(
+                        "DELETE FROM {0} WHERE archive_id = %s AND aggregate_id = ANY(%s::uuid[])"
+                    ).format(guard),
+                    (restoral.archive_id, ids),
+                )
+                if curs.rowcount != len(ids):
+                    raise GuardMovedError()
+                curs.execute(
+                    events.insert_events_statement,
+                    [
+                        *stored_event_arrays(stored),
+                        [run_id for run_id, _ in indexes],
+                        [lookup_key for _, lookup_key in indexes],
+                    ],
+                )
+                positions = sorted(row["notification_id"] for row in curs.fetchall())
+                curs.execute(b"COMMIT")
+                self.datastore.committed(curs.execute(WAL_AFTER_COMMIT).fetchone(), positions)
+            except BaseException:
+                if conn.info.transaction_status in (
+                    TransactionStatus.INTRANS,
+                    TransactionStatus.INERROR,
+                ):
+                    conn.execute("ROLLBACK")
+                raise
+        return positions
+
+    def archived_by(self, aggregate_id: UUID) -> UUID | None:
+        """The tombstone aggregate of the pruned tree ``aggregate_id`` was in, if it was."""
+        statement = SQL("SELECT archive_id FROM {0}.{1} WHERE aggregate_id = %s").format(
+            Identifier(self.schema), Identifier(ARCHIVED_TABLE)
+        )
+        with self.datastore.get_connection() as conn, conn.cursor() as curs:
+            curs.execute(statement, (aggregate_id,))
+            row = curs.fetchone()
+        return None if row is None else cast(UUID, row["archive_id"])
 
     def pool_usage(self) -> tuple[int, int, int | None]:
         """Pooled connections in use and idle, and calls waiting for one (for metrics)."""

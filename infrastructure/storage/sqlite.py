@@ -11,7 +11,8 @@ from contextlib import AbstractContextManager
 from typing import Any, Final
 from uuid import UUID
 
-from eventsourcing.persistence import InterfaceError, Notification, StoredEvent
+import orjson
+from eventsourcing.persistence import IntegrityError, InterfaceError, Notification, StoredEvent
 from eventsourcing.persistence import OperationalError as PersistenceOperationalError
 from eventsourcing.sqlite import (
     SQLITE3_DEFAULT_LOCK_TIMEOUT,
@@ -25,8 +26,22 @@ from eventsourcing.sqlite import (
 
 from runledger.domain.ports import LogEntry
 from runledger.infrastructure.commits.group_commit import GroupCommit
-from runledger.infrastructure.commits.ports import Fence, SameCommit
+from runledger.infrastructure.commits.ports import ArchivedAggregateError, Fence, SameCommit
 from runledger.infrastructure.databases import create_private_file
+from runledger.infrastructure.storage.archived import (
+    ARCHIVED_MESSAGE,
+    ARCHIVED_TABLE,
+    CREATED_TOPIC,
+    TOMBSTONE_TOPICS,
+    GuardMovedError,
+    TreeChangedError,
+    TreeRemoval,
+    TreeRestoral,
+    ViewsMovedError,
+    ViewsWrite,
+    fenced_ids,
+    same_tree,
+)
 from runledger.infrastructure.storage.base import (
     EVENTS_TABLE,
     SNAPSHOTS_TABLE,
@@ -139,6 +154,13 @@ class SQLiteEventRecorder(SqlLogQueries, SQLiteApplicationRecorder):
             f"ON {table} (run_id, position) WHERE run_id IS NOT NULL",
             f"CREATE INDEX IF NOT EXISTS {table}_lookup_key_idx "
             f"ON {table} (lookup_key) WHERE lookup_key IS NOT NULL",
+            # The archived-ids guard (``storage.archived``): ids as the events store them.
+            f"CREATE TABLE IF NOT EXISTS {ARCHIVED_TABLE} ("
+            "aggregate_id TEXT PRIMARY KEY, archive_id TEXT NOT NULL) WITHOUT ROWID",
+            f"CREATE TRIGGER IF NOT EXISTS {table}_archived_guard BEFORE INSERT ON {table} "
+            f"WHEN EXISTS (SELECT 1 FROM {ARCHIVED_TABLE} "
+            "WHERE aggregate_id = NEW.originator_id) "
+            f"BEGIN SELECT RAISE(ABORT, '{ARCHIVED_MESSAGE}'); END",
         ]
 
     def insert_events(
@@ -163,6 +185,19 @@ class SQLiteEventRecorder(SqlLogQueries, SQLiteApplicationRecorder):
         fences: Sequence[Fence] = (),
     ) -> list[int]:
         """One transaction for the batch, with the step's read models (``GroupCommit``)."""
+        try:
+            return self._write_once(stored_events, same_commit, fences)
+        except IntegrityError as error:
+            if ARCHIVED_MESSAGE in str(error):
+                raise ArchivedAggregateError(str(error)) from error
+            raise
+
+    def _write_once(
+        self,
+        stored_events: Sequence[StoredEvent],
+        same_commit: SameCommit | None,
+        fences: Sequence[Fence],
+    ) -> list[int]:
         if same_commit is None:
             with self.datastore.transaction(commit=True) as c:
                 positions = self._insert_events(c, stored_events)
@@ -208,6 +243,15 @@ class SQLiteEventRecorder(SqlLogQueries, SQLiteApplicationRecorder):
         """Refuse the insert (rolled back) if a fence is broken. Checked after the insert,
         which took the file's write lock: no other commit can come between the check and
         this one's, and a claim in the batch itself is seen too."""
+        if fences:
+            fenced = orjson.dumps([i.hex for i in fenced_ids(fences)]).decode()
+            c.execute(
+                f"SELECT 1 FROM {ARCHIVED_TABLE} "
+                "WHERE aggregate_id IN (SELECT value FROM json_each(?)) LIMIT 1",
+                (fenced,),
+            )
+            if c.fetchone() is not None:
+                raise ArchivedAggregateError(ARCHIVED_MESSAGE)
         for condition in fence_conditions(fences):
             aggregate_id, version, topic = condition
             c.execute(self._broken_fence_statement, (aggregate_id.hex, version, topic))
@@ -362,6 +406,85 @@ class SQLiteStorage(RecorderBackedStorage[SQLiteEventRecorder, SQLiteSnapshotRec
         with self.datastore.transaction(commit=False) as c:
             c.execute(self._read_log_statement, (after, limit))
             return [LogEntry(*row) for row in c.fetchall()]
+
+    def remove_tree(self, removal: TreeRemoval, write_views: ViewsWrite) -> int:
+        """Remove a pruned tree in one transaction (``storage.archived``); returns the
+        tombstone's position. The tombstone's insert comes first: it takes the file's write
+        lock, so the checks read what the deletes delete, and its rowid lies above every row
+        deleted (the table has no AUTOINCREMENT: a deleted top rowid would be drawn again)."""
+        events = self._events
+        table = events.events_table_name
+        ids = orjson.dumps([aggregate_id.hex for aggregate_id in removal.versions]).decode()
+        runs = orjson.dumps(list(removal.run_ids)).decode()
+        with self.datastore.transaction(commit=True) as c:
+            [tombstone] = events._insert_events(c, [removal.tombstone])
+            c.execute(f"SELECT MAX(position) FROM {table} WHERE position < ?", (tombstone,))
+            head: int = c.fetchone()[0] or 0
+            c.execute(
+                f"SELECT originator_id, MAX(originator_version) FROM {table} "
+                "WHERE run_id IN (SELECT value FROM json_each(?)) AND topic NOT IN (?, ?) "
+                "GROUP BY originator_id",
+                (runs, *TOMBSTONE_TOPICS),
+            )
+            found = {UUID(row[0]): row[1] for row in c.fetchall()}
+            if not same_tree(found, removal):
+                raise TreeChangedError()
+            c.execute(
+                f"SELECT 1 FROM {table} WHERE position > ? AND topic = ? "
+                "AND run_id NOT IN (SELECT value FROM json_each(?)) "
+                "AND json_extract(CAST(state AS TEXT), '$.root_run_id') = ? LIMIT 1",
+                (removal.judged_at, CREATED_TOPIC, runs, removal.root_run_id),
+            )
+            if c.fetchone() is not None:
+                raise TreeChangedError()
+            c.execute(
+                f"INSERT OR REPLACE INTO {ARCHIVED_TABLE} (aggregate_id, archive_id) "
+                "SELECT value, ? FROM json_each(?)",
+                (removal.archive_id.hex, ids),
+            )
+            c.execute(
+                f"DELETE FROM {table} WHERE originator_id IN (SELECT value FROM json_each(?))",
+                (ids,),
+            )
+            c.execute("SELECT changes()")
+            if c.fetchone()[0] != removal.events:
+                # Events of the tree's aggregates outside its runs: not what the bundle holds.
+                raise TreeChangedError()
+            c.execute(
+                f"DELETE FROM {self._snapshots.events_table_name} "
+                "WHERE originator_id IN (SELECT value FROM json_each(?))",
+                (ids,),
+            )
+            if not write_views(c, head, tombstone):
+                raise ViewsMovedError()
+        return tombstone
+
+    def restore_tree(self, restoral: TreeRestoral) -> list[int]:
+        """Put a pruned tree back in one transaction (``storage.archived``); returns the new
+        positions of its events and, last, of the tombstone's ``run-tree.restored``. The
+        guard rows go first: the delete takes the file's write lock, and the inserts after it
+        would be refused while they stood."""
+        ids = orjson.dumps([aggregate_id.hex for aggregate_id in restoral.aggregate_ids]).decode()
+        with self.datastore.transaction(commit=True) as c:
+            c.execute(
+                f"DELETE FROM {ARCHIVED_TABLE} WHERE archive_id = ? "
+                "AND aggregate_id IN (SELECT value FROM json_each(?))",
+                (restoral.archive_id.hex, ids),
+            )
+            c.execute("SELECT changes()")
+            if c.fetchone()[0] != len(restoral.aggregate_ids):
+                raise GuardMovedError()
+            return self._events._insert_events(c, [*restoral.events, restoral.restored])
+
+    def archived_by(self, aggregate_id: UUID) -> UUID | None:
+        """The tombstone aggregate of the pruned tree ``aggregate_id`` was in, if it was."""
+        with self.datastore.transaction(commit=False) as c:
+            c.execute(
+                f"SELECT archive_id FROM {ARCHIVED_TABLE} WHERE aggregate_id = ?",
+                (aggregate_id.hex,),
+            )
+            row = c.fetchone()
+        return None if row is None else UUID(row[0])
 
     def pool_usage(self) -> tuple[int, int, int | None]:
         """Pooled connections in use and idle (the library's pool does not count waiters)."""

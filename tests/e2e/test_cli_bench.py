@@ -27,8 +27,8 @@ ROW_KEYS = {
 COMMAND_BASELINES = {"raw", "ideal", "library"}
 BUILT_IN_ROWS = ["P1", "P2b", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11", "P12"]
 # extra_rows.EXTRA_ROWS: storage amplification, writer threads, the read models', the audit's,
-# the server's and the instrumentation's rows, after the others.
-EXTRA_ROWS = ["P13", "P2t", "V1", "V2", "V3", "A1", "A2", "S1", "S2", "O1"]
+# retention's, the server's and the instrumentation's rows, after the others.
+EXTRA_ROWS = ["P13", "P2t", "V1", "V2", "V3", "A1", "A2", "R1", "R2", "S1", "S2", "O1"]
 SQLITE_ROWS = [*BUILT_IN_ROWS, *EXTRA_ROWS]
 POSTGRES_ROWS = ["P1", "P2", *SQLITE_ROWS[1:]]
 
@@ -71,6 +71,15 @@ def check_command_rows(rows: dict[str, Any]) -> None:
         assert rows["P13"]["ratio"] > 0
         assert "bench history of 3,000 events" in rows["P13"]["name"]
         assert "640 session records" in rows["P13"]["name"]
+    if "R1" in rows:
+        # Trees pruned while a writer queued follow-ups, the database's size before and after.
+        assert "settled trees" in rows["R1"]["name"]
+        assert "follow-ups were queued (p99" in rows["R1"]["name"]
+        assert rows["R1"]["unit"] == "MB"
+    if "R2" in rows:
+        # A restore answers to the export of the same tree, measured in the same run.
+        assert rows["R2"]["baselines"].keys() == {"raw"}
+        assert "vs its export" in rows["R2"]["name"]
     if "P2t" in rows:
         # Group commit answers to the same threads committing one by one, in the same run.
         assert set(rows["P2t"]["baselines"]) == {"ungrouped", "one thread"}

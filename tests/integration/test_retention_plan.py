@@ -15,6 +15,7 @@ from runledger.domain.errors import (
     InvalidCutoffError,
     InvalidPageError,
 )
+from runledger.domain.ids import follow_up_message_id
 from runledger.domain.records import ArchivedTree, KeptTree
 from runledger.domain.values import Actor
 from runledger.infrastructure import verify_bundle
@@ -118,6 +119,26 @@ def test_a_queued_follow_up_keeps_its_tree(store: WorkflowStore, runtime: StoreR
     store.finish_run("asked", status="completed")
 
     assert kept(runtime)["asked"].reason == "queued-follow-up"
+
+
+def test_a_delivered_follow_up_does_not_keep_its_tree(
+    store: WorkflowStore, runtime: StoreRuntime
+) -> None:
+    store.create_run("asked", workflow_name="review", input={})
+    store.bind_origin_session("asked", "session-1", execution_mode="headless")
+    queued = store.queue_follow_up(
+        "asked",
+        request_id="r1",
+        target_session_id="session-1",
+        actor=HUMAN,
+        source="cli",
+        prompt="and then?",
+    )
+    message_id = follow_up_message_id(queued.follow_up.follow_up_id)
+    store.report_branch("session-1", [(message_id, "entry-1")], allowed_ids=[message_id])
+    store.finish_run("asked", status="completed")
+
+    assert [tree.root_run_id for tree in settled(runtime)] == ["asked"]
 
 
 def test_an_undelivered_terminal_message_keeps_its_tree(

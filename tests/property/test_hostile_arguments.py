@@ -14,11 +14,11 @@ from runledger.infrastructure.store import WorkflowStore
 from tests.property.strategies import hostile_values
 from tests.property.world import GENERAL, SPECIFIC, World, baseline, build_world
 
-NOT_FUZZED: Final = frozenset({"close", "rebuild_projection", "export_run"})
+NOT_FUZZED: Final = frozenset({"close", "rebuild_projection", "export_run", "prune_runs"})
 """Public names fuzzed apart: ``close`` ends the store, a rebuild replays the whole log
-(every example's world), so it gets its own test on a small store, and an export writes a
-file wherever its path says (tests/integration/test_audit_bundles.py gives it hostile
-arguments in a folder of its own)."""
+(every example's world), so it gets its own test on a small store, and an export or a prune
+writes files wherever its path says (tests/integration/test_audit_bundles.py and
+test_prune.py give them hostile arguments in a folder of their own)."""
 
 SURFACE: Final = sorted(
     name for name in dir(WorkflowStore) if not name.startswith("_") and name not in NOT_FUZZED

@@ -39,6 +39,11 @@ DERIVED: dict[type[WorkflowError], tuple[set[str], set[str]]] = {
     errors.ReadModelsBehindError: ({"error"}, {"cause"}),
     # Kept as an attribute for the CLI's exit code, not part of the message.
     errors.RebuildFailedError: ({"reasons", "corrupt"}, {"reasons"}),
+    # Where the bundle went, for ``runledger audit`` of a pruned run: not in the message.
+    errors.RunArchivedError: (
+        {"run_id", "archived_at", "bundle_sha256", "bundle"},
+        {"run_id", "archived_at", "bundle_sha256"},
+    ),
 }
 """Errors whose ``__init__`` takes other values than its message's fields."""
 

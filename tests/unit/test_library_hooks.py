@@ -17,6 +17,9 @@ SIGNATURES: dict[tuple[str, str], str] = {
     ("Application", "construct_mapper"): "(self) -> 'Mapper[TAggregateID]'",
     ("Application", "construct_recorder"): "(self) -> 'ApplicationRecorder'",
     ("Application", "construct_snapshot_store"): "(self) -> 'EventStore[TAggregateID]'",
+    ("Application", "construct_repository"): "(self) -> 'Repository[TAggregateID]'",
+    ("Repository", "_use_fastforward_lock"): "(self, aggregate_id: 'TAggregateID') -> 'Lock'",
+    ("Repository", "_disuse_fastforward_lock"): "(self, aggregate_id: 'TAggregateID') -> 'None'",
     ("SQLiteConnectionPool", "_create_connection"): "(self) -> 'SQLiteConnection'",
     ("SQLiteApplicationRecorder", "_insert_events"): (
         "(self, c: 'SQLiteCursor', stored_events: 'Sequence[StoredEvent]', **_: 'Any') "

@@ -82,6 +82,9 @@ DESIGNED_API = frozenset(
         "audit_run",
         "verify_run",
         "export_run",
+        # retention
+        "prune_runs",
+        "restore_runs",
         # operations
         "projection_status",
         "rebuild_projection",

@@ -19,6 +19,7 @@ from runledger.infrastructure.cli.bench import (
     poolers,
     projections,
     replicas,
+    retention,
     serve,
     storage,
     telemetry,
@@ -90,6 +91,21 @@ EXTRA_ROWS: Final[list[tuple[str, RowMeasure]]] = [
     ),
     ("A1", _AUDIT.row("A1")),
     ("A2", _AUDIT.row("A2")),
+    (
+        "R1",
+        lambda bench: retention.prune_rate(
+            bench.scratch.new_url(),
+            events=_history(bench, retention.PRUNE_EVENTS, 20_000),
+            trees=retention.PRUNE_TREES,
+        ),
+    ),
+    (
+        "R2",
+        lambda bench: retention.restore_ratio(
+            bench.scratch.new_url(),
+            follow_ups=200 if bench.quick else bench.history_follow_ups,
+        ),
+    ),
     ("S1", lambda bench: serve.http_queue_follow_up(bench.scratch.new_url(), bench.seconds)),
     ("S2", lambda bench: serve.command_to_sse_delta(bench.scratch.new_url(), bench.samples)),
     ("O1", telemetry.instrumentation_cost),

@@ -1,0 +1,72 @@
+"""The library's repository, whose cache notices an aggregate whose events were deleted.
+
+A cached aggregate is fast-forwarded by the events stored after its version; when a run
+tree is pruned (DESIGN.md "Retention") there are none, in every process that cached it, and
+the library would answer with the cached copy as if the aggregate still existed. Here the
+fast-forward reads from the cached version itself: the same one query, one row more, and
+an aggregate whose last known event is gone is not found (and leaves the cache).
+"""
+
+from __future__ import annotations
+
+from contextlib import suppress
+from copy import deepcopy
+from typing import Any
+from uuid import UUID
+
+from eventsourcing.application import AggregateNotFoundError, Repository, project_aggregate
+
+
+class PrunableRepository(Repository[UUID]):
+    """``Repository`` whose cached aggregates are gone once their events are."""
+
+    def get(
+        self,
+        aggregate_id: UUID,
+        *,
+        version: int | None = None,
+        projector_func: Any = project_aggregate,
+        fastforward_skipping: bool = False,
+        deepcopy_from_cache: bool = True,
+    ) -> Any:
+        options: dict[str, Any] = {
+            "version": version,
+            "projector_func": projector_func,
+            "fastforward_skipping": fastforward_skipping,
+            "deepcopy_from_cache": deepcopy_from_cache,
+        }
+        if not self.cache or version is not None or not self.fastforward:
+            return super().get(aggregate_id, **options)
+        try:
+            cached = self.cache.get(aggregate_id)
+        except KeyError:
+            return super().get(aggregate_id, **options)
+        aggregate = self._fast_forward(aggregate_id, cached, projector_func, fastforward_skipping)
+        if deepcopy_from_cache and self.deepcopy_from_cache:
+            aggregate = deepcopy(aggregate)
+        return aggregate
+
+    def _fast_forward(
+        self, aggregate_id: UUID, cached: Any, projector_func: Any, skipping: bool
+    ) -> Any:
+        """The library's fast-forward under its per-aggregate lock, from the cached version."""
+        lock = self._use_fastforward_lock(aggregate_id)
+        try:
+            if not lock.acquire(blocking=not (skipping or self.fastforward_skipping)):
+                return cached
+            try:
+                events = list(
+                    self.event_store.get(originator_id=aggregate_id, gt=cached.version - 1)
+                )
+                if not events or events[0].originator_version != cached.version:
+                    with suppress(KeyError):
+                        self.cache.get(aggregate_id, evict=True)  # type: ignore[union-attr]
+                    raise AggregateNotFoundError(aggregate_id)
+                aggregate = projector_func(cached, events[1:])
+                if aggregate is None:
+                    raise AggregateNotFoundError(aggregate_id)
+                return aggregate
+            finally:
+                lock.release()
+        finally:
+            self._disuse_fastforward_lock(aggregate_id)

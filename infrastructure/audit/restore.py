@@ -1,0 +1,249 @@
+"""Retention's way back: put a pruned run tree back from its bundle (DESIGN.md "Retention").
+
+A bundle is taken only when it verifies on its own (``verify_bundle``) and is the one its
+tree's tombstone names: the same SHA-256, runs, event count, last versions and chain heads.
+Its events go back at new log positions with their original versions and stored payloads, in
+one transaction that also lifts the storage's refusal of the tree's aggregate ids and records
+``run-tree.restored`` on the tombstone (``storage.restore_tree``); then the read models take
+them, and the tree's events must re-project to the digests the bundle carries and its live
+rows must be those a re-projection gives.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import orjson
+from eventsourcing.persistence import StoredEvent
+
+from runledger.domain.errors import RestoreNotVerifiedError, RestoreRefusedError
+from runledger.domain.records import RestoredTree
+from runledger.domain.run_tree_archives import RunTreeArchive, run_tree_lookup_key
+from runledger.domain.runs import Run, run_aggregate_id
+from runledger.domain.values import SYSTEM
+from runledger.infrastructure.audit.bundle import bundle_path
+from runledger.infrastructure.audit.bundle_format import HEADS
+from runledger.infrastructure.audit.reprojection import reproject
+from runledger.infrastructure.audit.run_verification import first_difference
+from runledger.infrastructure.audit.stored_events import (
+    aggregate_text,
+    log_entry,
+    run_notifications,
+)
+from runledger.infrastructure.audit.verify_bundle import verify_bundle
+from runledger.infrastructure.commits.executor import forget_cached
+from runledger.infrastructure.commits.mapper import LedgerStoredEvent
+from runledger.infrastructure.runtime import StoreRuntime, default_projections
+from runledger.infrastructure.storage.archived import (
+    TOMBSTONE_TOPICS,
+    GuardMovedError,
+    TreeRestoral,
+)
+
+
+@dataclass(frozen=True)
+class ArchiveBundle:
+    """A verified bundle, parsed: what a restore compares with the tombstone and puts back."""
+
+    path: Path
+    sha256: str
+    root_run_id: str
+    run_ids: list[str]
+    event_count: int
+    events: list[dict[str, Any]]
+    aggregates: dict[str, dict[str, Any]]
+    """Each aggregate's last version and chain head, as a tombstone records them."""
+    digests: dict[str, Any]
+
+
+def read_archive_bundle(bundle: object) -> ArchiveBundle:
+    """The bundle at ``bundle``, which must verify on its own before anything is compared."""
+    path = bundle_path(bundle)
+    if not path.is_file():
+        raise RestoreRefusedError(bundle=str(path), reason="there is no such file")
+    verdict = verify_bundle(path)
+    if not verdict.ok:
+        raise RestoreRefusedError(
+            bundle=str(path), reason=f"it does not verify ({verdict.problem}: {verdict.detail})"
+        )
+    data = path.read_bytes()
+    lines = data.rstrip(b"\n").split(b"\n")
+    header = orjson.loads(lines[0])
+    heads = header[HEADS]
+    return ArchiveBundle(
+        path=path,
+        sha256=hashlib.sha256(data).hexdigest(),
+        root_run_id=header["run_id"],
+        run_ids=list(header["runs"]),
+        event_count=header["events"],
+        events=[orjson.loads(line)["event"] for line in lines[1:-1]],
+        aggregates={
+            aggregate: {"version": span["last"], "chain_head": heads[aggregate]}
+            for aggregate, span in header["aggregates"].items()
+        },
+        digests=orjson.loads(lines[-1])["read_models"],
+    )
+
+
+def matching_tombstone(runtime: StoreRuntime, bundle: ArchiveBundle) -> RunTreeArchive:
+    """The tombstone of the bundle's tree that names this bundle, checked field by field."""
+    app = runtime.app
+    root = bundle.root_run_id
+    archives = [
+        archive
+        for archive_id in runtime.storage.originator_ids_by_key(run_tree_lookup_key(root))
+        if (archive := app.load(RunTreeArchive, archive_id)) is not None
+    ]
+    named = [archive for archive in archives if archive.bundle_sha256 == bundle.sha256]
+    if not named:
+        raise RestoreRefusedError(
+            bundle=str(bundle.path),
+            reason=f"no tombstone of run tree {root} names a bundle with SHA-256 {bundle.sha256}",
+        )
+    [archive] = named
+    if archive.is_restored:
+        raise RestoreRefusedError(
+            bundle=str(bundle.path), reason=f"run tree {root} was restored from it already"
+        )
+    mismatch = _mismatch(archive, bundle)
+    if mismatch is not None:
+        raise RestoreRefusedError(
+            bundle=str(bundle.path), reason=f"it does not match its tombstone ({mismatch})"
+        )
+    return archive
+
+
+def _mismatch(archive: RunTreeArchive, bundle: ArchiveBundle) -> str | None:
+    if sorted(archive.run_ids) != sorted(bundle.run_ids):
+        return "the runs differ"
+    if archive.events != bundle.event_count:
+        return f"the tombstone counts {archive.events} events, the bundle {bundle.event_count}"
+    for aggregate_id in sorted(archive.aggregates.keys() | bundle.aggregates.keys()):
+        if archive.aggregates.get(aggregate_id) != bundle.aggregates.get(aggregate_id):
+            return f"aggregate {aggregate_id} ends at another version or chain head"
+    return None
+
+
+def tree_events(runtime: StoreRuntime, bundle: ArchiveBundle) -> list[StoredEvent]:
+    """The bundle's events as the log stores them, with their original versions and payloads
+    (their index columns come from the events themselves). Earlier tombstones of the tree are
+    in the bundle too, but a prune leaves them in the log: they are not put back."""
+    mapper = runtime.app.mapper
+    stored: list[StoredEvent] = []
+    for event in bundle.events:
+        if event["wire_name"] in TOMBSTONE_TOPICS:
+            continue
+        plain = StoredEvent(
+            originator_id=UUID(event["aggregate_id"]),
+            originator_version=event["version"],
+            topic=event["wire_name"],
+            state=orjson.dumps(event["state"]),
+        )
+        indexed = mapper.to_stored_event(mapper.to_domain_event(plain))
+        run_id = indexed.run_id if isinstance(indexed, LedgerStoredEvent) else None
+        lookup_key = indexed.lookup_key if isinstance(indexed, LedgerStoredEvent) else None
+        stored.append(
+            LedgerStoredEvent(
+                originator_id=plain.originator_id,
+                originator_version=plain.originator_version,
+                topic=plain.topic,
+                state=plain.state,
+                run_id=run_id,
+                lookup_key=lookup_key,
+            )
+        )
+    return stored
+
+
+def _check_absent(runtime: StoreRuntime, bundle: ArchiveBundle) -> None:
+    for run_id in bundle.run_ids:
+        if runtime.app.load(Run, run_aggregate_id(run_id)) is not None:
+            raise RestoreRefusedError(
+                bundle=str(bundle.path), reason=f"run {run_id} is in the store"
+            )
+
+
+def restore_runs(runtime: StoreRuntime, bundle: object) -> RestoredTree:
+    """Put the tree the bundle holds back into the store (see the module docstring)."""
+    archive_bundle = read_archive_bundle(bundle)
+    archive = matching_tombstone(runtime, archive_bundle)
+    _check_absent(runtime, archive_bundle)
+    events = tree_events(runtime, archive_bundle)
+    app = runtime.app
+    archive.restore(
+        events=len(events), bundle=str(archive_bundle.path), actor=SYSTEM, now=app.now()
+    )
+    [restored] = archive.collect_events()
+    restoral = TreeRestoral(
+        events=events, archive_id=archive.id, restored=app.mapper.to_stored_event(restored)
+    )
+    try:
+        runtime.storage.restore_tree(restoral)  # type: ignore[attr-defined]
+    except GuardMovedError:
+        raise RestoreRefusedError(
+            bundle=str(archive_bundle.path),
+            reason=f"run tree {archive_bundle.root_run_id} was restored or pruned again meanwhile",
+        ) from None
+    forget_cached(app, [*restoral.aggregate_ids, archive.id])
+    runtime.projector.catch_up()
+    check_restored(runtime, archive_bundle)
+    return RestoredTree(
+        root_run_id=archive_bundle.root_run_id,
+        run_ids=archive_bundle.run_ids,
+        events=len(events),
+        bundle=str(archive_bundle.path),
+        bundle_sha256=archive_bundle.sha256,
+        restored_at=restored.timestamp,
+    )
+
+
+def check_restored(runtime: StoreRuntime, bundle: ArchiveBundle) -> None:
+    """The tree's events, read back from the log, re-project to the bundle's digests, and the
+    live rows of the tree are what a re-projection of them gives.
+
+    The digests are of the events at the positions the bundle gives them (a row may hold the
+    position it was created at, as the runs list does): what is compared is that every event
+    came back as the bundle holds it. The live rows are compared with a re-projection at the
+    positions the events have now."""
+    notifications = list(run_notifications(runtime.storage, bundle.run_ids))
+    archived_at = {
+        (event["aggregate_id"], event["version"]): event["position"] for event in bundle.events
+    }
+    as_archived = [
+        entry._replace(position=position)
+        for entry in map(log_entry, notifications)
+        if (
+            position := archived_at.get(
+                (aggregate_text(entry.originator_id), entry.originator_version)
+            )
+        )
+        is not None
+    ]
+    as_archived.sort(key=lambda entry: entry.position)
+    digests = reproject(as_archived, default_projections()).digests()
+    for name in sorted(digests):
+        if digests[name] != bundle.digests.get(name):
+            raise RestoreNotVerifiedError(
+                bundle.root_run_id,
+                str(bundle.path),
+                f"its events re-project to another {name} digest than the bundle's",
+            )
+    fresh = reproject((log_entry(n) for n in notifications), default_projections())
+    kept = set(runtime.projection_names())
+    for projection in fresh.projections:
+        if projection.name not in kept:
+            continue
+        difference = first_difference(
+            projection, bundle.run_ids, fresh.reader(), runtime.reader(projection.name)
+        )
+        if difference is not None:
+            raise RestoreNotVerifiedError(
+                bundle.root_run_id,
+                str(bundle.path),
+                f"the live {difference.model} row {difference.key} of table "
+                f"{difference.table} differs from a re-projection",
+            )

@@ -1,0 +1,211 @@
+"""Retention's way back on every backend: a pruned tree restored from its bundle answers every
+query as before the prune; a bundle that does not verify, that no tombstone names, that does
+not match its tombstone, or whose tree is in the store is refused with nothing written."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runledger.domain.errors import RestoreRefusedError, RunArchivedError
+from runledger.domain.records import ArchivedTree
+from runledger.domain.run_tree_archives import RunTreeArchive
+from runledger.domain.values import SYSTEM
+from runledger.infrastructure import open_store
+from runledger.infrastructure.runtime import StoreRuntime
+from runledger.infrastructure.store import WorkflowStore
+from tests.integration.test_prune import digests, finished, lived, prune
+from tests.support.clock import FakeClock
+from tests.support.scenario import SESSION, queued_id, running_run
+
+TREE = ("middle", "middle-child")
+
+
+def answers(store: WorkflowStore) -> dict[str, Any]:
+    """What a host reads of the tree ``TREE`` and of the session it shares with others."""
+    found: dict[str, Any] = {}
+    for run_id in TREE:
+        found[f"run {run_id}"] = store.get_run(run_id)
+        found[f"queue {run_id}"] = store.follow_up_queue(run_id)
+        found[f"terminal {run_id}"] = store.terminal_data(run_id)
+        found[f"settings {run_id}"] = store.settings_scopes(run_id)
+        found[f"segments {run_id}"] = store.session_segments(run_id)
+        found[f"entries {run_id}"] = store.session_events(run_id)
+        found[f"log {run_id}"] = [
+            (event.wire_name, event.aggregate_id, event.version, event.payload)
+            for event in store.event_log(run_id=run_id)
+            if not event.wire_name.startswith("run-tree.")
+        ]
+    found["tree"] = store.list_runs(root_run_id="middle").runs
+    # Session-wide numbers follow the log, so the restored tree's messages come last: the
+    # order of the session's messages is compared as each tree sees its own.
+    found["outbox"] = sorted(
+        (message.run_id, message.workflow_message_id, message.status)
+        for message in store.session_outbox(SESSION)
+    )
+    return found
+
+
+@pytest.fixture
+def pruned(store: WorkflowStore, tmp_path: Path) -> tuple[ArchivedTree, dict[str, Any]]:
+    """Three trees of one session, the middle one pruned; its answers from before."""
+    lived(store, "before", pending=True)
+    lived(store, "middle")
+    lived(store, "middle-child", parent_run_id="middle")
+    running_run(store, "after")
+    queued_id(store, "after-ask", run_id="after")
+    before = answers(store)
+    folder = tmp_path / "archive"
+    folder.mkdir()
+    [archived] = prune(store, folder).archived
+    return archived, before
+
+
+def test_a_restored_tree_answers_every_query_as_before_the_prune(
+    store: WorkflowStore, runtime: StoreRuntime, pruned: tuple[ArchivedTree, dict[str, Any]]
+) -> None:
+    archived, before = pruned
+
+    restored = store.restore_runs(archived.bundle)
+
+    assert (restored.root_run_id, restored.run_ids) == ("middle", list(TREE))
+    assert restored.bundle_sha256 == archived.bundle_sha256
+    assert restored.events == archived.events
+    assert answers(store) == before
+    # The tombstone stays and says so; a rebuild from the log gives the live rows.
+    tombstones = [
+        event.wire_name
+        for event in store.event_log(run_id="middle")
+        if event.wire_name.startswith("run-tree.")
+    ]
+    assert tombstones == ["run-tree.archived", "run-tree.restored"]
+    assert all(outcome.equal for outcome in runtime.verify_projections())
+    live = digests(store)
+    runtime.rebuild_projections()
+    assert digests(store) == live
+    assert store.verify_run("middle-child").ok
+
+
+def test_a_restored_tree_takes_commands_and_can_be_pruned_again(
+    store: WorkflowStore,
+    runtime: StoreRuntime,
+    pruned: tuple[ArchivedTree, dict[str, Any]],
+    tmp_path: Path,
+) -> None:
+    archived, _ = pruned
+    store.restore_runs(archived.bundle)
+
+    store.create_run("late-child", workflow_name="review", input={}, parent_run_id="middle")
+    store.finish_run("late-child", status="completed")
+    again = tmp_path / "again"
+    again.mkdir()
+    report = prune(store, again)
+
+    assert [tree.root_run_id for tree in report.archived] == ["middle"]
+    with pytest.raises(RunArchivedError) as raised:
+        store.get_run("late-child")
+    assert raised.value.bundle_sha256 == report.archived[0].bundle_sha256
+    # Both tombstones stay in the log; the second bundle holds the first one's events.
+    wire_names = [event.wire_name for event in store.event_log(run_id="middle")]
+    assert wire_names == ["run-tree.archived", "run-tree.restored", "run-tree.archived"]
+    store.restore_runs(report.archived[0].bundle)
+    assert store.get_run("late-child") is not None
+    assert all(outcome.equal for outcome in runtime.verify_projections())
+
+
+def test_the_same_bundle_is_not_restored_twice(
+    store: WorkflowStore, pruned: tuple[ArchivedTree, dict[str, Any]]
+) -> None:
+    archived, _ = pruned
+    store.restore_runs(archived.bundle)
+    log = store.event_log()
+
+    with pytest.raises(RestoreRefusedError, match="restored from it already"):
+        store.restore_runs(archived.bundle)
+    assert store.event_log() == log
+
+
+def test_a_bundle_of_a_live_tree_is_refused(store: WorkflowStore, tmp_path: Path) -> None:
+    finished(store, "root")
+    bundle = tmp_path / "live.jsonl"
+    store.export_run("root", bundle)
+    log = store.event_log()
+
+    with pytest.raises(RestoreRefusedError, match="no tombstone of run tree root"):
+        store.restore_runs(bundle)
+    assert store.event_log() == log
+
+
+def test_a_bundle_that_does_not_verify_is_refused(
+    store: WorkflowStore, pruned: tuple[ArchivedTree, dict[str, Any]], tmp_path: Path
+) -> None:
+    archived, _ = pruned
+    tampered = tmp_path / "tampered.jsonl"
+    text = Path(archived.bundle).read_text(encoding="utf-8")
+    tampered.write_text(text.replace('"ship"', '"hold"', 1), encoding="utf-8")
+    log = store.event_log()
+
+    with pytest.raises(RestoreRefusedError, match="does not verify"):
+        store.restore_runs(tampered)
+    with pytest.raises(RestoreRefusedError, match="no such file"):
+        store.restore_runs(tmp_path / "missing.jsonl")
+    assert store.event_log() == log
+    with pytest.raises(RunArchivedError):
+        store.get_run("middle")
+
+
+def test_a_bundle_that_does_not_match_its_tombstone_is_refused(
+    store: WorkflowStore,
+    runtime: StoreRuntime,
+    clock: FakeClock,
+    pruned: tuple[ArchivedTree, dict[str, Any]],
+    tmp_path: Path,
+) -> None:
+    archived, _ = pruned
+    # A bundle that verifies, of another store's tree with the same root id, and a
+    # tombstone here that names its SHA-256 but other versions (a forged or mixed-up one).
+    other = tmp_path / "other.jsonl"
+    with open_store("memory://") as elsewhere:
+        finished(elsewhere, "middle")
+        elsewhere.export_run("middle", other)
+    runtime.app.save(
+        RunTreeArchive.archive(
+            "middle",
+            run_ids=["middle"],
+            events=2,
+            aggregates={},
+            bundle=str(other),
+            bundle_sha256=hashlib.sha256(other.read_bytes()).hexdigest(),
+            removed_digests={},
+            actor=SYSTEM,
+            now=clock(),
+        )
+    )
+    log = store.event_log()
+
+    with pytest.raises(RestoreRefusedError, match="does not match its tombstone"):
+        store.restore_runs(other)
+    assert store.event_log() == log
+    with pytest.raises(RunArchivedError):
+        store.get_run("middle")
+    # The genuine bundle still restores.
+    assert store.restore_runs(archived.bundle).events == archived.events
+
+
+def test_another_store_sees_the_restored_tree(
+    store: WorkflowStore,
+    second_store: WorkflowStore,
+    pruned: tuple[ArchivedTree, dict[str, Any]],
+) -> None:
+    archived, before = pruned
+    with pytest.raises(RunArchivedError):
+        second_store.get_run("middle")
+
+    second_store.restore_runs(archived.bundle)
+
+    assert store.get_run("middle") == before["run middle"]
+    store.record_progress("after", status="running", current_node="next")
+    assert second_store.get_run("middle-child") == before["run middle-child"]
