@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from runledger.domain.audit_chain import chain_link, chain_start
-from runledger.domain.canonical import canonical_json
+from runledger.domain.canonical import canonical_json, loaded_canonical_json
 from runledger.domain.errors import BundleWriteError, InvalidProgressError
 from runledger.infrastructure.audit.bundle_format import (
     CHAIN,
@@ -104,14 +104,15 @@ def export_bundle(
     events: list[dict[str, Any]] = []
     for event in stored:
         aggregate_id = event["aggregate_id"]
-        text = canonical_json(event)
+        # Of exact plain types (the payload parsed by orjson): the walk-free canonical path.
+        text = loaded_canonical_json(event)
         previous = heads.get(aggregate_id)
         first = previous is None
         head = heads[aggregate_id] = chain_link(
             chain_start(aggregate_id, digest) if previous is None else previous, text
         )
         seed = f'"header":"{digest}",' if first else ""
-        lines.append(line_text(f'{{"event":{text},"hash":"{head}",{seed}"kind":"event"}}'))
+        lines.append(line_text(f'{{"event":{text.decode()},"hash":"{head}",{seed}"kind":"event"}}'))
         # Parsed back from its text, so the digests below come from what the bundle holds.
         events.append(orjson.loads(text))
         if progress is not None and len(events) % 1000 == 0:

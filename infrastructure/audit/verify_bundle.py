@@ -23,7 +23,7 @@ from typing import Any, Final, TypeGuard
 import orjson
 
 from runledger.domain.audit_chain import chain_link, chain_start, chain_start_v1
-from runledger.domain.canonical import canonical_json
+from runledger.domain.canonical import loaded_canonical_json
 from runledger.domain.errors import BundleReadError, WorkflowError
 from runledger.domain.records import BundleProblem, BundleVerdict
 from runledger.infrastructure.audit.bundle_format import (
@@ -189,10 +189,10 @@ def _json(line: bytes) -> Any:
         return None
 
 
-def _canonical(value: Any) -> str | None:
+def _canonical(value: Any) -> bytes | None:
     """The canonical JSON of a parsed value, or None for one nested past what it writes."""
     try:
-        return canonical_json(value)
+        return loaded_canonical_json(value)
     except (WorkflowError, RecursionError):
         return None
 
@@ -385,7 +385,7 @@ def _check_chains(header: _Header, lines: list[_Line]) -> None:
         )
 
 
-def _seed(header: _Header, line: _Line, canonical: str) -> str:
+def _seed(header: _Header, line: _Line, canonical: bytes) -> str:
     """``h_0`` of the chain an aggregate's first line starts. In format 2 the line names the
     header digest it was chained to: when that is not this header's but the line chains from
     it, the header is what changed; when it chains from neither, the line is."""
