@@ -17,15 +17,16 @@ from typing import Any
 import orjson
 
 from runledger.domain.audit_chain import chain_link, chain_start
-from runledger.domain.canonical import canonical_json, loaded_canonical_json
+from runledger.domain.canonical import canonical_json
 from runledger.domain.errors import BundleWriteError, InvalidProgressError
+from runledger.domain.ports import LogEntry
 from runledger.infrastructure.audit.bundle_format import (
     CHAIN,
     FORMAT,
     FORMAT_VERSION,
     HEADS,
+    bundle_event_text,
     catalogue,
-    entry_of,
     header_digest,
     line_text,
     store_version,
@@ -101,11 +102,10 @@ def export_bundle(
     digest = header_digest(header)
     heads: dict[str, str] = {}
     lines: list[str] = []
-    events: list[dict[str, Any]] = []
+    entries: list[LogEntry] = []
     for event in stored:
         aggregate_id = event["aggregate_id"]
-        # Of exact plain types (the payload parsed by orjson): the walk-free canonical path.
-        text = loaded_canonical_json(event)
+        text, state = bundle_event_text(event)
         previous = heads.get(aggregate_id)
         first = previous is None
         head = heads[aggregate_id] = chain_link(
@@ -113,19 +113,20 @@ def export_bundle(
         )
         seed = f'"header":"{digest}",' if first else ""
         lines.append(line_text(f'{{"event":{text.decode()},"hash":"{head}",{seed}"kind":"event"}}'))
-        # Parsed back from its text, so the digests below come from what the bundle holds.
-        events.append(orjson.loads(text))
-        if progress is not None and len(events) % 1000 == 0:
+        # The payload as the bundle holds it (its canonical text), so the digests below come
+        # from what an offline checker re-projects: the same values, keys in the same order.
+        entries.append(
+            LogEntry(event["position"], event["wire_name"], aggregate_id, event["version"], state)
+        )
+        if progress is not None and len(entries) % 1000 == 0:
             progress(1000)
-    if progress is not None and len(events) % 1000:
-        progress(len(events) % 1000)
-    fresh = reproject(
-        (entry_of(event) for event in events), default_projections(), progress=progress
-    )
+    if progress is not None and len(entries) % 1000:
+        progress(len(entries) % 1000)
+    fresh = reproject(entries, default_projections(), progress=progress)
     header[HEADS] = heads
     digests = {"kind": "digests", "read_models": fresh.digests()}
     _write(target, [line_text(canonical_json(header)), *lines, line_text(canonical_json(digests))])
-    return len(events)
+    return len(entries)
 
 
 def _write(target: Path, lines: list[str]) -> None:
