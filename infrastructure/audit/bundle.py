@@ -8,6 +8,7 @@ moved into place, so a failed export never leaves half a bundle under that name.
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 from collections.abc import Callable
@@ -71,11 +72,13 @@ def export_bundle(
     target = bundle_path(path)
     run = audited_run(runtime, run_id)
     runs = lineage_runs(runtime, run) if with_lineage else [run.run_id]
+    # An aggregate's id is parsed and written out once, however many events it has.
+    id_text = functools.cache(aggregate_text)
     stored = [
         {
             "position": notification.id,
             "wire_name": notification.topic,
-            "aggregate_id": aggregate_text(notification.originator_id),
+            "aggregate_id": id_text(notification.originator_id),
             "version": notification.originator_version,
             "state": orjson.loads(notification.state),
         }

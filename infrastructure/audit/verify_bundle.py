@@ -122,7 +122,7 @@ class _Header:
         return chain_start(aggregate_id, self.digest)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Line:
     number: int
     event: dict[str, Any]
