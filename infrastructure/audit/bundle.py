@@ -32,6 +32,7 @@ from runledger.infrastructure.audit.bundle_format import (
     line_text,
     store_version,
 )
+from runledger.infrastructure.audit.collector import collector_paused
 from runledger.infrastructure.audit.lineage import audited_run, lineage_runs
 from runledger.infrastructure.audit.reprojection import reproject
 from runledger.infrastructure.audit.stored_events import aggregate_text, run_notifications
@@ -70,6 +71,17 @@ def export_bundle(
     if progress is not None and not callable(progress):
         raise InvalidProgressError()
     target = bundle_path(path)
+    with collector_paused():
+        return _export(runtime, run_id, target, with_lineage, progress)
+
+
+def _export(
+    runtime: StoreRuntime,
+    run_id: str,
+    target: Path,
+    with_lineage: bool,
+    progress: Progress | None,
+) -> int:
     run = audited_run(runtime, run_id)
     runs = lineage_runs(runtime, run) if with_lineage else [run.run_id]
     # An aggregate's id is parsed and written out once, however many events it has.

@@ -38,6 +38,7 @@ from runledger.infrastructure.audit.bundle_format import (
     header_digest,
     is_event_object,
 )
+from runledger.infrastructure.audit.collector import collector_paused
 from runledger.infrastructure.audit.reprojection import reproject
 from runledger.infrastructure.runtime import default_projections
 
@@ -145,6 +146,11 @@ class _Line:
 
 def verify_bundle(path: str | os.PathLike[str]) -> BundleVerdict:
     """Check the bundle at ``path``; the verdict is ok or names its first problem."""
+    with collector_paused():
+        return _verify(path)
+
+
+def _verify(path: object) -> BundleVerdict:
     lines = _read(path)
     run_id: str | None = None
     events = 0
