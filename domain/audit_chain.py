@@ -37,6 +37,8 @@ def chain_start_v1(aggregate_id: str) -> str:
     return sha256hex(f"{CHAIN_SEED_V1}\0{aggregate_id}")
 
 
-def chain_link(previous: str, canonical_event: str) -> str:
-    """``h_n`` from ``h_{n-1}`` and the canonical JSON of event n."""
-    return sha256hex(previous + canonical_event)
+def chain_link(previous: str, canonical_event: str | bytes) -> str:
+    """``h_n`` from ``h_{n-1}`` and the canonical JSON of event n (text, or its UTF-8)."""
+    if isinstance(canonical_event, str):
+        return sha256hex(previous + canonical_event)
+    return sha256hex(previous.encode() + canonical_event)

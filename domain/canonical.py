@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from decimal import Decimal
 from typing import Any, Final
 
@@ -41,41 +42,98 @@ def json_digest(value: Any) -> str:
     return sha256hex(fast if fast is not None else _written(value))
 
 
-_JS_SAFE_INTEGER: Final = 2**53
+def loaded_canonical_json(value: Any) -> bytes:
+    """The canonical JSON, as UTF-8, of a value ``orjson.loads`` returned.
+
+    Such a value holds nothing but exact dicts, lists, text, integers, finite floats, booleans
+    and None, so the walk that ``canonical_json`` makes to refuse anything else (a UUID or an
+    enum orjson would write as text, a NaN it would write as ``null``) is skipped: the audit
+    chain canonicalises every event of a bundle this way, twice per export and verify.
+    """
+    fast = _orjson_text(value)
+    return fast if fast is not None else _written(value).encode()
+
+
+_OPTIONS: Final = (
+    orjson.OPT_SORT_KEYS
+    | orjson.OPT_STRICT_INTEGER
+    | orjson.OPT_PASSTHROUGH_SUBCLASS
+    | orjson.OPT_PASSTHROUGH_DATETIME
+    | orjson.OPT_PASSTHROUGH_DATACLASS
+)
+"""Keys sorted by code point; integers past 2**53 (JavaScript rounds them), subclasses of the
+plain types (an IntEnum, a str subclass), datetimes and dataclasses refused, not written."""
+_JS_FLOAT_DIFFERS: Final = (
+    re.compile(rb"\.0[,\]}]"),
+    re.compile(rb"e(?:\+(?:1[6-9]|20)|-6)[,\]}]"),
+)
+"""orjson's float text differs from JavaScript's exactly when it ends in ``.0`` (``1.0``,
+``-0.0``, ``100.0``) or carries an exponent that JavaScript writes out in full (``e+16`` to
+``e+20``, ``e-6``); the property tests hold orjson to this. Inside an object or array a
+delimiter follows every number; the same bytes inside a string only send the value to
+``_written``. Each pattern starts with a literal, which the regex engine scans for in C."""
+_ASTRAL: Final = re.compile(rb"[\xf0-\xf4]")
+"""The lead byte of a character beyond U+FFFF: only with one can UTF-16 order differ."""
+_NONE: Final = type(None)
 
 
 def _orjson_canonical(value: Any) -> bytes | None:
     """The canonical JSON by orjson, for values where its output is byte-identical; else None.
 
-    orjson writes what JavaScript writes for text, ``null``, booleans and integers below
-    2**53, and with ``OPT_SORT_KEYS`` sorts keys by code point, which is the UTF-16 order for
-    ASCII keys. Floats (``1.0``, ``-0.0``, exponents), larger integers, non-ASCII keys and
-    anything but the exact plain types are left to ``_written``, as is a lone surrogate
-    (orjson refuses it) or nesting beyond orjson's limit.
+    ``_orjson_text`` decides from orjson's own bytes; what it cannot see there is a value orjson
+    writes although upstream refuses it (a UUID, an enum, an ``orjson.Fragment``, a NaN or an
+    infinity), so the value is walked once for those, which also tells whether its bytes need
+    looking at for floats.
     """
-    pending = [value]
-    while pending:
-        item = pending.pop()
-        kind = type(item)
-        if kind is str or kind is bool or item is None:
-            continue
-        if kind is int:
-            if -_JS_SAFE_INTEGER < item < _JS_SAFE_INTEGER:
-                continue
-            return None
-        if kind is dict:
-            for key in item:
-                if type(key) is not str or not key.isascii():
-                    return None
-            pending.extend(item.values())
-        elif kind is list or kind is tuple:
-            pending.extend(item)
-        else:
-            return None
+    floats = _floats_if_exact(value)
+    return None if floats is None else _orjson_text(value, floats=floats)
+
+
+def _orjson_text(value: Any, *, floats: bool = True) -> bytes | None:
+    """orjson's text of a value of exact plain types, when it is upstream's to the byte.
+
+    orjson writes text, ``null``, booleans and integers as JavaScript does, and sorts keys by
+    code point, which is UTF-16 order unless a character beyond U+FFFF is present; a lone
+    surrogate, a non-text key, an integer past 2**53 or nesting beyond orjson's limit make it
+    refuse, and a float it writes otherwise than JavaScript shows in its bytes (unless the
+    caller knows there is no float).
+    """
+    if type(value) is float:
+        return None  # a bare number: no delimiter follows it
     try:
-        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        text = orjson.dumps(value, option=_OPTIONS)
     except orjson.JSONEncodeError:
         return None
+    if not text.isascii() and _ASTRAL.search(text) is not None:
+        return None
+    if floats and any(pattern.search(text) is not None for pattern in _JS_FLOAT_DIFFERS):
+        return None
+    return text
+
+
+def _floats_if_exact(value: Any) -> bool | None:
+    """None unless ``value`` holds only exact plain types and finite floats; else whether it
+    holds a float."""
+    floats = False
+    pending = [value]
+    pop, extend = pending.pop, pending.extend
+    while pending:
+        item = pop()
+        kind = type(item)
+        # Leaves first: they are most of any value (a quarter faster than containers first).
+        if kind is str or kind is int or kind is _NONE or kind is bool:
+            continue
+        if kind is dict:
+            extend(item.values())
+        elif kind is list or kind is tuple:
+            extend(item)
+        elif kind is float:
+            if not math.isfinite(item):
+                return None
+            floats = True
+        else:
+            return None
+    return floats
 
 
 def _written(value: Any) -> str:

@@ -8,6 +8,7 @@ moved into place, so a failed export never leaves half a bundle under that name.
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 from collections.abc import Callable
@@ -19,17 +20,19 @@ import orjson
 from runledger.domain.audit_chain import chain_link, chain_start
 from runledger.domain.canonical import canonical_json
 from runledger.domain.errors import BundleWriteError, InvalidProgressError
+from runledger.domain.ports import LogEntry
 from runledger.infrastructure.audit.bundle_format import (
     CHAIN,
     FORMAT,
     FORMAT_VERSION,
     HEADS,
+    bundle_event_text,
     catalogue,
-    entry_of,
     header_digest,
     line_text,
     store_version,
 )
+from runledger.infrastructure.audit.collector import collector_paused
 from runledger.infrastructure.audit.lineage import audited_run, lineage_runs
 from runledger.infrastructure.audit.reprojection import reproject
 from runledger.infrastructure.audit.stored_events import aggregate_text, run_notifications
@@ -68,13 +71,26 @@ def export_bundle(
     if progress is not None and not callable(progress):
         raise InvalidProgressError()
     target = bundle_path(path)
+    with collector_paused():
+        return _export(runtime, run_id, target, with_lineage, progress)
+
+
+def _export(
+    runtime: StoreRuntime,
+    run_id: str,
+    target: Path,
+    with_lineage: bool,
+    progress: Progress | None,
+) -> int:
     run = audited_run(runtime, run_id)
     runs = lineage_runs(runtime, run) if with_lineage else [run.run_id]
+    # An aggregate's id is parsed and written out once, however many events it has.
+    id_text = functools.cache(aggregate_text)
     stored = [
         {
             "position": notification.id,
             "wire_name": notification.topic,
-            "aggregate_id": aggregate_text(notification.originator_id),
+            "aggregate_id": id_text(notification.originator_id),
             "version": notification.originator_version,
             "state": orjson.loads(notification.state),
         }
@@ -101,30 +117,31 @@ def export_bundle(
     digest = header_digest(header)
     heads: dict[str, str] = {}
     lines: list[str] = []
-    events: list[dict[str, Any]] = []
+    entries: list[LogEntry] = []
     for event in stored:
         aggregate_id = event["aggregate_id"]
-        text = canonical_json(event)
+        text, state = bundle_event_text(event)
         previous = heads.get(aggregate_id)
         first = previous is None
         head = heads[aggregate_id] = chain_link(
             chain_start(aggregate_id, digest) if previous is None else previous, text
         )
         seed = f'"header":"{digest}",' if first else ""
-        lines.append(line_text(f'{{"event":{text},"hash":"{head}",{seed}"kind":"event"}}'))
-        # Parsed back from its text, so the digests below come from what the bundle holds.
-        events.append(orjson.loads(text))
-        if progress is not None and len(events) % 1000 == 0:
+        lines.append(line_text(f'{{"event":{text.decode()},"hash":"{head}",{seed}"kind":"event"}}'))
+        # The payload as the bundle holds it (its canonical text), so the digests below come
+        # from what an offline checker re-projects: the same values, keys in the same order.
+        entries.append(
+            LogEntry(event["position"], event["wire_name"], aggregate_id, event["version"], state)
+        )
+        if progress is not None and len(entries) % 1000 == 0:
             progress(1000)
-    if progress is not None and len(events) % 1000:
-        progress(len(events) % 1000)
-    fresh = reproject(
-        (entry_of(event) for event in events), default_projections(), progress=progress
-    )
+    if progress is not None and len(entries) % 1000:
+        progress(len(entries) % 1000)
+    fresh = reproject(entries, default_projections(), progress=progress)
     header[HEADS] = heads
     digests = {"kind": "digests", "read_models": fresh.digests()}
     _write(target, [line_text(canonical_json(header)), *lines, line_text(canonical_json(digests))])
-    return len(events)
+    return len(entries)
 
 
 def _write(target: Path, lines: list[str]) -> None:

@@ -40,8 +40,9 @@ from typing import Any, Final
 import orjson
 
 from runledger.domain.audit_chain import CHAIN_SEED, CHAIN_SEED_V1
-from runledger.domain.canonical import json_digest
+from runledger.domain.canonical import json_digest, loaded_canonical_json
 from runledger.domain.catalogue import DOMAIN_EVENTS
+from runledger.domain.json_strings import json_string
 from runledger.domain.ports import LogEntry
 from runledger.domain.serialisation import payload_fields
 
@@ -101,7 +102,37 @@ def header_digest(header: dict[str, Any]) -> str:
 
 def line_text(canonical: str) -> str:
     """A canonical JSON line as written: Unicode line breaks escaped (same parsed value)."""
-    return canonical.translate(_LINE_BREAKS)
+    return canonical if canonical.isascii() else canonical.translate(_LINE_BREAKS)
+
+
+def bundle_event_text(event: dict[str, Any]) -> tuple[bytes, bytes]:
+    """The canonical JSON of a bundle event and of its payload (``state``), as UTF-8.
+
+    The payload is canonicalised once and the event's other fields written around it, in the
+    order canonical JSON sorts them (``aggregate_id``, ``position``, ``state``, ``version``,
+    ``wire_name``): the export needs both texts, the payload's to re-project what the bundle
+    holds. ``event`` is as the export builds it: text, integers and a payload orjson parsed.
+    """
+    state = loaded_canonical_json(event["state"])
+    position, version = event["position"], event["version"]
+    if not (_is_safe_int(position) and _is_safe_int(version)):
+        return loaded_canonical_json(event), state
+    return (
+        b'{"aggregate_id":%s,"position":%d,"state":%s,"version":%d,"wire_name":%s}'
+        % (
+            json_string(event["aggregate_id"]).encode(),
+            position,
+            state,
+            version,
+            json_string(event["wire_name"]).encode(),
+        ),
+        state,
+    )
+
+
+def _is_safe_int(value: object) -> bool:
+    # JavaScript writes integers from 2**53 on as the double they round to (canonical.py).
+    return type(value) is int and -(2**53) < value < 2**53
 
 
 def entry_of(event: dict[str, Any]) -> LogEntry:

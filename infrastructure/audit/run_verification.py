@@ -15,6 +15,7 @@ from typing import Any
 
 from runledger.domain.canonical import canonical_json
 from runledger.domain.records import AuditDifference, AuditVerdict
+from runledger.infrastructure.audit.collector import collector_paused
 from runledger.infrastructure.audit.lineage import audited_run, tree_runs
 from runledger.infrastructure.audit.replay import replay_aggregates
 from runledger.infrastructure.audit.reprojection import reproject
@@ -25,6 +26,11 @@ from runledger.projections.base import Key, Projection, Row, Table, ViewReader
 
 def verify_run_models(runtime: StoreRuntime, run_id: str) -> AuditVerdict:
     """Replay and re-project the run's tree; the verdict names the first difference."""
+    with collector_paused():
+        return _verify(runtime, run_id)
+
+
+def _verify(runtime: StoreRuntime, run_id: str) -> AuditVerdict:
     run = audited_run(runtime, run_id)
     tree = tree_runs(runtime, run)
     head = runtime.storage.max_position()

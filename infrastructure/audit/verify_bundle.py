@@ -23,7 +23,7 @@ from typing import Any, Final, TypeGuard
 import orjson
 
 from runledger.domain.audit_chain import chain_link, chain_start, chain_start_v1
-from runledger.domain.canonical import canonical_json
+from runledger.domain.canonical import loaded_canonical_json
 from runledger.domain.errors import BundleReadError, WorkflowError
 from runledger.domain.records import BundleProblem, BundleVerdict
 from runledger.infrastructure.audit.bundle_format import (
@@ -38,6 +38,7 @@ from runledger.infrastructure.audit.bundle_format import (
     header_digest,
     is_event_object,
 )
+from runledger.infrastructure.audit.collector import collector_paused
 from runledger.infrastructure.audit.reprojection import reproject
 from runledger.infrastructure.runtime import default_projections
 
@@ -122,7 +123,7 @@ class _Header:
         return chain_start(aggregate_id, self.digest)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Line:
     number: int
     event: dict[str, Any]
@@ -145,6 +146,11 @@ class _Line:
 
 def verify_bundle(path: str | os.PathLike[str]) -> BundleVerdict:
     """Check the bundle at ``path``; the verdict is ok or names its first problem."""
+    with collector_paused():
+        return _verify(path)
+
+
+def _verify(path: object) -> BundleVerdict:
     lines = _read(path)
     run_id: str | None = None
     events = 0
@@ -189,10 +195,10 @@ def _json(line: bytes) -> Any:
         return None
 
 
-def _canonical(value: Any) -> str | None:
+def _canonical(value: Any) -> bytes | None:
     """The canonical JSON of a parsed value, or None for one nested past what it writes."""
     try:
-        return canonical_json(value)
+        return loaded_canonical_json(value)
     except (WorkflowError, RecursionError):
         return None
 
@@ -385,7 +391,7 @@ def _check_chains(header: _Header, lines: list[_Line]) -> None:
         )
 
 
-def _seed(header: _Header, line: _Line, canonical: str) -> str:
+def _seed(header: _Header, line: _Line, canonical: bytes) -> str:
     """``h_0`` of the chain an aggregate's first line starts. In format 2 the line names the
     header digest it was chained to: when that is not this header's but the line chains from
     it, the header is what changed; when it chains from neither, the line is."""

@@ -1,0 +1,44 @@
+"""An audit step pauses the cyclic garbage collector and leaves it as it found it."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+
+import pytest
+
+from runledger.infrastructure.audit.collector import collector_paused
+
+
+@pytest.fixture
+def collector_state() -> Iterator[None]:
+    enabled = gc.isenabled()
+    yield
+    if enabled:
+        gc.enable()
+    else:
+        gc.disable()
+
+
+@pytest.mark.usefixtures("collector_state")
+def test_the_collector_is_off_inside_and_on_again_after() -> None:
+    gc.enable()
+    with collector_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+
+
+@pytest.mark.usefixtures("collector_state")
+def test_the_collector_is_on_again_after_a_failure() -> None:
+    gc.enable()
+    with pytest.raises(RuntimeError), collector_paused():
+        raise RuntimeError("the step failed")
+    assert gc.isenabled()
+
+
+@pytest.mark.usefixtures("collector_state")
+def test_a_collector_the_host_turned_off_stays_off() -> None:
+    gc.disable()
+    with collector_paused():
+        assert not gc.isenabled()
+    assert not gc.isenabled()
