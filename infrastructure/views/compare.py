@@ -10,9 +10,10 @@ changed per table.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+import sqlite3
+from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -75,28 +76,112 @@ def differences(live: Dump, rebuilt: Dump, *, limit: int = 5) -> list[RowDiffere
     return found
 
 
-def _key(text: str) -> list[Any]:
+def _key(text: str | bytes) -> list[Any]:
     value: list[Any] = orjson.loads(text)
     return value
 
 
-RowHashes = dict[int, int]
-"""A 64-bit hash of a row's primary key -> a 64-bit hash of the row as stored."""
+SPILL_CACHE_KIB: Final = 1024
+"""Page cache of the scratch database that holds one table's row hashes: a build's memory
+stays this, however many rows the live copy has (the hashes go to a temporary file)."""
 
 
-def _hash(values: Any) -> int:
-    return int.from_bytes(hashlib.blake2b(orjson.dumps(values), digest_size=8).digest(), "big")
+def _hash(encoded: bytes) -> int:
+    return int.from_bytes(hashlib.blake2b(encoded, digest_size=8).digest(), "big", signed=True)
 
 
 def _key_positions(table: Table) -> list[int]:
     return [table.column_names.index(name) for name in table.key]
 
 
+class RowHashes:
+    """A 64-bit hash of each row of one table as stored, by a 64-bit hash of its primary key.
+
+    They live in a private temporary SQLite database (deleted when closed), not in a dict: a
+    copy of a read model has a row per run, session or follow-up, so a dict of them grows with
+    history; this one costs ``SPILL_CACHE_KIB`` of memory at most.
+    """
+
+    def __init__(self, table: Table) -> None:
+        self._positions = _key_positions(table)
+        self._db = sqlite3.connect("", isolation_level=None)
+        for pragma in (
+            f"cache_size=-{SPILL_CACHE_KIB}",
+            "journal_mode=OFF",
+            "synchronous=OFF",
+            "temp_store=FILE",
+        ):
+            self._db.execute(f"PRAGMA {pragma}")
+        self._db.execute("CREATE TABLE live (k INTEGER PRIMARY KEY, r INTEGER NOT NULL)")
+        self._db.execute(
+            "CREATE TABLE rebuilt "
+            "(k INTEGER PRIMARY KEY, r INTEGER NOT NULL, seq INTEGER NOT NULL, key BLOB NOT NULL)"
+        )
+
+    def _hashed(self, rows: Iterable[tuple[Any, ...]]) -> Iterator[tuple[int, int, bytes]]:
+        positions = self._positions
+        for row in rows:
+            key = orjson.dumps([row[index] for index in positions])
+            yield _hash(key), _hash(orjson.dumps(row)), key
+
+    def add(self, rows: Iterable[tuple[Any, ...]]) -> None:
+        """Hash the live copy's rows."""
+        with self._db:
+            self._db.execute("BEGIN")
+            self._db.executemany(
+                "INSERT OR REPLACE INTO live (k, r) VALUES (?, ?)",
+                ((key, row) for key, row, _ in self._hashed(rows)),
+            )
+
+    def compare(
+        self, name: str, rebuilt: Iterable[tuple[Any, ...]], limit: int
+    ) -> tuple[TableDiff, list[list[Any]]]:
+        """The rebuilt copy against the live hashes, and the keys of the first ``limit`` rows
+        it adds or changes, in its order; the live hashes left are those of removed rows."""
+        db = self._db
+        with db:
+            db.execute("BEGIN")
+            db.executemany(
+                "INSERT OR REPLACE INTO rebuilt (k, r, seq, key) VALUES (?, ?, ?, ?)",
+                (
+                    (key, row, seq, encoded)
+                    for seq, (key, row, encoded) in enumerate(self._hashed(rebuilt))
+                ),
+            )
+            ((added, changed),) = db.execute(
+                "SELECT COALESCE(SUM(l.r IS NULL), 0), COALESCE(SUM(l.r != b.r), 0) "
+                "FROM rebuilt b LEFT JOIN live l ON l.k = b.k"
+            ).fetchall()
+            differing = [
+                _key(encoded)
+                for (encoded,) in db.execute(
+                    "SELECT b.key FROM rebuilt b LEFT JOIN live l ON l.k = b.k "
+                    "WHERE l.r IS NULL OR l.r != b.r ORDER BY b.seq LIMIT ?",
+                    (limit,),
+                )
+            ]
+            db.execute("DELETE FROM live WHERE k IN (SELECT k FROM rebuilt)")
+            db.execute("DELETE FROM rebuilt")
+        return TableDiff(name, int(added), len(self), int(changed)), differing
+
+    def __len__(self) -> int:
+        return int(self._db.execute("SELECT COUNT(*) FROM live").fetchone()[0])
+
+    def __contains__(self, key_hash: object) -> bool:
+        found = self._db.execute("SELECT 1 FROM live WHERE k = ?", (key_hash,)).fetchone()
+        return found is not None
+
+    def close(self) -> None:
+        """Delete the hashes (their temporary file)."""
+        self._db.close()
+
+
 def row_hashes(table: Table, rows: Iterable[tuple[Any, ...]]) -> RowHashes:
     """A hash per row, by a hash of its key: what two copies of one version on one backend
     compare by, without holding their rows (a row may be kilobytes of JSON)."""
-    positions = _key_positions(table)
-    return {_hash([row[index] for index in positions]): _hash(row) for row in rows}
+    hashes = RowHashes(table)
+    hashes.add(rows)
+    return hashes
 
 
 @dataclass
@@ -105,8 +190,8 @@ class HashComparison:
 
     diff: TableDiff
     differing: list[list[Any]]
-    """Keys of rows the rebuilt copy adds or changes (at most ``limit``)."""
-    removed: set[int]
+    """Keys of rows the rebuilt copy adds or changes (at most ``limit``, in its order)."""
+    removed: RowHashes
     """Key hashes of live rows the rebuilt copy lacks."""
 
 
@@ -114,25 +199,12 @@ def compare_hashes(
     table: Table, live: RowHashes, rebuilt: Iterable[tuple[Any, ...]], *, limit: int
 ) -> HashComparison:
     """Stream the rebuilt copy's rows past the live hashes (which it consumes)."""
-    positions = _key_positions(table)
-    added = changed = 0
-    differing: list[list[Any]] = []
-    for row in rebuilt:
-        key = [row[index] for index in positions]
-        found = live.pop(_hash(key), None)
-        if found == _hash(row):
-            continue
-        if found is None:
-            added += 1
-        else:
-            changed += 1
-        if len(differing) < limit:
-            differing.append(key)
-    return HashComparison(TableDiff(table.name, added, len(live), changed), differing, set(live))
+    diff, differing = live.compare(table.name, rebuilt, limit)
+    return HashComparison(diff, differing, live)
 
 
 def keys_of(
-    table: Table, rows: Iterable[tuple[Any, ...]], hashes: set[int], limit: int
+    table: Table, rows: Iterable[tuple[Any, ...]], hashes: Container[int], limit: int
 ) -> list[list[Any]]:
     """The keys of up to ``limit`` rows whose key hash is in ``hashes``."""
     positions = _key_positions(table)
@@ -140,7 +212,7 @@ def keys_of(
     # Read to the end: a statement left half-read would hold the snapshot's transaction.
     for row in rows:
         key = [row[index] for index in positions]
-        if len(found) < limit and _hash(key) in hashes:
+        if len(found) < limit and _hash(orjson.dumps(key)) in hashes:
             found.append(key)
     return found
 

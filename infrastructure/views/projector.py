@@ -583,6 +583,10 @@ def run_pages(
     """Page through the log for the runners until they reach its end (or ``until``);
     ``before_page`` may move them on before each page is read."""
     read = 0
+    # What a page read but had no time to apply (``page_seconds``), and the position just
+    # before it: the next page starts there, so it is not read and fetched again.
+    ahead: Sequence[LogEntry] = ()
+    ahead_after = -1
     with TELEMETRY.catch_up() as pages:
         while should_stop is None or not should_stop():
             active = [runner for runner in selected if runner.projecting]
@@ -591,7 +595,13 @@ def run_pages(
             if before_page is not None:
                 before_page(active)
             start = min(runner.position for runner in active)
-            entries = read_page(storage, start, page_size, until)
+            if ahead and start == ahead_after:
+                entries, ahead = ahead, ()
+                # Cut from a page that was full: the log went on past it.
+                full = True
+            else:
+                entries = read_page(storage, start, page_size, until)
+                full = len(entries) >= page_size
             if not entries:
                 return read
             try:
@@ -601,11 +611,13 @@ def run_pages(
             except TrackingConflictError:
                 on_conflict(active)
                 continue
+            if 0 < applied < len(entries):
+                ahead, ahead_after = entries[applied:], entries[applied - 1].position
             read += applied
             pages.applied(applied)
             if progress is not None and applied:
                 progress(applied)
-            if len(entries) < page_size and applied == len(entries):
+            if not full and applied == len(entries):
                 # A short page was the end of the log when it was read; one more read
                 # would only say so again (what arrives meanwhile wakes a new catch-up).
                 return read

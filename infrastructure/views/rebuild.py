@@ -421,11 +421,17 @@ class Builds:
                 if compare and active is not None and active.version == projection.version
                 else None
             )
-        building = _slot(runner)
-        if active is not None and active.position > building.position:
-            self._run([runner], until=active.position, progress=None)
+        try:
             building = _slot(runner)
-        outcome = self._compare(projection, active, building, live_hashes, read, compare=compare)
+            if active is not None and active.position > building.position:
+                self._run([runner], until=active.position, progress=None)
+                building = _slot(runner)
+            outcome = self._compare(
+                projection, active, building, live_hashes, read, compare=compare
+            )
+        finally:
+            for hashes in (live_hashes or {}).values():
+                hashes.close()
         if not (outcome.equal or outcome.compared == "skipped" or accept):
             return outcome
         self.views.switch(projection, building)

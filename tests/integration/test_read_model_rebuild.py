@@ -761,3 +761,15 @@ def test_a_compared_rebuild_catches_the_lagging_read_models_up_in_one_pass(
     assert sum(lagging.reads) == 2 * lagging.length
     assert {outcome.compared for outcome in outcomes} == {"rows"}
     assert all(outcome.equal for outcome in outcomes)
+
+
+def test_pages_cut_short_by_their_time_limit_read_each_event_once(lagging: Lagging) -> None:
+    # No time at all: every page applies one event of the entries it read.
+    lagging.runtime.projector.page_seconds = 0.0
+
+    lagging.runtime.catch_up()
+
+    assert sum(lagging.reads) == lagging.length
+    queue = WorkflowStore(lagging.runtime).follow_up_queue("run-lagging")
+    assert queue is not None
+    assert len(queue.follow_ups) == 20
