@@ -537,13 +537,24 @@ class PrunableTree(Record):
     events: int
 
 
+class PrunedTree(Record):
+    """A run tree a prune archived and removed, as its report lists it: its runs, how many
+    events left, and the bundle that holds them (its tombstone records the rest)."""
+
+    root_run_id: str
+    run_ids: list[str]
+    events: int
+    bundle: str
+    bundle_sha256: str
+
+
 class PruneReport(Record):
     """What ``prune_runs`` did (or, on a dry run, would do): each archived tree with its
     bundle, each kept tree with the first reason, and the totals."""
 
     dry_run: bool
     settled_before: datetime
-    archived: list[ArchivedTree]
+    archived: list[PrunedTree]
     """Trees archived and pruned (none on a dry run)."""
     prunable: list[PrunableTree]
     """On a dry run, the trees that would be archived; else empty."""

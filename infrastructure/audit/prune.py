@@ -24,7 +24,13 @@ from pathlib import Path
 from typing import Any, Final
 from uuid import UUID
 
-from runledger.domain.records import ArchivedTree, KeptTree, PrunableTree, PruneReport
+from runledger.domain.records import (
+    ArchivedTree,
+    KeptTree,
+    PrunableTree,
+    PrunedTree,
+    PruneReport,
+)
 from runledger.domain.run_tree_archives import RunTreeArchive, run_tree_lookup_key
 from runledger.domain.values import SYSTEM
 from runledger.infrastructure.audit.retention import (
@@ -32,6 +38,7 @@ from runledger.infrastructure.audit.retention import (
     archive_folder,
     archive_tree,
     check_cutoff,
+    judged_trees,
     plan_prune,
 )
 from runledger.infrastructure.audit.trail import check_flag
@@ -80,21 +87,23 @@ def prune_runs(
     planned: Callable[[int], None] | None = None,
 ) -> PruneReport:
     """Archive and prune the settled run trees (at most ``limit``), or with ``dry_run`` only
-    say which would go; ``planned`` hears how many trees will be archived first."""
+    say which would go; ``planned`` hears how many trees a dry run found settled."""
     cutoff = check_cutoff(settled_before)
     # Absolute: the tombstone records where the bundle went, for whoever reads it later.
     folder = archive_folder(archive).resolve()
     dry = check_flag("dry_run", dry_run)
-    settled, kept = plan_prune(runtime, settled_before=cutoff, limit=limit)
-    if planned is not None:
-        planned(len(settled))
     if dry:
+        settled, kept = plan_prune(runtime, settled_before=cutoff, limit=limit)
+        if planned is not None:
+            planned(len(settled))
         prunable = [
             PrunableTree(root_run_id=tree.root_run_id, run_ids=tree.run_ids, events=tree.events)
             for tree in settled
         ]
         return _report(cutoff, dry=True, archived=[], prunable=prunable, kept=kept)
-    archived: list[ArchivedTree] = []
+    judged = judged_trees(runtime, settled_before=cutoff, limit=limit)
+    archived: list[PrunedTree] = []
+    kept = []
     for name in runtime.projection_names():
         runtime._check_current(runtime.projector.runner(name))
     lock = _Lock(runtime.views, runtime.projection_names(), LOCK_LEASE_SECONDS)
@@ -105,11 +114,24 @@ def prune_runs(
         building = [
             name for name in runtime.projection_names() if runtime.views.registry(name).building
         ]
-        for tree in settled:
+        # Each tree is judged just before it is pruned (not all first): memory stays that of
+        # one tree and the report's lines, whatever the store's history.
+        for verdict in judged:
+            if isinstance(verdict, KeptTree):
+                kept.append(verdict)
+                continue
             lock.renew()
-            outcome = prune_tree(runtime, tree, folder, building)
+            outcome = prune_tree(runtime, verdict, folder, building)
             if isinstance(outcome, ArchivedTree):
-                archived.append(outcome)
+                archived.append(
+                    PrunedTree(
+                        root_run_id=outcome.root_run_id,
+                        run_ids=outcome.run_ids,
+                        events=outcome.events,
+                        bundle=outcome.bundle,
+                        bundle_sha256=outcome.bundle_sha256,
+                    )
+                )
             else:
                 kept.append(outcome)
             if progress is not None:
@@ -123,11 +145,11 @@ def _report(
     cutoff: datetime,
     *,
     dry: bool,
-    archived: list[ArchivedTree],
+    archived: list[PrunedTree],
     prunable: list[PrunableTree],
     kept: list[KeptTree],
 ) -> PruneReport:
-    gone: Sequence[ArchivedTree | PrunableTree] = prunable if dry else archived
+    gone: Sequence[PrunedTree | PrunableTree] = prunable if dry else archived
     return PruneReport(
         dry_run=dry,
         settled_before=cutoff,

@@ -162,32 +162,45 @@ def _delivered(app: WorkflowRuns, follow_up: FollowUp) -> bool:
     return message is not None and message.status != "pending"
 
 
-def plan_prune(
+def judged_trees(
     runtime: StoreRuntime, *, settled_before: object, limit: object = None
-) -> tuple[list[SettledTree], list[KeptTree]]:
-    """The settled trees (at most ``limit``) and every tree kept before the last of them."""
+) -> Iterator[SettledTree | KeptTree]:
+    """Each tree in its root's creation order, judged as it comes (settled trees up to
+    ``limit``): a prune takes each settled tree before the next is judged, so what it holds
+    does not grow with the number of trees."""
     cutoff = check_cutoff(settled_before)
     if limit is not None and not is_count(limit):
         raise InvalidPageError("prune limit")
-    settled: list[SettledTree] = []
-    kept: list[KeptTree] = []
+    settled = 0
     for runs, listed_at in run_trees(runtime):
-        if limit is not None and len(settled) >= limit:
-            break
+        if limit is not None and settled >= limit:
+            return
         run_ids = [run.run_id for run in runs]
         listed = _listed_keep_reason(runs, cutoff)
         if listed is not None:
-            kept.append(
-                KeptTree(
-                    root_run_id=run_ids[0], run_ids=run_ids, reason=listed[0], detail=listed[1]
-                )
+            yield KeptTree(
+                root_run_id=run_ids[0], run_ids=run_ids, reason=listed[0], detail=listed[1]
             )
             continue
         # The runs list can lag behind the log (a store whose worker projects), so a tree it
         # shows as settled is judged again from the aggregates themselves.
         verdict = judge_tree(runtime, run_ids, settled_before=cutoff)
         if isinstance(verdict, SettledTree):
-            settled.append(dataclasses.replace(verdict, judged_at=listed_at))
+            settled += 1
+            yield dataclasses.replace(verdict, judged_at=listed_at)
+        else:
+            yield verdict
+
+
+def plan_prune(
+    runtime: StoreRuntime, *, settled_before: object, limit: object = None
+) -> tuple[list[SettledTree], list[KeptTree]]:
+    """The settled trees (at most ``limit``) and every tree kept before the last of them."""
+    settled: list[SettledTree] = []
+    kept: list[KeptTree] = []
+    for verdict in judged_trees(runtime, settled_before=settled_before, limit=limit):
+        if isinstance(verdict, SettledTree):
+            settled.append(verdict)
         else:
             kept.append(verdict)
     return settled, kept

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from runledger.domain.errors import RestoreRefusedError, RunArchivedError
-from runledger.domain.records import ArchivedTree
+from runledger.domain.records import PrunedTree
 from runledger.domain.run_tree_archives import RunTreeArchive
 from runledger.domain.values import SYSTEM
 from runledger.infrastructure import open_store
@@ -50,7 +50,7 @@ def answers(store: WorkflowStore) -> dict[str, Any]:
 
 
 @pytest.fixture
-def pruned(store: WorkflowStore, tmp_path: Path) -> tuple[ArchivedTree, dict[str, Any]]:
+def pruned(store: WorkflowStore, tmp_path: Path) -> tuple[PrunedTree, dict[str, Any]]:
     """Three trees of one session, the middle one pruned; its answers from before."""
     lived(store, "before", pending=True)
     lived(store, "middle")
@@ -65,7 +65,7 @@ def pruned(store: WorkflowStore, tmp_path: Path) -> tuple[ArchivedTree, dict[str
 
 
 def test_a_restored_tree_answers_every_query_as_before_the_prune(
-    store: WorkflowStore, runtime: StoreRuntime, pruned: tuple[ArchivedTree, dict[str, Any]]
+    store: WorkflowStore, runtime: StoreRuntime, pruned: tuple[PrunedTree, dict[str, Any]]
 ) -> None:
     archived, before = pruned
 
@@ -92,7 +92,7 @@ def test_a_restored_tree_answers_every_query_as_before_the_prune(
 def test_a_restored_tree_takes_commands_and_can_be_pruned_again(
     store: WorkflowStore,
     runtime: StoreRuntime,
-    pruned: tuple[ArchivedTree, dict[str, Any]],
+    pruned: tuple[PrunedTree, dict[str, Any]],
     tmp_path: Path,
 ) -> None:
     archived, _ = pruned
@@ -117,7 +117,7 @@ def test_a_restored_tree_takes_commands_and_can_be_pruned_again(
 
 
 def test_the_same_bundle_is_not_restored_twice(
-    store: WorkflowStore, pruned: tuple[ArchivedTree, dict[str, Any]]
+    store: WorkflowStore, pruned: tuple[PrunedTree, dict[str, Any]]
 ) -> None:
     archived, _ = pruned
     store.restore_runs(archived.bundle)
@@ -140,7 +140,7 @@ def test_a_bundle_of_a_live_tree_is_refused(store: WorkflowStore, tmp_path: Path
 
 
 def test_a_bundle_that_does_not_verify_is_refused(
-    store: WorkflowStore, pruned: tuple[ArchivedTree, dict[str, Any]], tmp_path: Path
+    store: WorkflowStore, pruned: tuple[PrunedTree, dict[str, Any]], tmp_path: Path
 ) -> None:
     archived, _ = pruned
     tampered = tmp_path / "tampered.jsonl"
@@ -161,7 +161,7 @@ def test_a_bundle_that_does_not_match_its_tombstone_is_refused(
     store: WorkflowStore,
     runtime: StoreRuntime,
     clock: FakeClock,
-    pruned: tuple[ArchivedTree, dict[str, Any]],
+    pruned: tuple[PrunedTree, dict[str, Any]],
     tmp_path: Path,
 ) -> None:
     archived, _ = pruned
@@ -198,7 +198,7 @@ def test_a_bundle_that_does_not_match_its_tombstone_is_refused(
 def test_another_store_sees_the_restored_tree(
     store: WorkflowStore,
     second_store: WorkflowStore,
-    pruned: tuple[ArchivedTree, dict[str, Any]],
+    pruned: tuple[PrunedTree, dict[str, Any]],
 ) -> None:
     archived, before = pruned
     with pytest.raises(RunArchivedError):
