@@ -20,6 +20,9 @@ from runledger.infrastructure.store import WorkflowStore
 from tests.integration.test_prune import finished, lived
 from tests.support.prune_crash import CUTOFF, STEPS
 
+# Processes killed or racing: a fault test, run by CI with -m slow.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -14,6 +14,9 @@ from tests.integration.test_prune import finished, lived
 from tests.support.prune_crash import CUTOFF
 from tests.support.restore_race import restore_process
 
+# Processes killed or racing: a fault test, run by CI with -m slow.
+pytestmark = pytest.mark.slow
+
 TRIALS = 5
 
 
