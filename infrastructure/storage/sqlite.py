@@ -24,6 +24,7 @@ from eventsourcing.sqlite import (
     SQLiteDatastore,
 )
 
+from runledger.domain.errors import StorageUnavailableError
 from runledger.domain.ports import LogEntry
 from runledger.infrastructure.commits.group_commit import GroupCommit
 from runledger.infrastructure.commits.ports import ArchivedAggregateError, Fence, SameCommit
@@ -191,6 +192,16 @@ class SQLiteEventRecorder(SqlLogQueries, SQLiteApplicationRecorder):
             if ARCHIVED_MESSAGE in str(error):
                 raise ArchivedAggregateError(str(error)) from error
             raise
+        except PersistenceOperationalError as error:
+            if "locked" not in str(error):
+                raise
+            # Another connection held the file's write lock past the busy timeout: the store
+            # cannot serve the command now (retryable, exit 3), nothing was written.
+            raise StorageUnavailableError(
+                "the file's write lock was held by another writer too long",
+                self.datastore.pool.db_name,
+                str(error),
+            ) from error
 
     def _write_once(
         self,

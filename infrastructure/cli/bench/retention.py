@@ -26,13 +26,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Final
 
+from runledger.domain.errors import StorageUnavailableError
 from runledger.domain.values import Actor
 from runledger.infrastructure.cli.bench.runner import BenchResult, bench_backend
 from runledger.infrastructure.cli.bench.storage import disk_bytes
 from runledger.infrastructure.cli.compaction import compact_store
 from runledger.infrastructure.cli.generated_history import HistoryGenerator
 from runledger.infrastructure.runtime import open_runtime
-from runledger.infrastructure.store import open_store
+from runledger.infrastructure.store import WorkflowStore, open_store
 
 PRUNE_EVENTS: Final = 1_000_000
 PRUNE_TREES: Final = 10_000
@@ -66,6 +67,7 @@ def prune_rate(url: str, *, events: int, trees: int) -> BenchResult:
         store.bind_origin_session(_LIVE_RUN, _LIVE_SESSION)
     before = disk_bytes(url)
     latencies: list[float] = []
+    refused: list[str] = []
     with tempfile.TemporaryDirectory(prefix="runledger-prune-") as folder:
         child = subprocess.Popen(  # noqa: S603 - our own module, with the URL given to us
             [sys.executable, "-m", MODULE, "--prune", url, folder, str(trees)],
@@ -73,7 +75,7 @@ def prune_rate(url: str, *, events: int, trees: int) -> BenchResult:
             text=True,
             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
         )
-        commands = threading.Thread(target=_queue_until, args=(url, child, latencies))
+        commands = threading.Thread(target=_queue_until, args=(url, child, latencies, refused))
         commands.start()
         output, _ = child.communicate()
         commands.join()
@@ -92,8 +94,9 @@ def prune_rate(url: str, *, events: int, trees: int) -> BenchResult:
         "R1",
         f"prune {figures['trees']:,} settled trees ({figures['events']:,} of {events:,} events, "
         f"{rate:,.0f} events/s, peak RSS {peak:.0f} MB) while {len(latencies):,} follow-ups "
-        f"were queued (p99 {p99 * 1000:.1f} ms); database {_megabytes(before)} -> "
-        f"{_megabytes(after)}, {_megabytes(compacted)} compacted",
+        f"were queued (p99 {p99 * 1000:.1f} ms, {len(refused)} refused as unavailable); "
+        f"database {_megabytes(before)} -> {_megabytes(after)}, "
+        f"{_megabytes(compacted)} compacted",
         peak,
         "MB",
         None,
@@ -103,21 +106,32 @@ def prune_rate(url: str, *, events: int, trees: int) -> BenchResult:
     )
 
 
-def _queue_until(url: str, child: subprocess.Popen[str], latencies: list[float]) -> None:
+def _queue_until(
+    url: str, child: subprocess.Popen[str], latencies: list[float], refused: list[str]
+) -> None:
     with open_store(url) as store:
         number = 0
         while child.poll() is None:
             number += 1
             started = time.perf_counter()
-            store.queue_follow_up(
-                _LIVE_RUN,
-                request_id=f"meanwhile-{number}",
-                target_session_id=_LIVE_SESSION,
-                actor=Actor("session", _LIVE_SESSION),
-                source="pi-session",
-                prompt=f"Meanwhile {number}: keep going.",
-            )
+            try:
+                _queue(store, number)
+            except StorageUnavailableError as error:
+                # A command refused while the prune held the store (retryable): counted.
+                refused.append(error.code)
+                continue
             latencies.append(time.perf_counter() - started)
+
+
+def _queue(store: WorkflowStore, number: int) -> None:
+    store.queue_follow_up(
+        _LIVE_RUN,
+        request_id=f"meanwhile-{number}",
+        target_session_id=_LIVE_SESSION,
+        actor=Actor("session", _LIVE_SESSION),
+        source="pi-session",
+        prompt=f"Meanwhile {number}: keep going.",
+    )
 
 
 def _p99(latencies: list[float]) -> float:
