@@ -66,7 +66,10 @@ def check_cutoff(settled_before: object) -> datetime:
 def run_trees(runtime: StoreRuntime) -> Iterator[tuple[list[RunSummary], int]]:
     """Each run tree's runs as the runs list shows them (its root first), trees in their
     roots' creation order; with the log position the list had reached before its runs
-    were read (a run created in the tree after it is not among them)."""
+    were read (a run created in the tree after it is not among them).
+
+    A prune removes trees between two pages, so the next page starts after the last run of
+    this one that is still listed (a kept tree's), or where this page started if none is."""
     reader = runtime.reader(runs_model.RunsProjection.name)
     after: str | None = None
     while True:
@@ -77,7 +80,9 @@ def run_trees(runtime: StoreRuntime) -> Iterator[tuple[list[RunSummary], int]]:
                 yield [summary, *_descendants(runtime, summary.run_id)], listed_at
         if page.next_after is None:
             return
-        after = page.next_after
+        still = runs_model.runs_by_id(reader, [run.run_id for run in page.runs])
+        if still:
+            after = still[-1].run_id
 
 
 def _runs_position(runtime: StoreRuntime) -> int:

@@ -14,6 +14,7 @@ from runledger.domain.errors import RunArchivedError, RunNotFoundError, Workflow
 from runledger.domain.records import PruneReport
 from runledger.infrastructure import verify_bundle
 from runledger.infrastructure.audit import prune as prune_module
+from runledger.infrastructure.audit import retention
 from runledger.infrastructure.runtime import StoreRuntime
 from runledger.infrastructure.store import WorkflowStore, open_store
 from runledger.infrastructure.views import rebuild as rebuild_module
@@ -395,3 +396,24 @@ def test_bad_arguments_are_refused_and_nothing_is_written(
 
     assert store.event_log() == log
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_prune_pages_through_runs_it_removes_as_it_goes(
+    store: WorkflowStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Pages of two runs: the run a page ends with is often pruned before the next page.
+    monkeypatch.setattr(retention, "_PAGE", 2)
+    for number in range(7):
+        if number in (2, 5):
+            store.create_run(f"live-{number}", workflow_name="review", input={})
+        else:
+            finished(store, f"settled-{number}")
+            finished(store, f"settled-{number}-child", parent_run_id=f"settled-{number}")
+
+    report = prune(store, tmp_path)
+
+    assert [tree.root_run_id for tree in report.archived] == [
+        f"settled-{number}" for number in (0, 1, 3, 4, 6)
+    ]
+    assert [tree.root_run_id for tree in report.kept] == ["live-2", "live-5"]
+    assert [run.run_id for run in store.list_runs().runs] == ["live-2", "live-5"]
