@@ -84,18 +84,15 @@ def prune_runs(
     limit: object = None,
     dry_run: object = False,
     progress: TreeProgress | None = None,
-    planned: Callable[[int], None] | None = None,
 ) -> PruneReport:
     """Archive and prune the settled run trees (at most ``limit``), or with ``dry_run`` only
-    say which would go; ``planned`` hears how many trees a dry run found settled."""
+    say which would go."""
     cutoff = check_cutoff(settled_before)
     # Absolute: the tombstone records where the bundle went, for whoever reads it later.
     folder = archive_folder(archive).resolve()
     dry = check_flag("dry_run", dry_run)
     if dry:
         settled, kept = plan_prune(runtime, settled_before=cutoff, limit=limit)
-        if planned is not None:
-            planned(len(settled))
         prunable = [
             PrunableTree(root_run_id=tree.root_run_id, run_ids=tree.run_ids, events=tree.events)
             for tree in settled

@@ -16,10 +16,9 @@ from rich.table import Table
 
 from runledger.domain.errors import InvalidCutoffTextError
 from runledger.domain.records import PruneReport, RestoredTree
-from runledger.infrastructure.audit.prune import prune_runs
 from runledger.infrastructure.audit.retention import archive_folder
 from runledger.infrastructure.runtime import StoreRuntime
-from runledger.infrastructure.telemetry import COMMAND_SPAN, TELEMETRY
+from runledger.infrastructure.store import WorkflowStore
 
 _DAYS: Final = re.compile(r"([0-9]{1,6})d")
 
@@ -49,7 +48,7 @@ def prune(
     dry_run: bool,
     quiet: bool,
 ) -> PruneReport:
-    """``prune_runs`` with a bar of the trees done out of those found settled."""
+    """``prune_runs`` with a bar of the trees done."""
     # Refused before the bar is drawn: a bad folder is one error line, nothing else.
     archive_folder(archive)
     columns = (
@@ -60,20 +59,13 @@ def prune(
     )
     with Progress(*columns, console=err, transient=False, disable=quiet or dry_run) as progress:
         task = progress.add_task("trees", total=None)
-        return TELEMETRY.call(
-            COMMAND_SPAN,
-            "prune_runs",
-            runtime,
-            None,
-            lambda: prune_runs(
-                runtime,
-                settled_before=settled_before,
-                archive=archive,
-                limit=limit,
-                dry_run=dry_run,
-                progress=lambda done: progress.advance(task, done),
-                planned=lambda trees: progress.update(task, total=trees),
-            ),
+        # Trees are judged as the prune reaches them, so the bar counts without a total.
+        return WorkflowStore(runtime).prune_runs(
+            settled_before=settled_before,
+            archive=archive,
+            limit=limit,
+            dry_run=dry_run,
+            progress=lambda done: progress.advance(task, done),
         )
 
 

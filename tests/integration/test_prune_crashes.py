@@ -26,19 +26,6 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(
-    params=[
-        pytest.param("sqlite", id="sqlite"),
-        pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgres),
-    ]
-)
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'store.db'}"
-    address: str = request.getfixturevalue("postgres_store_url")
-    return address
-
-
 def trees(store: WorkflowStore) -> None:
     lived(store, "first")
     finished(store, "second")
@@ -65,8 +52,9 @@ def wire_names(store: WorkflowStore) -> list[str]:
 
 @pytest.mark.parametrize("step", STEPS)
 def test_a_prune_killed_at_a_step_leaves_the_tree_whole_or_gone_and_the_rerun_finishes(
-    url: str, tmp_path: Path, step: str
+    durable_url: str, tmp_path: Path, step: str
 ) -> None:
+    url = durable_url
     archive = tmp_path / "archive"
     archive.mkdir()
     with open_store(url) as store:

@@ -20,20 +20,10 @@ pytestmark = pytest.mark.slow
 TRIALS = 5
 
 
-@pytest.fixture(
-    params=[
-        pytest.param("sqlite", id="sqlite"),
-        pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgres),
-    ]
-)
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'store.db'}"
-    address: str = request.getfixturevalue("postgres_store_url")
-    return address
-
-
-def test_two_processes_restoring_one_bundle_restore_it_once(url: str, tmp_path: Path) -> None:
+def test_two_processes_restoring_one_bundle_restore_it_once(
+    durable_url: str, tmp_path: Path
+) -> None:
+    url = durable_url
     context = multiprocessing.get_context("spawn")
     with open_store(url) as store:
         lived(store, "tree")
