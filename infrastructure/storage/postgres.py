@@ -1181,6 +1181,27 @@ class PostgresStorage(RecorderBackedStorage[PostgresEventRecorder, PostgresSnaps
                 ):
                     conn.execute("ROLLBACK")
 
+    @contextmanager
+    def _held_transaction(self) -> Iterator[Cursor[DictRow]]:
+        """A transaction of its own on a held connection (retention's removal and restore):
+        begun here, committed by the block (``_commit``), rolled back if the block raises."""
+        with self.datastore.holding() as conn, conn.cursor() as curs:
+            try:
+                curs.execute(b"BEGIN")
+                yield curs
+            except BaseException:
+                if conn.info.transaction_status in (
+                    TransactionStatus.INTRANS,
+                    TransactionStatus.INERROR,
+                ):
+                    conn.execute("ROLLBACK")
+                raise
+
+    def _commit(self, curs: Cursor[DictRow], positions: list[int]) -> None:
+        """Commit, then note the commit's WAL position for read-your-writes."""
+        curs.execute(b"COMMIT")
+        self.datastore.committed(curs.execute(WAL_AFTER_COMMIT).fetchone(), positions)
+
     def remove_tree(self, removal: TreeRemoval, write_views: ViewsWrite) -> int:
         """Remove a pruned tree in one transaction (``storage.archived``); returns the
         tombstone's position.
@@ -1199,91 +1220,79 @@ class PostgresStorage(RecorderBackedStorage[PostgresEventRecorder, PostgresSnaps
         ids = list(removal.versions)
         keys = aggregate_lock_keys(events.channel_name, ids)
         # Held: the read models' reads (``write_views``) run in this transaction too.
-        with self.datastore.holding() as conn, conn.cursor() as curs:
+        with self._held_transaction() as curs:
+            if len(keys) <= MAX_AGGREGATE_LOCKS:
+                curs.execute(LOCK_AGGREGATES, (keys,))
+            curs.execute(BEGIN_WIDE_WRITE, (events.writer_lock_key, events.channel_name))
+            tombstone = removal.tombstone
+            run_id, lookup_key = index_columns(tombstone)
+            curs.execute(
+                SQL(
+                    "INSERT INTO {0} (originator_id, originator_version, topic, state, "
+                    "run_id, lookup_key) VALUES (%s, %s, %s, %s, %s, %s) RETURNING position"
+                ).format(table),
+                (
+                    as_uuid(tombstone.originator_id),
+                    tombstone.originator_version,
+                    tombstone.topic,
+                    tombstone.state,
+                    run_id,
+                    lookup_key,
+                ),
+            )
+            position: int = _first(curs)
+            curs.execute(
+                SQL("SELECT COALESCE(MAX(position), 0) FROM {0} WHERE position < %s").format(table),
+                (position,),
+            )
+            head: int = _first(curs)
+            curs.execute(
+                SQL(
+                    "SELECT originator_id, MAX(originator_version) AS version FROM {0} "
+                    "WHERE run_id = ANY(%s) AND topic <> ALL(%s) GROUP BY originator_id"
+                ).format(table),
+                (list(removal.run_ids), list(TOMBSTONE_TOPICS)),
+            )
+            found = {row["originator_id"]: row["version"] for row in curs.fetchall()}
+            if not same_tree(found, removal):
+                raise TreeChangedError()
+            curs.execute(
+                SQL(
+                    "SELECT 1 FROM {0} WHERE position > %s AND topic = %s "
+                    "AND NOT run_id = ANY(%s) "
+                    "AND convert_from(state, 'UTF8')::jsonb ->> 'root_run_id' = %s LIMIT 1"
+                ).format(table),
+                (removal.judged_at, CREATED_TOPIC, list(removal.run_ids), removal.root_run_id),
+            )
+            if curs.fetchone() is not None:
+                raise TreeChangedError()
+            curs.execute(
+                SQL(
+                    "INSERT INTO {0} (aggregate_id, archive_id) "
+                    "SELECT unnest(%s::uuid[]), %s ON CONFLICT (aggregate_id) "
+                    "DO UPDATE SET archive_id = EXCLUDED.archive_id"
+                ).format(guard),
+                (ids, removal.archive_id),
+            )
+            curs.execute(
+                SQL("DELETE FROM {0} WHERE originator_id = ANY(%s::uuid[])").format(table),
+                (ids,),
+            )
+            if curs.rowcount != removal.events:
+                raise TreeChangedError()
+            curs.execute(
+                SQL("DELETE FROM {0} WHERE originator_id = ANY(%s::uuid[])").format(snapshots),
+                (ids,),
+            )
             try:
-                curs.execute(b"BEGIN")
-                if len(keys) <= MAX_AGGREGATE_LOCKS:
-                    curs.execute(LOCK_AGGREGATES, (keys,))
-                curs.execute(BEGIN_WIDE_WRITE, (events.writer_lock_key, events.channel_name))
-                tombstone = removal.tombstone
-                run_id, lookup_key = index_columns(tombstone)
-                curs.execute(
-                    SQL(
-                        "INSERT INTO {0} (originator_id, originator_version, topic, state, "
-                        "run_id, lookup_key) VALUES (%s, %s, %s, %s, %s, %s) RETURNING position"
-                    ).format(table),
-                    (
-                        as_uuid(tombstone.originator_id),
-                        tombstone.originator_version,
-                        tombstone.topic,
-                        tombstone.state,
-                        run_id,
-                        lookup_key,
-                    ),
-                )
-                position: int = _first(curs)
-                curs.execute(
-                    SQL("SELECT COALESCE(MAX(position), 0) FROM {0} WHERE position < %s").format(
-                        table
-                    ),
-                    (position,),
-                )
-                head: int = _first(curs)
-                curs.execute(
-                    SQL(
-                        "SELECT originator_id, MAX(originator_version) AS version FROM {0} "
-                        "WHERE run_id = ANY(%s) AND topic <> ALL(%s) GROUP BY originator_id"
-                    ).format(table),
-                    (list(removal.run_ids), list(TOMBSTONE_TOPICS)),
-                )
-                found = {row["originator_id"]: row["version"] for row in curs.fetchall()}
-                if not same_tree(found, removal):
-                    raise TreeChangedError()
-                curs.execute(
-                    SQL(
-                        "SELECT 1 FROM {0} WHERE position > %s AND topic = %s "
-                        "AND NOT run_id = ANY(%s) "
-                        "AND convert_from(state, 'UTF8')::jsonb ->> 'root_run_id' = %s LIMIT 1"
-                    ).format(table),
-                    (removal.judged_at, CREATED_TOPIC, list(removal.run_ids), removal.root_run_id),
-                )
-                if curs.fetchone() is not None:
-                    raise TreeChangedError()
-                curs.execute(
-                    SQL(
-                        "INSERT INTO {0} (aggregate_id, archive_id) "
-                        "SELECT unnest(%s::uuid[]), %s ON CONFLICT (aggregate_id) "
-                        "DO UPDATE SET archive_id = EXCLUDED.archive_id"
-                    ).format(guard),
-                    (ids, removal.archive_id),
-                )
-                curs.execute(
-                    SQL("DELETE FROM {0} WHERE originator_id = ANY(%s::uuid[])").format(table),
-                    (ids,),
-                )
-                if curs.rowcount != removal.events:
-                    raise TreeChangedError()
-                curs.execute(
-                    SQL("DELETE FROM {0} WHERE originator_id = ANY(%s::uuid[])").format(snapshots),
-                    (ids,),
-                )
-                try:
-                    written = write_views(curs, head, position)
-                except psycopg.Error as error:
-                    if error.sqlstate != MOVED_SQLSTATE:
-                        raise
-                    written = False
-                if not written:
-                    raise ViewsMovedError()
-                curs.execute(b"COMMIT")
-                self.datastore.committed(curs.execute(WAL_AFTER_COMMIT).fetchone(), [position])
-            except BaseException:
-                if conn.info.transaction_status in (
-                    TransactionStatus.INTRANS,
-                    TransactionStatus.INERROR,
-                ):
-                    conn.execute("ROLLBACK")
-                raise
+                written = write_views(curs, head, position)
+            except psycopg.Error as error:
+                if error.sqlstate != MOVED_SQLSTATE:
+                    raise
+                written = False
+            if not written:
+                raise ViewsMovedError()
+            self._commit(curs, [position])
         return position
 
     def restore_tree(self, restoral: TreeRestoral) -> list[int]:
@@ -1300,36 +1309,26 @@ class PostgresStorage(RecorderBackedStorage[PostgresEventRecorder, PostgresSnaps
         ids = restoral.aggregate_ids
         stored = [*restoral.events, restoral.restored]
         indexes = [index_columns(s) for s in stored]
-        with self.datastore.holding() as conn, conn.cursor() as curs:
-            try:
-                curs.execute(b"BEGIN")
-                curs.execute(BEGIN_WIDE_WRITE, (events.writer_lock_key, events.channel_name))
-                curs.execute(
-                    SQL(
-                        "DELETE FROM {0} WHERE archive_id = %s AND aggregate_id = ANY(%s::uuid[])"
-                    ).format(guard),
-                    (restoral.archive_id, ids),
-                )
-                if curs.rowcount != len(ids):
-                    raise GuardMovedError()
-                curs.execute(
-                    events.insert_events_statement,
-                    [
-                        *stored_event_arrays(stored),
-                        [run_id for run_id, _ in indexes],
-                        [lookup_key for _, lookup_key in indexes],
-                    ],
-                )
-                positions = sorted(row["notification_id"] for row in curs.fetchall())
-                curs.execute(b"COMMIT")
-                self.datastore.committed(curs.execute(WAL_AFTER_COMMIT).fetchone(), positions)
-            except BaseException:
-                if conn.info.transaction_status in (
-                    TransactionStatus.INTRANS,
-                    TransactionStatus.INERROR,
-                ):
-                    conn.execute("ROLLBACK")
-                raise
+        with self._held_transaction() as curs:
+            curs.execute(BEGIN_WIDE_WRITE, (events.writer_lock_key, events.channel_name))
+            curs.execute(
+                SQL(
+                    "DELETE FROM {0} WHERE archive_id = %s AND aggregate_id = ANY(%s::uuid[])"
+                ).format(guard),
+                (restoral.archive_id, ids),
+            )
+            if curs.rowcount != len(ids):
+                raise GuardMovedError()
+            curs.execute(
+                events.insert_events_statement,
+                [
+                    *stored_event_arrays(stored),
+                    [run_id for run_id, _ in indexes],
+                    [lookup_key for _, lookup_key in indexes],
+                ],
+            )
+            positions = sorted(row["notification_id"] for row in curs.fetchall())
+            self._commit(curs, positions)
         return positions
 
     def archived_by(self, aggregate_id: UUID) -> UUID | None:
