@@ -184,12 +184,21 @@ class _ArrayRowsDatastore(PostgresDatastore):
         # outage grows the pool afresh rather than waiting out the pool's doubling back-off.
         self.pool.reconnect_timeout = max(2.0 * settings.pool_timeout, settings.connect_timeout)
         self._held = threading.local()
-        self.written = WrittenPositions()
+        self.written = WrittenPositions(self._read_lsn)
         """Where this store's commits lie, in the WAL and in the log (read-your-writes)."""
+        self.reads_wal_at_commit = bool(settings.replica_url)
+        """Whether a commit reads its WAL position at once (a store that reads replicas
+        needs it for nearly every query), or leaves it to the next ``written.current``."""
 
     def committed(self, wal_row: Any, positions: Sequence[int]) -> None:
-        """Note a commit: its row of ``WAL_AFTER_COMMIT`` and the positions its events took."""
-        self.written.advance(lsn_of(wal_row), max(positions, default=0))
+        """Note a commit: its row of ``WAL_AFTER_COMMIT`` (None: not read) and the positions
+        its events took."""
+        lsn = None if wal_row is None else lsn_of(wal_row)
+        self.written.advance(lsn, max(positions, default=0))
+
+    def _read_lsn(self) -> int:
+        with self.get_connection() as connection:
+            return lsn_of(connection.execute(WAL_AFTER_COMMIT).fetchone())
 
     @contextmanager
     def reading_on(self, connection: Connection[DictRow]) -> Iterator[None]:
@@ -668,12 +677,16 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
             positions: list[int] = row["positions"]
             # Where the commit lies in the WAL, for replica reads: read after it, never in
             # the call (that would be short of the commit record).
-            if begun:
+            wal_row = None
+            if begun and self.datastore.reads_wal_at_commit:
                 curs.execute(COMMIT_THEN_WAL, prepare=False)
                 curs.nextset()
-            else:
-                curs.execute(WAL_AFTER_COMMIT)
-            self.datastore.committed(curs.fetchone(), positions)
+                wal_row = curs.fetchone()
+            elif begun:
+                curs.execute(b"COMMIT")
+            elif self.datastore.reads_wal_at_commit:
+                wal_row = curs.execute(WAL_AFTER_COMMIT).fetchone()
+            self.datastore.committed(wal_row, positions)
         if (
             first is not None
             and not row["written"]
