@@ -42,6 +42,7 @@ from runledger.infrastructure.commits.ports import Fence, IndexFence, SameCommit
 from runledger.infrastructure.databases import (
     MOVED_SQLSTATE,
     CommitRows,
+    pipelined,
     psycopg_cause,
 )
 from runledger.infrastructure.storage.base import (
@@ -394,7 +395,11 @@ COMMIT_FUNCTION: Final = (
     "p_move_slots bigint[], p_move_expected bigint[], p_move_new bigint[], p_move_states text[], "
     "p_statements text[], p_offsets integer[], p_counts integer[], p_values text[], "
     "OUT positions bigint[], OUT written boolean, OUT step_sqlstate text, OUT step_error text) "
-    "LANGUAGE plpgsql AS $$ DECLARE i integer; n integer; BEGIN "
+    "LANGUAGE plpgsql AS {body}"
+)
+"""The commit function's declaration; its body is ``COMMIT_FUNCTION_BODY``."""
+COMMIT_FUNCTION_BODY: Final = (
+    " DECLARE i integer; n integer; BEGIN "
     # Aggregates first, in the one order (``fenced_lock_keys``), then the log's writer lock
     # and the NOTIFY; a batch too wide to lock its aggregates takes the writer lock alone.
     "IF p_wide THEN PERFORM pg_advisory_xact_lock(p_writer_key); ELSE "
@@ -433,16 +438,12 @@ COMMIT_FUNCTION: Final = (
     # A failed step rolls back to before it (a subtransaction, as a savepoint): the events
     # commit alone and the read models catch up from the log.
     "EXCEPTION WHEN OTHERS THEN step_sqlstate := SQLSTATE; step_error := SQLERRM; END; "
-    "END IF; END $$"
+    "END IF; END "
 )
 """One command's commit as one call: its locks in the fixed order, the NOTIFY, the insert
 (positions drawn by the server, gap-safe as ever: the writer lock is held from before they
 are drawn), its fences, and the read-model step's tracking moves and view writes behind a
 subtransaction; it returns the positions and whether the step's writes stand."""
-
-COMMIT_THEN_WAL: Final = b"COMMIT; " + WAL_AFTER_COMMIT
-"""A held transaction's end and its ``WAL_AFTER_COMMIT`` in one trip (simple protocol: no
-parameters, never prepared)."""
 
 SETTLE_WAIT_SECONDS: Final = 1.0
 """How long a log query waits for the writers open when it starts before it stops its page
@@ -515,13 +516,18 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
                 "RAISE EXCEPTION 'an index fence of the insert is broken' "
                 f"USING ERRCODE = '{FENCE_BROKEN_SQLSTATE}'; END IF; END $$"
             ).format(schema=schema, table=table),
-            SQL(COMMIT_FUNCTION).format(
-                function=Identifier(datastore.schema, COMMIT_FUNCTION_NAME),
-                schema=schema,
-                table=table,
-                not_at_positions=Literal(NOT_AT_POSITIONS_SQLSTATE),
-            ),
         ]
+        # Its source as the server keeps it: replaced only when it differs, since every
+        # replacement makes each session that uses it compile it again.
+        self._commit_function_body = (
+            SQL(COMMIT_FUNCTION_BODY)
+            .format(schema=schema, table=table, not_at_positions=Literal(NOT_AT_POSITIONS_SQLSTATE))
+            .as_string()
+        )
+        self._install_commit_function = SQL(COMMIT_FUNCTION).format(
+            function=Identifier(datastore.schema, COMMIT_FUNCTION_NAME),
+            body=Literal(self._commit_function_body),
+        )
         self.max_notification_id_statement = SQL(
             "SELECT MAX(position) FROM {schema}.{table}"
         ).format(schema=schema, table=table)
@@ -564,6 +570,17 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
         self.channel_name = f"{datastore.schema}.{events_table_name}"
         self.writer_lock_key = writer_lock_key(self.channel_name)
         self.group = GroupCommit(self._record_pooled)
+
+    def _create_table(self, curs: Cursor[DictRow]) -> None:
+        super()._create_table(curs)
+        curs.execute(
+            "SELECT p.prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+            "WHERE n.nspname = %s AND p.proname = %s",
+            (self.datastore.schema, COMMIT_FUNCTION_NAME),
+        )
+        installed = curs.fetchone()
+        if installed is None or installed["prosrc"] != self._commit_function_body:
+            curs.execute(self._install_commit_function)
 
     def insert_events(
         self,
@@ -668,25 +685,23 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
         rows = CommitRows()
         first = expected[0] if step is not None and step.write(rows) else None
         params = self._commit_params(stored_events, fences, first, rows)
-        # Plain statements, no pipeline: for one statement a pipeline costs the client more
-        # time and the command a longer wait (its sync and flush).
-        with conn.cursor() as curs:
-            # Unheld, the call is a transaction of its own (autocommit): it commits as the
-            # call ends, on the server, without a COMMIT from here.
-            row: Any = curs.execute(self._commit_call, params).fetchone()
-            positions: list[int] = row["positions"]
-            # Where the commit lies in the WAL, for replica reads: read after it, never in
-            # the call (that would be short of the commit record).
-            wal_row = None
-            if begun and self.datastore.reads_wal_at_commit:
-                curs.execute(COMMIT_THEN_WAL, prepare=False)
-                curs.nextset()
-                wal_row = curs.fetchone()
-            elif begun:
-                curs.execute(b"COMMIT")
-            elif self.datastore.reads_wal_at_commit:
-                wal_row = curs.execute(WAL_AFTER_COMMIT).fetchone()
-            self.datastore.committed(wal_row, positions)
+        if begun:
+            row, wal_row = self._call_and_commit(conn, params)
+        else:
+            # One plain statement, no pipeline (which costs the client more time and the
+            # command a longer wait, for its sync and flush): unheld, the call is a
+            # transaction of its own (autocommit) that commits as the call ends, on the server.
+            with conn.cursor() as curs:
+                row = curs.execute(self._commit_call, params).fetchone()
+                # Where the commit lies in the WAL, for replica reads: read after it, never
+                # in the call (that would be short of the commit record).
+                wal_row = (
+                    curs.execute(WAL_AFTER_COMMIT).fetchone()
+                    if self.datastore.reads_wal_at_commit
+                    else None
+                )
+        positions: list[int] = row["positions"]
+        self.datastore.committed(wal_row, positions)
         if (
             first is not None
             and not row["written"]
@@ -696,6 +711,28 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
                 "read models not written with the events (%s); they catch up", row["step_error"]
             )
         return positions, bool(row["written"])
+
+    def _call_and_commit(self, conn: Connection[DictRow], params: list[Any]) -> tuple[Any, Any]:
+        """The call, COMMIT (and the WAL position after it) in one round trip, for a command
+        holding its aggregates: other writers of them wait for its lock, so its commit must
+        not wait for a second trip (and the client's turn on a busy machine) too."""
+        with (
+            pipelined(
+                conn,
+                sum(map(len, params[8])) + sum(len(v) for v in params[-1] if v is not None),
+            ) as pipeline,
+            conn.cursor() as call,
+            conn.cursor() as curs,
+            conn.cursor() as wal,
+        ):
+            call.execute(self._commit_call, params)
+            curs.execute(b"COMMIT")
+            if self.datastore.reads_wal_at_commit:
+                wal.execute(WAL_AFTER_COMMIT)
+            if pipeline is not None:
+                pipeline.sync()
+            row = call.fetchone()
+            return row, wal.fetchone() if self.datastore.reads_wal_at_commit else None
 
     def _commit_params(
         self,

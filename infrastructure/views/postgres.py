@@ -45,6 +45,9 @@ _TYPES: Final = {
 }
 Query = SQL | Composed
 """What psycopg's ``execute`` takes: an identifier is wrapped in a one-part ``Composed``."""
+ROW_WRITER_PREFIX: Final = "rl_write_"
+"""The functions that write one kind of view row for the commit function, named by a digest
+of their text (``PostgresViewStore._set_statement``)."""
 MOVE_FUNCTION: Final = "runledger_move_view_slots"
 """The function that moves a page's tracking rows or raises ``MOVED_SQLSTATE``."""
 
@@ -98,6 +101,7 @@ class PostgresViewStore(SqlViewStore[Query]):
         )
         self._pinned = threading.local()
         self._set_statements: dict[tuple[str, str, tuple[str, ...]], str] = {}
+        self._made_row_writers: set[str] | None = None
         super().__init__()
         if self._function_exists():
             return
@@ -276,9 +280,11 @@ class PostgresViewStore(SqlViewStore[Query]):
             body = self._row_write(statements, kind, changed)
             # Named by its text: a table or a statement that changes makes another function,
             # so one never needs replacing under a session that has planned it.
-            name = "rl_write_" + hashlib.sha256(body.encode()).hexdigest()[:24]
+            name = ROW_WRITER_PREFIX + hashlib.sha256(body.encode()).hexdigest()[:24]
             function = Identifier(self.datastore.schema, name)
-            self._create_row_writer(name, function, body)
+            if name not in self._row_writers():
+                self._create_row_writer(name, function, body)
+                self._row_writers().add(name)
             call = self._set_statements[shape] = (
                 SQL("SELECT {}($1, $2, $3)").format(function).as_string()
             )
@@ -360,6 +366,21 @@ class PostgresViewStore(SqlViewStore[Query]):
             )
             .as_string()
         )
+
+    def _row_writers(self) -> set[str]:
+        """The row writers the schema has, read once (a process that opens a store finds
+        them all made by those before it, in one query rather than one look each)."""
+        if self._made_row_writers is None:
+            rows = self._query(
+                SQL(
+                    "SELECT p.proname FROM pg_proc p JOIN pg_namespace n "
+                    "ON n.oid = p.pronamespace "
+                    "WHERE n.nspname = %s AND starts_with(p.proname, {})"
+                ).format(Literal(ROW_WRITER_PREFIX)),
+                (self.datastore.schema,),
+            )
+            self._made_row_writers = {str(row[0]) for row in rows}
+        return self._made_row_writers
 
     def _create_row_writer(self, name: str, function: Identifier, body: str) -> None:
         """Make the function (plpgsql keeps the plan of its static statement for the
