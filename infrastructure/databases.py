@@ -65,3 +65,42 @@ def psycopg_cause(error: BaseException) -> psycopg.Error | None:
     while cause is not None and not isinstance(cause, psycopg.Error):
         cause = cause.__cause__ or cause.__context__
     return cause
+
+
+class CommitRows:
+    """A read-model step's writes gathered for the commit function (PostgreSQL's one call
+    per command) instead of sent as statements: the tracking moves as column arrays, and
+    each view write as a set statement over a slice of one flat array of text values.
+
+    A set statement reads its rows as ``$1[$2 + i * width + column]`` (1-based columns) for
+    ``i`` below ``$3``: the values array, the slice's offset, its row count.
+    """
+
+    def __init__(self) -> None:
+        self.moves: tuple[list[Any], ...] = ([], [], [], [], [])
+        self.statements: list[str] = []
+        self.offsets: list[int] = []
+        self.counts: list[int] = []
+        self.values: list[str | None] = []
+
+    def add(self, statement: str, rows: list[tuple[Any, ...]]) -> None:
+        """One set statement over ``rows`` (each of the statement's width)."""
+        self.statements.append(statement)
+        self.offsets.append(len(self.values))
+        self.counts.append(len(rows))
+        values = self.values
+        for row in rows:
+            values.extend(map(as_text, row))
+
+
+def as_text(value: Any) -> str | None:
+    """A column value as PostgreSQL reads it back exactly from text: ``repr`` of a float is
+    the shortest string that reads back to the same double."""
+    kind = type(value)
+    if kind is str or value is None:
+        return value  # type: ignore[no-any-return]
+    if kind is bool:
+        return "t" if value else "f"
+    if kind is float:
+        return repr(value)
+    return str(value)

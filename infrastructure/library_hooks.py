@@ -174,14 +174,6 @@ HOOKS: Final[tuple[LibraryHook, ...]] = (
         "database do not race on the catalogue.",
     ),
     LibraryHook(
-        PostgresApplicationRecorder,
-        "_insert_stored_events",
-        "override",
-        "infrastructure/storage/postgres.py",
-        "The log's insert takes the aggregates' locks in a fixed order, checks the fences and "
-        "sends rows as column arrays, inside runledger's pipeline.",
-    ),
-    LibraryHook(
         PostgresAggregateRecorder,
         "_insert_stored_events",
         "override",

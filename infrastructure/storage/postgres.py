@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import threading
 import time
@@ -44,7 +45,12 @@ from runledger.infrastructure.commits.ports import (
     SameCommit,
     VersionFence,
 )
-from runledger.infrastructure.databases import MOVED_SQLSTATE, pipelined, psycopg_cause
+from runledger.infrastructure.databases import (
+    MOVED_SQLSTATE,
+    CommitRows,
+    pipelined,
+    psycopg_cause,
+)
 from runledger.infrastructure.storage.archived import (
     ARCHIVED_MESSAGE,
     ARCHIVED_SQLSTATE,
@@ -200,12 +206,21 @@ class _ArrayRowsDatastore(PostgresDatastore):
         # outage grows the pool afresh rather than waiting out the pool's doubling back-off.
         self.pool.reconnect_timeout = max(2.0 * settings.pool_timeout, settings.connect_timeout)
         self._held = threading.local()
-        self.written = WrittenPositions()
+        self.written = WrittenPositions(self._read_lsn)
         """Where this store's commits lie, in the WAL and in the log (read-your-writes)."""
+        self.reads_wal_at_commit = bool(settings.replica_url)
+        """Whether a commit reads its WAL position at once (a store that reads replicas
+        needs it for nearly every query), or leaves it to the next ``written.current``."""
 
     def committed(self, wal_row: Any, positions: Sequence[int]) -> None:
-        """Note a commit: its row of ``WAL_AFTER_COMMIT`` and the positions its events took."""
-        self.written.advance(lsn_of(wal_row), max(positions, default=0))
+        """Note a commit: its row of ``WAL_AFTER_COMMIT`` (None: not read) and the positions
+        its events took."""
+        lsn = None if wal_row is None else lsn_of(wal_row)
+        self.written.advance(lsn, max(positions, default=0))
+
+    def _read_lsn(self) -> int:
+        with self.get_connection() as connection:
+            return lsn_of(connection.execute(WAL_AFTER_COMMIT).fetchone())
 
     @contextmanager
     def reading_on(self, connection: Connection[DictRow]) -> Iterator[None]:
@@ -385,53 +400,91 @@ def fenced_lock_keys(
 
 
 LOCK_AGGREGATES: Final = "SELECT pg_advisory_xact_lock(k) FROM unnest(%s::bigint[]) AS k"
-BEGIN_WRITE: Final = (
-    "SELECT pg_advisory_xact_lock_shared(%s), pg_notify(%s, '') FROM "
-    "(SELECT count(pg_advisory_xact_lock(k)) FROM unnest(%s::bigint[]) AS k) AS aggregates"
-)
-"""A writer's aggregate locks, one by one in the array's (sorted) order, then the log's writer
-lock shared, and the NOTIFY that wakes followers at its commit."""
-BEGIN_FENCED_WRITE: Final = (
-    "SELECT pg_advisory_xact_lock_shared(%s), pg_notify(%s, '') FROM (SELECT count("
-    "CASE WHEN s THEN pg_advisory_xact_lock_shared(k) ELSE pg_advisory_xact_lock(k) END) "
-    "FROM unnest(%s::bigint[], %s::boolean[]) AS a(k, s)) AS aggregates"
-)
-"""``BEGIN_WRITE`` for an insert with fences: the fenced aggregates' locks taken shared, in
-the same order. A writer of a fenced aggregate (a claim) holds its lock until it commits, so
-the fence check after the insert either sees that commit or comes before it in the log."""
+
 BEGIN_WIDE_WRITE: Final = "SELECT pg_advisory_xact_lock(%s), pg_notify(%s, '')"
-"""A batch too wide to lock its aggregates: the writer lock alone, and the NOTIFY."""
+"""The log's writer lock exclusively, and the NOTIFY: a retention write (a tree's removal or
+restore) draws its positions with no other writer open, as the commit function's wide batch
+does."""
 
 MAX_AGGREGATE_LOCKS: Final = 64
 """Most aggregate locks one transaction takes (PostgreSQL's default max_locks_per_transaction):
 each uses a slot of the server's shared lock table."""
 
 
-SAME_COMMIT_SAVEPOINT: Final = b"SAVEPOINT runledger_same_commit"
-SAME_COMMIT_RELEASE: Final = b"RELEASE SAVEPOINT runledger_same_commit"
-SAME_COMMIT_ROLLBACK: Final = b"ROLLBACK TO SAVEPOINT runledger_same_commit"
-
 NOT_AT_POSITIONS_SQLSTATE: Final = "RLPM2"
 """The SQLSTATE of the check that a command's events took the positions it projected."""
 FENCE_BROKEN_SQLSTATE: Final = "RLFN1"
 """The SQLSTATE of the check that an insert's fences still hold (``Fence``)."""
 
-VALUES_INSERT_EVENTS: Final = 64
-"""Batches up to this many events are inserted as rows of scalar parameters: psycopg dumps
-those in C, while the six arrays of the ``unnest`` insert cost it twice the client time."""
-
-UNPREPARED_AFTER_FAILURE: Final = 64
-"""Commands a writer runs without prepared statements after one of its pipelines failed."""
+COMMIT_FUNCTION_NAME: Final = "runledger_commit_v2"
+"""The server-side commit of one command (``COMMIT_FUNCTION``); a change of its parameters or
+results takes a new version in the name, as ``CREATE OR REPLACE`` cannot change them."""
+COMMIT_FUNCTION: Final = (
+    "CREATE OR REPLACE FUNCTION {function}("
+    "p_writer_key bigint, p_channel text, p_keys bigint[], p_shared boolean[], p_wide boolean, "
+    "p_ids uuid[], p_versions bigint[], p_topics text[], p_states bytea[], p_run_ids text[], "
+    "p_lookup_keys text[], p_fence_ids uuid[], p_fence_versions bigint[], p_fence_topics text[], "
+    "p_index_keys text[], p_index_seen jsonb, p_archived_ids uuid[], p_first bigint, "
+    "p_move_names text[], "
+    "p_move_slots bigint[], p_move_expected bigint[], p_move_new bigint[], p_move_states text[], "
+    "p_statements text[], p_offsets integer[], p_counts integer[], p_values text[], "
+    "OUT positions bigint[], OUT written boolean, OUT step_sqlstate text, OUT step_error text) "
+    "LANGUAGE plpgsql AS {body}"
+)
+"""The commit function's declaration; its body is ``COMMIT_FUNCTION_BODY``."""
+COMMIT_FUNCTION_BODY: Final = (
+    " DECLARE i integer; n integer; BEGIN "
+    # Aggregates first, in the one order (``fenced_lock_keys``), then the log's writer lock
+    # and the NOTIFY; a batch too wide to lock its aggregates takes the writer lock alone.
+    "IF p_wide THEN PERFORM pg_advisory_xact_lock(p_writer_key); ELSE "
+    "FOR i IN 1 .. coalesce(array_length(p_keys, 1), 0) LOOP "
+    "IF p_shared[i] THEN PERFORM pg_advisory_xact_lock_shared(p_keys[i]); "
+    "ELSE PERFORM pg_advisory_xact_lock(p_keys[i]); END IF; END LOOP; "
+    "PERFORM pg_advisory_xact_lock_shared(p_writer_key); END IF; "
+    "PERFORM pg_notify(p_channel, ''); "
+    # Positions drawn in the batch's order; sorted, they are that order again.
+    "WITH inserted AS (INSERT INTO {schema}.{table} "
+    "(originator_id, originator_version, topic, state, run_id, lookup_key) "
+    "SELECT e.originator_id, e.originator_version, e.topic, e.state, e.run_id, e.lookup_key "
+    "FROM unnest(p_ids, p_versions, p_topics, p_states, p_run_ids, p_lookup_keys) "
+    "WITH ORDINALITY AS e(originator_id, originator_version, topic, state, run_id, lookup_key, n) "
+    "ORDER BY e.n RETURNING position) "
+    "SELECT array_agg(position ORDER BY position) INTO positions FROM inserted; "
+    "IF coalesce(array_length(p_fence_ids, 1), 0) > 0 THEN "
+    "PERFORM {schema}.runledger_check_fences(p_fence_ids, p_fence_versions, p_fence_topics); "
+    "END IF; "
+    "FOR i IN 1 .. coalesce(array_length(p_index_keys, 1), 0) LOOP "
+    "PERFORM {schema}.runledger_check_index_fence(p_index_keys[i], ARRAY(SELECT "
+    "jsonb_array_elements_text(p_index_seen -> (i - 1))::uuid)); END LOOP; "
+    # What the commit rests on without writing it must not be pruned since it was read.
+    "IF coalesce(array_length(p_archived_ids, 1), 0) > 0 THEN "
+    "PERFORM {schema}.runledger_check_archived(p_archived_ids); END IF; "
+    "written := false; "
+    "IF p_first IS NOT NULL THEN BEGIN "
+    # The step wrote for the positions it expected: exactly those, or nothing of it.
+    "n := array_length(positions, 1); "
+    "IF positions[1] <> p_first OR positions[n] <> p_first + n - 1 THEN "
+    "RAISE EXCEPTION 'events are not at the expected positions' "
+    "USING ERRCODE = {not_at_positions}; END IF; "
+    "IF coalesce(array_length(p_move_names, 1), 0) > 0 THEN "
+    "PERFORM {schema}.runledger_move_view_slots(p_move_names, p_move_slots, p_move_expected, "
+    "p_move_new, p_move_states); END IF; "
+    "FOR i IN 1 .. coalesce(array_length(p_statements, 1), 0) LOOP "
+    "EXECUTE p_statements[i] USING p_values, p_offsets[i], p_counts[i]; END LOOP; "
+    "written := true; "
+    # A failed step rolls back to before it (a subtransaction, as a savepoint): the events
+    # commit alone and the read models catch up from the log.
+    "EXCEPTION WHEN OTHERS THEN step_sqlstate := SQLSTATE; step_error := SQLERRM; END; "
+    "END IF; END "
+)
+"""One command's commit as one call: its locks in the fixed order, the NOTIFY, the insert
+(positions drawn by the server, gap-safe as ever: the writer lock is held from before they
+are drawn), its fences, and the read-model step's tracking moves and view writes behind a
+subtransaction; it returns the positions and whether the step's writes stand."""
 
 SETTLE_WAIT_SECONDS: Final = 1.0
 """How long a log query waits for the writers open when it starts before it stops its page
 short, just below the first position that is not visible yet."""
-
-
-def _fence_arrays(fences: Sequence[Fence]) -> list[list[Any]]:
-    """The fences' conditions column by column, for ``runledger_check_fences``."""
-    conditions = fence_conditions(fences)
-    return [[c[0] for c in conditions], [c[1] for c in conditions], [c[2] for c in conditions]]
 
 
 def _lower_bound(conditions: Sequence[LogCondition]) -> int:
@@ -480,21 +533,6 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
                 index=Identifier(f"{events_table_name}_lookup_key_idx"),
                 schema=schema,
                 table=table,
-            ),
-            # The events took exactly the positions first..last the step projected for iff
-            # the last one this session drew is ``last``: every value drawn now lies above
-            # the projected ``first - 1``, and the batch draws increasing values, one a row.
-            # Reading the session's own sequence value costs no index probe, where joining
-            # the positions with the table would probe its index once a row.
-            SQL(
-                "CREATE OR REPLACE FUNCTION {schema}.runledger_check_last_position"
-                "(p_last bigint) RETURNS void LANGUAGE plpgsql AS $$ BEGIN "
-                "IF currval(pg_get_serial_sequence({qualified}, 'position')) <> p_last THEN "
-                "RAISE EXCEPTION 'events are not at the expected positions' "
-                f"USING ERRCODE = '{NOT_AT_POSITIONS_SQLSTATE}'; END IF; END $$"
-            ).format(
-                schema=schema,
-                qualified=Literal(f'"{datastore.schema}"."{events_table_name}"'),
             ),
             # Some (aggregate, version, topic) has an event of that topic after that version.
             SQL(
@@ -565,6 +603,17 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
             "ORDER BY n "
             "RETURNING position AS notification_id"
         ).format(schema=schema, table=table)
+        # Its source as the server keeps it: replaced only when it differs, since every
+        # replacement makes each session that uses it compile it again.
+        self._commit_function_body = (
+            SQL(COMMIT_FUNCTION_BODY)
+            .format(schema=schema, table=table, not_at_positions=Literal(NOT_AT_POSITIONS_SQLSTATE))
+            .as_string()
+        )
+        self._install_commit_function = SQL(COMMIT_FUNCTION).format(
+            function=Identifier(datastore.schema, COMMIT_FUNCTION_NAME),
+            body=Literal(self._commit_function_body),
+        )
         self.max_notification_id_statement = SQL(
             "SELECT MAX(position) FROM {schema}.{table}"
         ).format(schema=schema, table=table)
@@ -587,14 +636,17 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
             "WHERE c.p <= %(drawn)s AND NOT EXISTS "
             "(SELECT 1 FROM {schema}.{table} AS e WHERE e.position = c.p)"
         ).format(schema=schema, table=table)
-        # The positions this transaction's events took, in the batch's order.
-        self._select_own_positions = SQL(
-            "SELECT e.position FROM unnest(%s::uuid[], %s::bigint[]) WITH ORDINALITY "
-            "AS k(id, version, n) JOIN {schema}.{table} AS e "
-            "ON e.originator_id = k.id AND e.originator_version = k.version ORDER BY k.n"
-        ).format(schema=schema, table=table)
-        self._check_positions = SQL("SELECT {schema}.runledger_check_last_position(%s)").format(
-            schema=schema
+        self._commit_call = (
+            SQL(
+                "SELECT positions, written, step_sqlstate, step_error FROM {function}("
+                "%b, %b, %b::bigint[], %b::boolean[], %b, %b::uuid[], %b::bigint[], %b::text[], "
+                "%b::bytea[], %b::text[], %b::text[], %b::uuid[], %b::bigint[], %b::text[], "
+                "%b::text[], %b::jsonb, %b::uuid[], %b::bigint, %b::text[], %b::bigint[], "
+                "%b::bigint[], %b::bigint[], %b::text[], %b::text[], %b::integer[], %b::integer[], "
+                "%b::text[])"
+            )
+            .format(function=Identifier(datastore.schema, COMMIT_FUNCTION_NAME))
+            .as_string()
         )
         self._check_fences = SQL(
             "SELECT {schema}.runledger_check_fences(%s::uuid[], %s::bigint[], %s::text[])"
@@ -607,12 +659,18 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
         ).format(schema=schema)
         self.channel_name = f"{datastore.schema}.{events_table_name}"
         self.writer_lock_key = writer_lock_key(self.channel_name)
-        self._insert_table = SQL("{schema}.{table}").format(schema=schema, table=table)
-        self._values_inserts: dict[int, bytes] = {}
         self.group = GroupCommit(self._record_pooled)
-        self._unprepared_commands = 0
-        """Left to run unprepared since the last failed pipeline (``_prepared_as_it_pays``);
-        threads race on it harmlessly: it only picks a speed."""
+
+    def _create_table(self, curs: Cursor[DictRow]) -> None:
+        super()._create_table(curs)
+        curs.execute(
+            "SELECT p.prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+            "WHERE n.nspname = %s AND p.proname = %s",
+            (self.datastore.schema, COMMIT_FUNCTION_NAME),
+        )
+        installed = curs.fetchone()
+        if installed is None or installed["prosrc"] != self._commit_function_body:
+            curs.execute(self._install_commit_function)
 
     def insert_events(
         self,
@@ -683,13 +741,12 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
             ):
                 step = same_commit
             try:
-                positions, written = self._prepared_as_it_pays(
+                positions, written = self._call(
                     conn, stored_events, step, expected, fences, begun=begun
                 )
             except psycopg.Error as error:
                 written = False
-                self._unprepared_commands = UNPREPARED_AFTER_FAILURE
-                positions = self._after_failure(conn, error, stored_events)
+                positions = self._after_failure(conn, error)
         except BaseException:
             # Never back to the pool inside the transaction: it holds the writer lock, and
             # followers wait at its positions until it ends.
@@ -705,7 +762,7 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
             same_commit.settle(written)
         return positions
 
-    def _prepared_as_it_pays(
+    def _call(
         self,
         conn: Connection[DictRow],
         stored_events: Sequence[StoredEvent],
@@ -715,89 +772,101 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
         *,
         begun: bool,
     ) -> tuple[list[int], bool]:
-        """The pipeline, its statements prepared unless pipelines failed lately.
+        rows = CommitRows()
+        first = expected[0] if step is not None and step.write(rows) else None
+        params = self._commit_params(stored_events, fences, first, rows)
+        if begun:
+            row, wal_row = self._call_and_commit(conn, params)
+        else:
+            # One plain statement, no pipeline (which costs the client more time and the
+            # command a longer wait, for its sync and flush): unheld, the call is a
+            # transaction of its own (autocommit) that commits as the call ends, on the server.
+            with conn.cursor() as curs:
+                row = curs.execute(self._commit_call, params).fetchone()
+                # Where the commit lies in the WAL, for replica reads: read after it, never
+                # in the call (that would be short of the commit record).
+                wal_row = (
+                    curs.execute(WAL_AFTER_COMMIT).fetchone()
+                    if self.datastore.reads_wal_at_commit
+                    else None
+                )
+        positions: list[int] = row["positions"]
+        self.datastore.committed(wal_row, positions)
+        if (
+            first is not None
+            and not row["written"]
+            and row["step_sqlstate"] not in (MOVED_SQLSTATE, NOT_AT_POSITIONS_SQLSTATE)
+        ):
+            logger.error(
+                "read models not written with the events (%s); they catch up", row["step_error"]
+            )
+        return positions, bool(row["written"])
 
-        Prepared, a dozen statements are not parsed and planned again each command (a
-        third of the server's time for one writer). But psycopg takes a statement the server
-        skipped after an error as prepared, so the ROLLBACK after every failed pipeline
-        makes it forget (and deallocate) them all; where most pipelines fail, as with
-        several projecting writers at once, preparing again after each failure costs more
-        than it saves.
-        """
-        if self._unprepared_commands == 0:
-            return self._pipeline(conn, stored_events, step, expected, fences, begun=begun)
-        self._unprepared_commands -= 1
-        threshold, conn.prepare_threshold = conn.prepare_threshold, None
-        try:
-            return self._pipeline(conn, stored_events, step, expected, fences, begun=begun)
-        finally:
-            conn.prepare_threshold = threshold
-
-    def _pipeline(
-        self,
-        conn: Connection[DictRow],
-        stored_events: Sequence[StoredEvent],
-        step: SameCommit | None,
-        expected: list[int],
-        fences: Sequence[Fence],
-        *,
-        begun: bool,
-    ) -> tuple[list[int], bool]:
-        written = False
-        # An error inside a pipeline surfaces at its sync (or any statement after it); it
-        # propagates out of the pipeline block, which leaving normally would not allow.
+    def _call_and_commit(self, conn: Connection[DictRow], params: list[Any]) -> tuple[Any, Any]:
+        """The call, COMMIT (and the WAL position after it) in one round trip, for a command
+        holding its aggregates: other writers of them wait for its lock, so its commit must
+        not wait for a second trip (and the client's turn on a busy machine) too."""
         with (
-            pipelined(conn, sum(len(s.state) for s in stored_events)) as pipeline,
-            conn.cursor() as insert,
+            pipelined(
+                conn,
+                sum(map(len, params[8])) + sum(len(v) for v in params[-1] if v is not None),
+            ) as pipeline,
+            conn.cursor() as call,
             conn.cursor() as curs,
             conn.cursor() as wal,
         ):
-            if not begun:
-                curs.execute(b"BEGIN")
-            self._insert_stored_events(insert, stored_events, fences)
-            # After the insert, under the fenced aggregates' locks: a claim that committed
-            # first is seen, one in this very batch too (a group's).
-            if fences:
-                curs.execute(self._check_archived, (fenced_ids(fences),))
-            if fence_conditions(fences):
-                curs.execute(self._check_fences, _fence_arrays(fences))
-            for fence in index_fences(fences):
-                curs.execute(self._check_index_fence, (fence.lookup_key, list(fence.seen)))
-            if step is not None:
-                curs.execute(SAME_COMMIT_SAVEPOINT)
-                curs.execute(self._check_positions, (expected[-1],))
-                written = step.write(curs)
-                curs.execute(SAME_COMMIT_RELEASE)
+            call.execute(self._commit_call, params)
             curs.execute(b"COMMIT")
-            # In the same round trip: where the commit lies in the WAL, for replica reads.
-            wal.execute(WAL_AFTER_COMMIT)
+            if self.datastore.reads_wal_at_commit:
+                wal.execute(WAL_AFTER_COMMIT)
             if pipeline is not None:
                 pipeline.sync()
-            positions = [row["notification_id"] for row in insert.fetchall()]
-            self.datastore.committed(wal.fetchone(), positions)
-        return positions, written
+            row = call.fetchone()
+            return row, wal.fetchone() if self.datastore.reads_wal_at_commit else None
 
-    def _after_failure(
-        self, conn: Connection[DictRow], error: psycopg.Error, stored_events: Sequence[StoredEvent]
-    ) -> list[int]:
-        """After a failed pipeline: commit the events alone if only the step failed (its
-        savepoint exists); else roll back, and raise a conflict as ``IntegrityError``."""
-        if conn.info.transaction_status == TransactionStatus.INERROR:
-            try:
-                conn.execute(SAME_COMMIT_ROLLBACK)
-            except psycopg.Error:
-                pass  # no savepoint: the insert itself failed
-            else:
-                if error.sqlstate not in (MOVED_SQLSTATE, NOT_AT_POSITIONS_SQLSTATE):
-                    logger.error(
-                        "read models not written with the events (%s); they catch up", error
-                    )
-                with conn.cursor() as curs:
-                    curs.execute(self._select_own_positions, self._own_keys(stored_events))
-                    positions = [row["position"] for row in curs.fetchall()]
-                conn.execute(b"COMMIT")
-                self.datastore.committed(conn.execute(WAL_AFTER_COMMIT).fetchone(), positions)
-                return positions
+    def _commit_params(
+        self,
+        stored_events: Sequence[StoredEvent],
+        fences: Sequence[Fence],
+        first: int | None,
+        rows: CommitRows,
+    ) -> list[Any]:
+        """The commit function's arguments (``COMMIT_FUNCTION``), in its order."""
+        keys, shared = fenced_lock_keys(
+            self.channel_name, [s.originator_id for s in stored_events], fences
+        )
+        # A batch this wide (a bulk load, a cascade over many follow-ups) writes alone
+        # instead: every other writer holds the lock shared while it inserts.
+        wide = len(keys) > MAX_AGGREGATE_LOCKS
+        indexes = [index_columns(s) for s in stored_events]
+        conditions = fence_conditions(fences)
+        guarded = index_fences(fences)
+        return [
+            self.writer_lock_key,
+            self.channel_name,
+            [] if wide else keys,
+            [] if wide else shared,
+            wide,
+            *stored_event_arrays(stored_events),
+            [run_id for run_id, _ in indexes],
+            [lookup_key for _, lookup_key in indexes],
+            [c[0] for c in conditions],
+            [c[1] for c in conditions],
+            [c[2] for c in conditions],
+            [fence.lookup_key for fence in guarded],
+            json.dumps([[str(i) for i in fence.seen] for fence in guarded]) if guarded else None,
+            fenced_ids(fences),
+            first,
+            *rows.moves,
+            rows.statements,
+            rows.offsets,
+            rows.counts,
+            rows.values,
+        ]
+
+    def _after_failure(self, conn: Connection[DictRow], error: psycopg.Error) -> list[int]:
+        """After a failed commit call: roll back, and raise a conflict as ``IntegrityError``."""
+        if conn.info.transaction_status in (TransactionStatus.INERROR, TransactionStatus.INTRANS):
             conn.execute(b"ROLLBACK")
         if error.sqlstate == FENCE_BROKEN_SQLSTATE:
             raise FenceBrokenError(str(error)) from error
@@ -808,91 +877,6 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
             # start; like a version conflict, the command runs again holding it too.
             raise IntegrityError(str(error)) from error
         raise error
-
-    @staticmethod
-    def _own_keys(stored_events: Sequence[StoredEvent]) -> tuple[list[UUID], list[int]]:
-        return (
-            [as_uuid(s.originator_id) for s in stored_events],
-            [s.originator_version for s in stored_events],
-        )
-
-    def _insert_stored_events(
-        self,
-        curs: Cursor[DictRow],
-        stored_events: Sequence[StoredEvent],
-        fences: Sequence[Fence] = (),
-        **_: Any,
-    ) -> None:
-        # Aggregates first, in the fixed order: two writers of overlapping aggregates queue
-        # on the first one they share instead of deadlocking on each other's rows. Taken
-        # before the writer lock, so a writer waiting here holds no follower back.
-        # Registered as a writer of this log (the writer lock) before drawing positions, until
-        # commit: a follower that meets a gap waits exactly for the writers registered at that
-        # moment. The locks and the NOTIFY go as one statement; the subquery's aggregate is
-        # done, every aggregate held, before the outer row takes the writer lock.
-        keys, shared = fenced_lock_keys(
-            self.channel_name, [s.originator_id for s in stored_events], fences
-        )
-        if len(keys) > MAX_AGGREGATE_LOCKS:
-            # A batch this wide (a bulk load, a cascade over many follow-ups) writes alone
-            # instead: every other writer holds the lock shared while it inserts.
-            curs.execute(BEGIN_WIDE_WRITE, (self.writer_lock_key, self.channel_name))
-        elif any(shared):
-            curs.execute(
-                BEGIN_FENCED_WRITE, (self.writer_lock_key, self.channel_name, keys, shared)
-            )
-        else:
-            curs.execute(BEGIN_WRITE, (self.writer_lock_key, self.channel_name, keys))
-        indexes = [index_columns(s) for s in stored_events]
-        if len(stored_events) <= VALUES_INSERT_EVENTS:
-            curs.execute(
-                self._values_insert(curs, len(stored_events)),
-                [
-                    value
-                    for number, (s, (run_id, lookup_key)) in enumerate(
-                        zip(stored_events, indexes, strict=True)
-                    )
-                    for value in (
-                        as_uuid(s.originator_id),
-                        s.originator_version,
-                        s.topic,
-                        s.state,
-                        run_id,
-                        lookup_key,
-                        number,
-                    )
-                ],
-            )
-            return
-        curs.execute(
-            self.insert_events_statement,
-            [
-                *stored_event_arrays(stored_events),
-                [run_id for run_id, _ in indexes],
-                [lookup_key for _, lookup_key in indexes],
-            ],
-        )
-
-    def _values_insert(self, curs: Cursor[DictRow], count: int) -> bytes:
-        """The insert of ``count`` events as rows of parameters (see ``VALUES_INSERT_EVENTS``),
-        positions drawn in the batch's order as in the ``unnest`` insert; as bytes, which
-        psycopg need not compose again each time."""
-        statement = self._values_inserts.get(count)
-        if statement is None:
-            row = SQL("(%s::uuid, %s::bigint, %s, %s::bytea, %s, %s, %s::int)")
-            statement = self._values_inserts[count] = (
-                SQL(
-                    "INSERT INTO {table} "
-                    "(originator_id, originator_version, topic, state, run_id, lookup_key) "
-                    "SELECT originator_id, originator_version, topic, state, run_id, lookup_key "
-                    "FROM (VALUES {rows}) "
-                    "AS e(originator_id, originator_version, topic, state, run_id, lookup_key, n) "
-                    "ORDER BY n RETURNING position AS notification_id"
-                )
-                .format(table=self._insert_table, rows=SQL(", ").join([row] * count))
-                .as_bytes(curs)
-            )
-        return statement
 
     def subscribe(
         self, gt: int | None = None, topics: Sequence[str] = ()

@@ -84,21 +84,39 @@ class ReadPosition:
 
 
 class WrittenPositions:
-    """The highest position this store's commits reached (threads commit concurrently)."""
+    """The highest position this store's commits reached (threads commit concurrently).
 
-    def __init__(self) -> None:
+    A commit may be noted without its WAL position (``lsn`` None): then the next look at
+    ``current`` reads the WAL insert position (``read_lsn``), which, read after the commit,
+    lies past its commit record. A store that reads no replica itself saves a statement per
+    command so, and pays it only when a position token is asked for.
+    """
+
+    def __init__(self, read_lsn: Callable[[], int] | None = None) -> None:
         self._lock = threading.Lock()
         self._current = ReadPosition()
+        self._read_lsn = read_lsn
+        self._unread = False
 
     @property
     def current(self) -> ReadPosition:
         """Covers every commit noted so far."""
+        if self._unread and self._read_lsn is not None:
+            # Cleared first: a commit noted during the read sets it again, for the next look.
+            with self._lock:
+                self._unread = False
+            lsn = self._read_lsn()
+            with self._lock:
+                self._current = self._current.merged(ReadPosition(lsn, 0))
         return self._current
 
-    def advance(self, lsn: int, position: int) -> None:
-        """Note a commit at WAL position ``lsn`` whose events reached log ``position``."""
+    def advance(self, lsn: int | None, position: int) -> None:
+        """Note a commit at WAL position ``lsn`` (None: not read) whose events reached log
+        ``position``."""
         with self._lock:
-            self._current = self._current.merged(ReadPosition(lsn, position))
+            if lsn is None:
+                self._unread = True
+            self._current = self._current.merged(ReadPosition(lsn or 0, position))
 
 
 @runtime_checkable

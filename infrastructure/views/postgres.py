@@ -6,6 +6,7 @@ Every statement is composed with ``psycopg.sql``, as the event storage's are.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
@@ -21,10 +22,17 @@ from psycopg.sql import SQL, Composed, Identifier, Literal, Placeholder
 from runledger.infrastructure.databases import (
     MOVED_SQLSTATE,
     PIPELINE_MAX_BYTES,
+    CommitRows,
     pipelined,
     psycopg_cause,
 )
-from runledger.infrastructure.views.sql import STREAM_BATCH, Cursor, Dialect, SqlViewStore
+from runledger.infrastructure.views.sql import (
+    STREAM_BATCH,
+    Cursor,
+    Dialect,
+    SqlViewStore,
+    _TableStatements,
+)
 from runledger.infrastructure.views.store import PageCommit, TrackingState
 from runledger.projections.base import Projection, Table
 
@@ -37,6 +45,9 @@ _TYPES: Final = {
 }
 Query = SQL | Composed
 """What psycopg's ``execute`` takes: an identifier is wrapped in a one-part ``Composed``."""
+ROW_WRITER_PREFIX: Final = "rl_write_"
+"""The functions that write one kind of view row for the commit function, named by a digest
+of their text (``PostgresViewStore._set_statement``)."""
 MOVE_FUNCTION: Final = "runledger_move_view_slots"
 """The function that moves a page's tracking rows or raises ``MOVED_SQLSTATE``."""
 
@@ -89,6 +100,8 @@ class PostgresViewStore(SqlViewStore[Query]):
             SQL("SELECT {}(%s, %s, %s, %s, %s)").format(self._move_function)
         )
         self._pinned = threading.local()
+        self._set_statements: dict[tuple[str, str, tuple[str, ...]], str] = {}
+        self._made_row_writers: set[str] | None = None
         super().__init__()
         if self._function_exists():
             return
@@ -237,20 +250,171 @@ class PostgresViewStore(SqlViewStore[Query]):
 
     def write_with_events(self, cursor: Any, pages: Sequence[PageCommit]) -> bool:
         moves = self._moves(pages)
+        move_arrays = (
+            [name for _, name, _, _, _ in moves],
+            [slot for _, _, slot, _, _ in moves],
+            [expected for _, _, _, expected, _ in moves],
+            [new for new, _, _, _, _ in moves],
+            [state for _, _, _, _, state in moves],
+        )
+        if isinstance(cursor, CommitRows):
+            # Gathered for the commit function, which makes these writes on the server.
+            cursor.moves = move_arrays
+            for statements, kind, changed, rows in self._write_plan(pages):
+                cursor.add(self._set_statement(statements, kind, changed), rows)
+            return True
         if moves:
-            cursor.execute(
-                self._move_call,
-                (
-                    [name for _, name, _, _, _ in moves],
-                    [slot for _, _, slot, _, _ in moves],
-                    [expected for _, _, _, expected, _ in moves],
-                    [new for new, _, _, _, _ in moves],
-                    [state for _, _, _, _, state in moves],
-                ),
-            )
+            cursor.execute(self._move_call, move_arrays)
         for statement, rows in self._writes(pages):
             cursor.executemany(statement, rows)
         return True
+
+    def _set_statement(
+        self, statements: _TableStatements[Query], kind: str, changed: tuple[str, ...]
+    ) -> str:
+        """The call of the function that makes one kind of write to one table for each row
+        of a slice of text values (see ``CommitRows``), made first if it is missing."""
+        shape = (statements.physical, kind, changed)
+        call = self._set_statements.get(shape)
+        if call is None:
+            body = self._row_write(statements, kind, changed)
+            # Named by its text: a table or a statement that changes makes another function,
+            # so one never needs replacing under a session that has planned it.
+            name = ROW_WRITER_PREFIX + hashlib.sha256(body.encode()).hexdigest()[:24]
+            function = Identifier(self.datastore.schema, name)
+            if name not in self._row_writers():
+                self._create_row_writer(name, function, body)
+                self._row_writers().add(name)
+            call = self._set_statements[shape] = (
+                SQL("SELECT {}($1, $2, $3)").format(function).as_string()
+            )
+        return call
+
+    def _row_write(
+        self, statements: _TableStatements[Query], kind: str, changed: tuple[str, ...]
+    ) -> str:
+        """The loop over the rows of a slice making one row's statement each, its values
+        cast back to their columns' types: the statement the pipelined path sends row by
+        row, so a row is stored as it is there, and in the same order. (Its names begin
+        with ``rl_``, which no view column does, so none is taken for a column.)"""
+        return (
+            "DECLARE rl_row integer; rl_base integer; BEGIN "
+            "FOR rl_row IN 0 .. rl_count - 1 LOOP "
+            f"rl_base := rl_offset + rl_row * {self._width(statements, kind, changed)}; "
+            f"{self._one_row(statements, kind, changed)}; END LOOP; END"
+        )
+
+    @staticmethod
+    def _names(
+        statements: _TableStatements[Query], kind: str, changed: tuple[str, ...]
+    ) -> tuple[str, ...]:
+        """The columns of a row of this write, in the order its values come."""
+        table = statements.table
+        if kind == "delete":
+            return table.key
+        if kind == "upsert":
+            return table.column_names
+        return (*changed, *table.key)
+
+    def _width(
+        self, statements: _TableStatements[Query], kind: str, changed: tuple[str, ...]
+    ) -> int:
+        return len(self._names(statements, kind, changed))
+
+    def _one_row(
+        self, statements: _TableStatements[Query], kind: str, changed: tuple[str, ...]
+    ) -> str:
+        """One row's statement, its values read from ``rl_values`` after ``rl_base``."""
+        table = statements.table
+        kinds = dict(table.columns)
+        names = self._names(statements, kind, changed)
+        values = {
+            name: SQL("rl_values[rl_base + {}]::{}").format(
+                Literal(number), SQL(_TYPES[kinds[name]])
+            )
+            for number, name in enumerate(names, start=1)
+        }
+        target = Identifier(self.datastore.schema, statements.physical)
+        key_match = SQL(" AND ").join(
+            SQL("{} = {}").format(Identifier(name), values[name]) for name in table.key
+        )
+        if kind == "delete":
+            return SQL("DELETE FROM {} WHERE {}").format(target, key_match).as_string()
+        if kind == "update":
+            assignments = SQL(", ").join(
+                SQL("{} = {}").format(Identifier(name), values[name]) for name in changed
+            )
+            return (
+                SQL("UPDATE {} SET {} WHERE {}").format(target, assignments, key_match).as_string()
+            )
+        updates = [name for name in table.column_names if name not in table.key]
+        conflict = (
+            SQL("DO UPDATE SET {}").format(
+                SQL(", ").join(SQL("{0} = excluded.{0}").format(Identifier(n)) for n in updates)
+            )
+            if updates
+            else SQL("DO NOTHING")
+        )
+        return (
+            SQL("INSERT INTO {} ({}) VALUES ({}) ON CONFLICT ({}) {}")
+            .format(
+                target,
+                SQL(", ").join(map(Identifier, names)),
+                SQL(", ").join(values[name] for name in names),
+                SQL(", ").join(map(Identifier, table.key)),
+                conflict,
+            )
+            .as_string()
+        )
+
+    def _row_writers(self) -> set[str]:
+        """The row writers the schema has, read once (a process that opens a store finds
+        them all made by those before it, in one query rather than one look each)."""
+        if self._made_row_writers is None:
+            rows = self._query(
+                SQL(
+                    "SELECT p.proname FROM pg_proc p JOIN pg_namespace n "
+                    "ON n.oid = p.pronamespace "
+                    "WHERE n.nspname = %s AND starts_with(p.proname, {})"
+                ).format(Literal(ROW_WRITER_PREFIX)),
+                (self.datastore.schema,),
+            )
+            self._made_row_writers = {str(row[0]) for row in rows}
+        return self._made_row_writers
+
+    def _create_row_writer(self, name: str, function: Identifier, body: str) -> None:
+        """Make the function (plpgsql keeps the plan of its static statement for the
+        session, where a statement run by ``EXECUTE`` is planned on every call).
+
+        On a connection of its own: the thread may hold a command's transaction, whose
+        rollback would take the function with it while this process took it for made."""
+        settings = getattr(self.datastore, "settings", None)
+        conninfo = settings.conninfo if settings is not None else None
+        if conninfo is None:
+            msg = "the view store's datastore has no conninfo"
+            raise PersistenceError(msg)
+        with (
+            psycopg.connect(conninfo, autocommit=True) as connection,
+            connection.transaction(),
+            connection.cursor(row_factory=tuple_row) as cursor,
+        ):
+            self._before_ddl(cursor)
+            exists = cursor.execute(
+                "SELECT 1 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+                "WHERE n.nspname = %s AND p.proname = %s",
+                (self.datastore.schema, name),
+            ).fetchone()
+            if exists is None:
+                cursor.execute(
+                    SQL(
+                        "CREATE FUNCTION {}(rl_values text[], rl_offset integer, "
+                        "rl_count integer) RETURNS void "
+                        "LANGUAGE plpgsql AS {}"
+                    ).format(
+                        function,
+                        Literal(body),
+                    )
+                )
 
 
 def text_bytes(pages: Sequence[PageCommit]) -> int:

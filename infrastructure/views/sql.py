@@ -107,6 +107,8 @@ class _TableStatements(Generic[S]):
     """The statements for one table of one slot."""
 
     def __init__(self, table: Table, dialect: Dialect[S], physical: str) -> None:
+        self.table = table
+        self.physical = physical
         sql = dialect.sql
         columns = dialect.identifiers(table.column_names)
         key = dialect.identifiers(table.key)
@@ -780,7 +782,24 @@ class SqlViewStore(ViewStore, Generic[S]):
 
     def _writes(self, pages: Sequence[PageCommit]) -> list[tuple[S, list[tuple[Any, ...]]]]:
         """(statement, rows) for every delete and upsert of the pages."""
-        writes: list[tuple[S, list[tuple[Any, ...]]]] = []
+        return [
+            (
+                statements.delete
+                if kind == "delete"
+                else statements.upsert
+                if kind == "upsert"
+                else statements.update(changed),
+                rows,
+            )
+            for statements, kind, changed, rows in self._write_plan(pages)
+        ]
+
+    def _write_plan(
+        self, pages: Sequence[PageCommit]
+    ) -> list[tuple[_TableStatements[S], str, tuple[str, ...], list[tuple[Any, ...]]]]:
+        """(table's statements, "delete" | "upsert" | "update", changed columns, rows) for
+        every write of the pages, in the order they are made."""
+        writes: list[tuple[_TableStatements[S], str, tuple[str, ...], list[tuple[Any, ...]]]] = []
         for page in pages:
             tables = {table.name: table for table in page.projection.tables}
             for table_name, changes in page.changes.items():
@@ -804,11 +823,11 @@ class SqlViewStore(ViewStore, Generic[S]):
                             (*(row[name] for name in changed), *key)
                         )
                 if deletes:
-                    writes.append((statements.delete, deletes))
+                    writes.append((statements, "delete", (), deletes))
                 if upserts:
-                    writes.append((statements.upsert, upserts))
+                    writes.append((statements, "upsert", (), upserts))
                 for changed, rows in updates.items():
-                    writes.append((statements.update(changed), rows))
+                    writes.append((statements, "update", changed, rows))
         return writes
 
     def _conflict(self, name: str, slot: int, expected: int) -> TrackingConflictError:

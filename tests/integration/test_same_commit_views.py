@@ -18,7 +18,6 @@ import pytest
 from runledger.domain.ids import follow_up_id_for, follow_up_message_id
 from runledger.domain.values import Actor
 from runledger.infrastructure.runtime import StoreRuntime, default_projections, open_runtime
-from runledger.infrastructure.storage.postgres import UNPREPARED_AFTER_FAILURE
 from runledger.infrastructure.store import WorkflowStore
 from runledger.infrastructure.views.digest import view_digest
 from tests.support.clock import FakeClock
@@ -191,13 +190,11 @@ def test_the_events_commit_when_another_writer_took_the_positions_the_views_expe
 def test_commands_after_views_skipped_on_their_way_still_write_them_with_the_events(
     durable_url: str, written_first: int
 ) -> None:
-    # On PostgreSQL the view statements queued behind a failed position check are skipped by
-    # the server, at a use that psycopg may have meant to prepare them at (the 5th, counted
-    # from the writer's first command, with ``written_first`` 4). The writer's next commands
-    # write their views with their events again: in the while it prepares nothing after a
-    # failure, and after, when it prepares again. The other host queues on a run of its
-    # own: the writer waits for no lock of it, so nothing catches its views up before its
-    # insert, and its check fails.
+    # A writer whose views could not be written with one command's events (the other
+    # host's insert took the positions they expected: the other host queues on a run of
+    # its own, the writer waits for no lock of it, so nothing catches its views up first)
+    # writes them with its events again from its next commands on, across the use at
+    # which its statements get prepared (the 5th, with ``written_first`` 4).
     with (
         open_runtime(durable_url, clock=FakeClock()) as writer,
         open_runtime(durable_url, embedded_projections=False) as other,
@@ -212,7 +209,7 @@ def test_commands_after_views_skipped_on_their_way_still_write_them_with_the_eve
         before = writer.stats.read_models_with_events
         queue_as_session(store, "run-1", "skipped")
         assert writer.stats.read_models_with_events == before
-        writes = UNPREPARED_AFTER_FAILURE + 8
+        writes = 72
 
         for number in range(writes):
             queue_as_session(store, "run-1", f"written-{number}")

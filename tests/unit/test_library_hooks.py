@@ -31,10 +31,6 @@ SIGNATURES: dict[tuple[str, str], str] = {
     ),
     ("SQLiteApplicationRecorder", "construct_create_table_statements"): "(self) -> 'list[str]'",
     ("PostgresAggregateRecorder", "_create_table"): "(self, curs: 'Cursor[DictRow]') -> 'None'",
-    ("PostgresApplicationRecorder", "_insert_stored_events"): (
-        "(self, curs: 'Cursor[DictRow]', stored_events: 'Sequence[StoredEvent]', "
-        "**kwargs: 'Any') -> 'None'"
-    ),
     ("PostgresAggregateRecorder", "_insert_stored_events"): (
         "(self, curs: 'Cursor[DictRow]', stored_events: 'Sequence[StoredEvent]', **_: 'Any') "
         "-> 'None'"
