@@ -2,7 +2,7 @@
 
 - R1: ``prune_runs`` of the settled trees of a generated store (1M events and 10,000 trees
   with ``--full``), in a process of its own whose peak RSS is the row's goal (≤ 300 MB);
-  meanwhile this process queues follow-ups on a live run, and their p99 is reported beside
+  meanwhile this process queues 50 follow-ups a second on a live run, and their p99 is reported beside
   the rate, with the database's size before, after the prune and after ``compact``.
 - R2: ``restore_runs`` of one tree of 10,000 follow-ups next to its export (the baseline):
   a restore verifies the bundle, re-inserts and projects its events, and re-verifies the
@@ -40,6 +40,8 @@ PRUNE_TREES: Final = 10_000
 RESTORE_FOLLOW_UPS: Final = 10_000
 RSS_GOAL_MB: Final = 300.0
 RESTORE_GOAL: Final = 4.0
+COMMAND_INTERVAL: Final = 0.02
+"""R1's writer queues a follow-up every 20 ms (50 a second) while the prune runs."""
 MODULE: Final = "runledger.infrastructure.cli.bench.retention"
 _LIVE_RUN: Final = "retention-live-run"
 _LIVE_SESSION: Final = "retention-live-session"
@@ -109,11 +111,16 @@ def prune_rate(url: str, *, events: int, trees: int) -> BenchResult:
 def _queue_until(
     url: str, child: subprocess.Popen[str], latencies: list[float], refused: list[str]
 ) -> None:
+    """Queue follow-ups at a steady host's pace until the prune ends: the row measures the
+    prune beside commands, and a writer flat out would take the other core from it."""
     with open_store(url) as store:
         number = 0
+        due = time.perf_counter()
         while child.poll() is None:
             number += 1
+            time.sleep(max(0.0, due - time.perf_counter()))
             started = time.perf_counter()
+            due = started + COMMAND_INTERVAL
             try:
                 _queue(store, number)
             except StorageUnavailableError as error:
