@@ -2,8 +2,9 @@
 
 - R1: ``prune_runs`` of the settled trees of a generated store (1M events and 10,000 trees
   with ``--full``), in a process of its own whose peak RSS is the row's goal (≤ 300 MB);
-  meanwhile this process queues 50 follow-ups a second on a live run, and their p99 is reported beside
-  the rate, with the database's size before, after the prune and after ``compact``.
+  meanwhile this process queues 50 follow-ups a second on a live run, and their p99 is
+  reported beside the rate, with the database's size before, after the prune and after
+  ``compact``.
 - R2: ``restore_runs`` of one tree of 10,000 follow-ups next to its export (the baseline):
   a restore verifies the bundle, re-inserts and projects its events, and re-verifies the
   tree's rows, so it costs a few exports.
