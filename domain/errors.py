@@ -32,8 +32,11 @@ def shown(value: object) -> object:
     ``UnicodeEncodeError`` when the message is printed, and a huge int from ``str``'s limit.
     """
     if isinstance(value, str):
-        cut = value if len(value) <= MAX_SHOWN_CHARACTERS else value[:MAX_SHOWN_CHARACTERS] + "…"
-        return cut.encode("utf-8", "backslashreplace").decode("utf-8")
+        # Escaped first, then cut: a lone surrogate takes six characters once escaped.
+        printable = value.encode("utf-8", "backslashreplace").decode("utf-8")
+        if len(printable) <= MAX_SHOWN_CHARACTERS:
+            return printable
+        return printable[:MAX_SHOWN_CHARACTERS] + "…"
     if value is None or isinstance(value, float):
         return value
     if isinstance(value, int):

@@ -63,7 +63,13 @@ class ArchiveBundle:
 def read_archive_bundle(bundle: object) -> ArchiveBundle:
     """The bundle at ``bundle``, which must verify on its own before anything is compared."""
     path = bundle_path(bundle)
-    if not path.is_file():
+    try:
+        found = path.is_file()
+    except OSError as error:
+        raise RestoreRefusedError(
+            bundle=str(path), reason=f"it cannot be read ({error.strerror or error})"
+        ) from None
+    if not found:
         raise RestoreRefusedError(bundle=str(path), reason="there is no such file")
     verdict = verify_bundle(path)
     if not verdict.ok:

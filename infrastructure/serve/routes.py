@@ -150,6 +150,10 @@ UNROUTED: Final[Mapping[str, str]] = {
     "own writes already; a token is for hosts that each open a store of their own",
     "reading_after": "every API call goes through the server's one store, which reads its "
     "own writes already; a token is for hosts that each open a store of their own",
+    "prune_runs": "an operator's action that writes bundles to the server's disk and deletes "
+    "history (`runledger prune`), not a call for API clients",
+    "restore_runs": "an operator's action that reads a bundle from the server's disk "
+    "(`runledger restore`), not a call for API clients",
 }
 """Public store methods with no route, and why."""
 

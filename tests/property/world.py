@@ -199,6 +199,7 @@ GENERAL: Final[dict[str, Any]] = {
     "lineage": False,
     "as_of": None,
     "token": "rl1.0.0",
+    "bundle": "no-such-bundle.jsonl",
 }
 """A baseline for every argument name of the public surface (a new one must be added here)."""
 
