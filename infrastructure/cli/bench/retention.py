@@ -173,7 +173,7 @@ def _prune_in_this_process(url: str, folder: str, limit: int) -> None:
 
 def restore_ratio(url: str, *, follow_ups: int) -> BenchResult:
     """R2: restore one tree of ``follow_ups`` follow-ups, next to its export."""
-    generator = HistoryGenerator(prefix="restore")
+    generator = HistoryGenerator(prefix="restore", delivered=True)
     with open_runtime(url, embedded_projections=False) as runtime:
         runtime.storage.events.insert_events(generator.run_events(follow_ups))
         runtime.rebuild_projections()
