@@ -8,7 +8,7 @@ Rows are ``bench.BenchResult``s, each measured in a scratch database of its own:
   to a plain rebuild (replay into new tables, nothing compared or switched), one process
   each, on the same history; goal: at most 1.2 times;
 - V3: the peak RSS of a blue/green rebuild of every read model over 1M events, measured in
-  a process of its own (``resource.getrusage``); goal ≤ 500 MB.
+  a process of its own (``VmHWM``); goal ≤ 500 MB.
 
 ``python -m runledger.infrastructure.cli.bench.projections URL`` prints the rows as JSON.
 """
@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Final
 
+from runledger.infrastructure.cli.bench.memory import peak_rss_mb
 from runledger.infrastructure.cli.bench.runner import BenchResult, Scratch
 from runledger.infrastructure.cli.generated_history import HistoryGenerator
 from runledger.infrastructure.runtime import StoreRuntime, open_runtime
@@ -129,8 +129,7 @@ def peak_rss(url: str, events: int) -> BenchResult:
 def _rss_of_rebuild(url: str) -> None:
     with open_runtime(url, embedded_projections=False) as runtime:
         runtime.rebuild_blue_green(drop_old=True)
-    # ru_maxrss is in kilobytes on Linux.
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = peak_rss_mb()
     print(json.dumps({"peak_rss_mb": round(peak, 1)}))
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,7 @@ from typing import Final
 
 from runledger.domain.errors import StorageUnavailableError
 from runledger.domain.values import Actor
+from runledger.infrastructure.cli.bench.memory import peak_rss_mb
 from runledger.infrastructure.cli.bench.runner import BenchResult, bench_backend
 from runledger.infrastructure.cli.bench.storage import disk_bytes
 from runledger.infrastructure.cli.compaction import compact_store
@@ -156,8 +156,7 @@ def _prune_in_this_process(url: str, folder: str, limit: int) -> None:
         started = time.perf_counter()
         report = store.prune_runs(settled_before=cutoff, archive=folder, limit=limit)
         seconds = time.perf_counter() - started
-    # ru_maxrss is in kilobytes on Linux.
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = peak_rss_mb()
     events = sum(tree.events for tree in report.archived)
     print(
         json.dumps(
