@@ -42,6 +42,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from typing import Any, Final
 
 from runledger.domain.errors import (
@@ -72,7 +73,7 @@ from runledger.infrastructure.views.projector import (
     run_pages,
 )
 from runledger.infrastructure.views.replay import replay
-from runledger.infrastructure.views.sql import lock_owner
+from runledger.infrastructure.views.sql import SlotDifferences, lock_owner
 from runledger.infrastructure.views.store import TrackingConflictError, TrackingState, ViewStore
 from runledger.projections.base import Projection, Table
 
@@ -178,6 +179,9 @@ DEFAULT_LEASE_SECONDS: Final = 60.0
 """How long a build's lock holds without a renewal; a build renews it every few pages."""
 LOCK_POLL_SECONDS: Final = 0.2
 FIRST_DIFFERENCES: Final = 5
+IN_STORE_TRIES: Final = 3
+"""Builds caught up to a live copy that live commands keep moving, before a compare by
+hashes (a snapshot of the live copy, which the build then catches up to) takes over."""
 BUILD_CACHE_ROWS: Final = 2_000
 """Rows a build keeps decoded: a model's rows can be kilobytes each (viewer deltas)."""
 
@@ -414,6 +418,50 @@ class Builds:
         self, runner: ProjectionRunner, read: int, *, accept: bool, drop_old: bool, compare: bool
     ) -> BuildOutcome:
         projection = runner.projection
+        outcome = self._compared_in_store(runner, read) if compare else None
+        if outcome is None:
+            outcome = self._compared_by_hashes(runner, read, compare=compare)
+        if not (outcome.equal or outcome.compared == "skipped" or accept):
+            return outcome
+        building = _slot(runner)
+        self.views.switch(projection, building)
+        self.projector.reload([projection.name])
+        dropped = []
+        if drop_old:
+            for retired in self.views.retired_slots(projection.name):
+                self.views.drop_slot(retired)
+                dropped.append(retired.slot)
+        return replace(outcome, switched=True, dropped=dropped)
+
+    def _compared_in_store(self, runner: ProjectionRunner, read: int) -> BuildOutcome | None:
+        """The rows compared by the database, both copies read in one snapshot with the
+        live one no further on than the build; None where the store cannot (memory), or
+        where the hashes' path decides (no live copy of this version, a stalled one, or
+        live commands that keep moving it past the build)."""
+        compare_slots = getattr(self.views, "compare_slots", None)
+        if compare_slots is None:
+            return None
+        projection = runner.projection
+        for _ in range(IN_STORE_TRIES):
+            building = _slot(runner)
+            with self.views.consistent():
+                active = self.views.registry(projection.name).active
+                if (
+                    active is None
+                    or active.version != projection.version
+                    or active.last_error is not None
+                ):
+                    return None
+                if active.position <= building.position:
+                    in_store = partial(_in_store, compare_slots, active, building)
+                    return self._rows_outcome(projection, active, building, read, in_store)
+            self._run([runner], until=active.position, progress=None)
+        return None
+
+    def _compared_by_hashes(
+        self, runner: ProjectionRunner, read: int, *, compare: bool
+    ) -> BuildOutcome:
+        projection = runner.projection
         with self.views.consistent():
             active = self.views.registry(projection.name).active
             live_hashes = (
@@ -426,22 +474,10 @@ class Builds:
             if active is not None and active.position > building.position:
                 self._run([runner], until=active.position, progress=None)
                 building = _slot(runner)
-            outcome = self._compare(
-                projection, active, building, live_hashes, read, compare=compare
-            )
+            return self._compare(projection, active, building, live_hashes, read, compare=compare)
         finally:
             for hashes in (live_hashes or {}).values():
                 hashes.close()
-        if not (outcome.equal or outcome.compared == "skipped" or accept):
-            return outcome
-        self.views.switch(projection, building)
-        self.projector.reload([projection.name])
-        dropped = []
-        if drop_old:
-            for retired in self.views.retired_slots(projection.name):
-                self.views.drop_slot(retired)
-                dropped.append(retired.slot)
-        return replace(outcome, switched=True, dropped=dropped)
 
     def _hashes(self, projection: Projection, slot: TrackingState) -> dict[str, RowHashes]:
         return {
@@ -459,16 +495,7 @@ class Builds:
         *,
         compare: bool = True,
     ) -> BuildOutcome:
-        common: dict[str, Any] = {
-            "name": projection.name,
-            "version": projection.version,
-            "active_version": None if active is None else active.version,
-            "slot": building.slot,
-            "read": read,
-            "position": building.position,
-            "live_position": None if active is None else active.position,
-            "switched": False,
-        }
+        common = _common(projection, active, building, read)
         if (
             not compare
             or active is None
@@ -482,24 +509,42 @@ class Builds:
                 tables=self._version_summary(projection, active, building),
                 **common,
             )
+        hashes = live_hashes
+
         # Equal rows are what equal digests mean: the rows as stored are compared by a hash
         # each (a row may be kilobytes of JSON), and only differing ones are read again.
-        tables: list[TableDiff] = []
-        differing: list[tuple[Table, list[Any]]] = []
-        for table in projection.tables:
+        def by_hashes(table: Table) -> tuple[TableDiff, list[list[Any]]]:
             with self.views.consistent():
                 compared = compare_hashes(
                     table,
-                    live_hashes[table.name],
+                    hashes[table.name],
                     self.views.stream_rows(table, building),
                     limit=FIRST_DIFFERENCES,
                 )
-            tables.append(compared.diff)
             keys = compared.differing
             if compared.removed and len(keys) < FIRST_DIFFERENCES:
                 with self.views.consistent():
                     rows = self.views.stream_rows(table, active)
                     keys += keys_of(table, rows, compared.removed, FIRST_DIFFERENCES - len(keys))
+            return compared.diff, keys
+
+        return self._rows_outcome(projection, active, building, read, by_hashes)
+
+    def _rows_outcome(
+        self,
+        projection: Projection,
+        active: TrackingState,
+        building: TrackingState,
+        read: int,
+        compare_table: Callable[[Table], tuple[TableDiff, list[list[Any]]]],
+    ) -> BuildOutcome:
+        """The outcome of a row-by-row compare, each table's counts and first differing
+        keys given by ``compare_table``."""
+        tables: list[TableDiff] = []
+        differing: list[tuple[Table, list[Any]]] = []
+        for table in projection.tables:
+            diff, keys = compare_table(table)
+            tables.append(diff)
             differing.extend((table, key) for key in keys[: FIRST_DIFFERENCES - len(differing)])
         equal = not any(d.added or d.removed or d.changed for d in tables)
         return BuildOutcome(
@@ -510,7 +555,7 @@ class Builds:
                 for table, key in differing
             ],
             tables=tables,
-            **common,
+            **_common(projection, active, building, read),
         )
 
     def _difference(
@@ -566,6 +611,32 @@ class Builds:
             first_differences=differences(live_rows, rebuilt_rows),
             tables=[diff for diff in summary(live_rows, rebuilt_rows) if diff != _same(diff)],
         )
+
+
+def _in_store(
+    compare_slots: Callable[[Table, TrackingState, TrackingState, int], SlotDifferences],
+    live: TrackingState,
+    building: TrackingState,
+    table: Table,
+) -> tuple[TableDiff, list[list[Any]]]:
+    found = compare_slots(table, live, building, FIRST_DIFFERENCES)
+    return TableDiff(table.name, found.added, found.removed, found.changed), found.keys
+
+
+def _common(
+    projection: Projection, active: TrackingState | None, building: TrackingState, read: int
+) -> dict[str, Any]:
+    """What every outcome of a build's compare says, whatever the compare found."""
+    return {
+        "name": projection.name,
+        "version": projection.version,
+        "active_version": None if active is None else active.version,
+        "slot": building.slot,
+        "read": read,
+        "position": building.position,
+        "live_position": None if active is None else active.position,
+        "switched": False,
+    }
 
 
 def _same(diff: TableDiff) -> TableDiff:

@@ -48,6 +48,11 @@ class SQLiteDialect(Dialect[str]):
     def number(self, value: int) -> str:
         return str(int(value))
 
+    def same_value(self, left: str, right: str) -> str:
+        # A column's affinity lets a text or a real stand where an integer was written: the
+        # same value of another type is a different row, as a digest would say.
+        return f"({left} IS {right} AND typeof({left}) = typeof({right}))"
+
 
 SQLITE: Final = SQLiteDialect()
 
