@@ -32,11 +32,11 @@ from runledger.infrastructure.audit.bundle_format import (
     line_text,
     store_version,
 )
-from runledger.infrastructure.audit.collector import collector_paused
 from runledger.infrastructure.audit.lineage import audited_run, lineage_runs
 from runledger.infrastructure.audit.reprojection import reproject
 from runledger.infrastructure.audit.stored_events import aggregate_text, run_notifications
 from runledger.infrastructure.audit.trail import check_flag
+from runledger.infrastructure.collector import collector_paused
 from runledger.infrastructure.runtime import StoreRuntime, default_projections
 
 Progress = Callable[[int], None]

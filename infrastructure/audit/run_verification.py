@@ -15,11 +15,11 @@ from typing import Any
 
 from runledger.domain.canonical import canonical_json
 from runledger.domain.records import AuditDifference, AuditVerdict
-from runledger.infrastructure.audit.collector import collector_paused
 from runledger.infrastructure.audit.lineage import audited_run, tree_runs
 from runledger.infrastructure.audit.replay import replay_aggregates
 from runledger.infrastructure.audit.reprojection import reproject
 from runledger.infrastructure.audit.stored_events import log_entry, run_notifications
+from runledger.infrastructure.collector import collector_paused
 from runledger.infrastructure.runtime import StoreRuntime
 from runledger.projections.base import Key, Projection, Row, Table, ViewReader
 

@@ -38,8 +38,8 @@ from runledger.infrastructure.audit.bundle_format import (
     header_digest,
     is_event_object,
 )
-from runledger.infrastructure.audit.collector import collector_paused
 from runledger.infrastructure.audit.reprojection import reproject
+from runledger.infrastructure.collector import collector_paused
 from runledger.infrastructure.runtime import default_projections
 
 

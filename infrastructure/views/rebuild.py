@@ -50,6 +50,7 @@ from runledger.domain.errors import (
     ProjectionVersionError,
     RebuildFailedError,
 )
+from runledger.infrastructure.collector import collector_paused
 from runledger.infrastructure.commits.ports import EventStorage
 from runledger.infrastructure.views.compare import (
     RowDifference,
@@ -398,17 +399,18 @@ class Builds:
     def _run(
         self, runners: Sequence[ProjectionRunner], *, until: int | None, progress: Progress | None
     ) -> int:
-        read = run_pages(
-            self.storage,
-            self.views,
-            runners,
-            page_size=DEFAULT_PAGE_SIZE,
-            page_seconds=DEFAULT_PAGE_SECONDS,
-            progress=progress,
-            should_stop=None,
-            until=until,
-            on_conflict=_lost,
-        )
+        with collector_paused():
+            read = run_pages(
+                self.storage,
+                self.views,
+                runners,
+                page_size=DEFAULT_PAGE_SIZE,
+                page_seconds=DEFAULT_PAGE_SECONDS,
+                progress=progress,
+                should_stop=None,
+                until=until,
+                on_conflict=_lost,
+            )
         for runner in runners:
             if runner.failure is not None:
                 raise runner.stall_error()

@@ -1,4 +1,11 @@
-"""Pausing Python's cyclic garbage collector while an audit builds its working set.
+"""Pausing Python's cyclic garbage collector while an audit or a rebuild builds its
+working set.
+
+A rebuild keeps each projection's cache of recent rows and its page's writes alive while
+gen-2 collections walk them: at 1M events, a third of a blue/green rebuild's CPU (45-51 s ->
+33 s of user time with the collector off), and not one cycle to free (the peak RSS is 81 MB
+either way). Commands meanwhile make a few cycles (730 objects in 6,000 commands), which wait
+for the rebuild's end.
 
 An export, an offline verify or a run's verification holds tens of thousands of containers
 until it ends (the parsed bundle lines, the stored events, the scratch read models' rows and

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from runledger.infrastructure.audit.collector import collector_paused
+from runledger.infrastructure.collector import collector_paused
 
 
 @pytest.fixture
@@ -42,3 +42,25 @@ def test_a_collector_the_host_turned_off_stays_off() -> None:
     with collector_paused():
         assert not gc.isenabled()
     assert not gc.isenabled()
+
+
+@pytest.mark.usefixtures("collector_state")
+def test_a_rebuild_replays_with_the_collector_paused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from runledger.infrastructure.runtime import open_runtime
+    from runledger.infrastructure.views import rebuild
+    from runledger.infrastructure.views.projector import run_pages
+
+    seen: list[bool] = []
+
+    def watched(*args: object, **kwargs: object) -> int:
+        seen.append(gc.isenabled())
+        return run_pages(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(rebuild, "run_pages", watched)
+    gc.enable()
+    with open_runtime("memory://") as runtime:
+        runtime.rebuild_blue_green(drop_old=True)
+
+    assert seen
+    assert not any(seen)
+    assert gc.isenabled()
