@@ -60,6 +60,11 @@ S = TypeVar("S")
 """A piece of SQL as a backend composes it: ``str`` for SQLite, ``psycopg.sql`` for PostgreSQL."""
 
 
+def _sided(dialect: Dialect[S], alias: str, columns: Iterable[str]) -> S:
+    """``alias.column, ...``: columns of one side of a join."""
+    return dialect.join(", ", (dialect.sql(alias + ".{}", dialect.identifier(c)) for c in columns))
+
+
 class SlotDifferences(NamedTuple):
     """How one table's rebuilt copy differs from its live copy (``compare_slots``)."""
 
@@ -918,7 +923,7 @@ class SqlViewStore(ViewStore, Generic[S]):
         if (added or changed) and limit > 0:
             statement = d.sql(
                 "SELECT {} FROM {} r LEFT JOIN {} l ON {} WHERE l.{} IS NULL OR NOT ({}) LIMIT {}",
-                d.join(", ", (d.sql("r.{}", d.identifier(c)) for c in table.key)),
+                _sided(d, "r", table.key),
                 rebuilt_table,
                 live_table,
                 keys,
@@ -930,7 +935,7 @@ class SqlViewStore(ViewStore, Generic[S]):
         if removed and len(found) < limit:
             statement = d.sql(
                 "SELECT {} FROM {} l WHERE NOT EXISTS (SELECT 1 FROM {} r WHERE {}) LIMIT {}",
-                d.join(", ", (d.sql("l.{}", d.identifier(c)) for c in table.key)),
+                _sided(d, "l", table.key),
                 live_table,
                 rebuilt_table,
                 keys,
