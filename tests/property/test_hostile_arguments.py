@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Final
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,8 +27,14 @@ SURFACE: Final = sorted(
 """The whole public surface, read from the class: a new command is fuzzed as soon as it exists."""
 
 EXAMPLES: Final = {"memory": 25, "sqlite": 25, "postgresql": 3}
-"""Examples per backend, in units of the profile's ``max_examples`` (100 under ``ci``): 5,200
-across memory and a SQLite file per CI run, 300 on PostgreSQL."""
+"""Examples per backend of the deep search (``-m slow``), in units of the profile's
+``max_examples`` (100 under ``ci``): 5,000 across memory and a SQLite file per CI run, 300 on
+PostgreSQL."""
+
+QUICK_EXAMPLES: Final = {"memory": 3, "sqlite": 3, "postgresql": 1}
+"""The same in the default run: every backend, a tenth of the search. The deep one took about
+a minute per backend on a loaded two-core machine, on the default run's critical path; CI
+still runs it, in its second step."""
 
 
 def parameters(method: str) -> list[inspect.Parameter]:
@@ -78,10 +85,9 @@ def call(store: WorkflowStore, world: World, method: str, drawn: dict[str, Any])
     getattr(store, method)(**arguments)
 
 
-def test_only_workflow_errors_escape_and_a_rejection_writes_nothing(
-    store: WorkflowStore, store_url: str
-) -> None:
-    examples = settings().max_examples * EXAMPLES[backend_of(store_url)]
+def check_the_surface(store: WorkflowStore, examples: int) -> None:
+    """Hostile calls until ``examples`` were drawn: each either works or raises a bounded
+    WorkflowError, and a rejected one leaves the log as it was."""
     # A world is reused until a call changes the log: most hostile calls are rejected, and
     # a world costs ten commands.
     current: dict[str, Any] = {"world": None, "position": 0}
@@ -105,6 +111,19 @@ def test_only_workflow_errors_escape_and_a_rejection_writes_nothing(
                 current["world"] = None
 
     check()
+
+
+def test_only_workflow_errors_escape_and_a_rejection_writes_nothing(
+    store: WorkflowStore, store_url: str
+) -> None:
+    check_the_surface(store, settings().max_examples * QUICK_EXAMPLES[backend_of(store_url)])
+
+
+@pytest.mark.slow
+def test_a_deep_search_finds_only_workflow_errors_and_rejections_that_write_nothing(
+    store: WorkflowStore, store_url: str
+) -> None:
+    check_the_surface(store, settings().max_examples * EXAMPLES[backend_of(store_url)])
 
 
 def test_a_rebuild_with_a_hostile_name_or_progress_is_refused_before_it_drops_anything(
