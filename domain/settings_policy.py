@@ -23,7 +23,7 @@ from runledger.domain.errors import (
     SettingsPermissionError,
     SettingsTooLargeError,
 )
-from runledger.domain.values import ACTOR_TYPES, MAX_ARGUMENT_TEXT_BYTES, JsonValue
+from runledger.domain.values import ACTOR_TYPES, MAX_ARGUMENT_TEXT_BYTES, JsonValue, is_count
 
 ROOT_MOUNT: Final = "$root"
 DEFAULT_MAX_BYTES: Final = 65536
@@ -37,13 +37,16 @@ Policy = dict[str, Any]
 
 
 def check_invocation(invocation: object) -> int:
-    if isinstance(invocation, bool) or not isinstance(invocation, int) or invocation < 1:
+    # At most MAX_COUNT, as a page position: a larger one is no invocation any backend's
+    # 64-bit integers hold (SQLite raised OverflowError for 2**63), so it gets the message
+    # of an invocation that is not one.
+    if not is_count(invocation) or invocation < 1:
         raise InvalidSettingsInvocationError()
     return invocation
 
 
 def check_change_number(number: object) -> int:
-    if isinstance(number, bool) or not isinstance(number, int) or number < 0:
+    if not is_count(number):
         raise InvalidSettingsChangeNumberError()
     return number
 

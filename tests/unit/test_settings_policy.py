@@ -8,12 +8,14 @@ from typing import Any
 import pytest
 
 from runledger.domain.errors import (
+    InvalidSettingsChangeNumberError,
     InvalidSettingsInvocationError,
     SettingsPermissionError,
     SettingsTooLargeError,
 )
 from runledger.domain.settings_policy import (
     check_allowed,
+    check_change_number,
     check_policy,
     patched,
     settings_scope_id,
@@ -37,6 +39,22 @@ def test_j1_a_mounted_scope_id() -> None:
 def test_j1_invocation_0_is_not_a_positive_integer() -> None:
     with pytest.raises(InvalidSettingsInvocationError, match="positive integer"):
         settings_scope_id("run-1", "", 0)
+
+
+@pytest.mark.parametrize("invocation", [2**63, 2**64, -(2**63)])
+def test_an_invocation_no_64_bit_integer_holds_is_not_one(invocation: int) -> None:
+    # Found by the deep hostile-arguments fuzz: SQLite raised OverflowError for these.
+    with pytest.raises(InvalidSettingsInvocationError, match="positive integer"):
+        settings_scope_id("run-1", "", invocation)
+
+
+def test_the_largest_64_bit_invocation_is_one() -> None:
+    assert settings_scope_id("run-1", "", 2**63 - 1) == f"run-1:$root:{2**63 - 1}"
+
+
+def test_a_change_number_no_64_bit_integer_holds_is_not_one() -> None:
+    with pytest.raises(InvalidSettingsChangeNumberError, match="non-negative integer"):
+        check_change_number(2**63)
 
 
 @pytest.mark.parametrize("path", ["/notes", "/notes/0", "/notes/-", "/notes/a/b"])
