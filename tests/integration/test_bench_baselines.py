@@ -135,3 +135,34 @@ def test_an_extra_row_joins_the_bench_and_one_for_another_backend_is_left_out(
     assert result.as_json()["id"] == "X1"
     assert result.as_json()["baselines"] == {"raw": 2.0}
     assert result.as_json()["ratios"] == {"raw": 0.5}
+
+
+def test_every_turn_of_four_writers_queues_new_follow_ups(
+    bench: Bench, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runledger.infrastructure.cli.bench import runner
+    from runledger.infrastructure.store import open_store
+
+    counts: list[int] = []
+    outcomes = runner._parallel_outcomes
+
+    def counted(target: Any, args: list[tuple[Any, ...]]) -> list[Any]:
+        found = outcomes(target, args)
+        counts.extend(outcome[0] for outcome in found)
+        return found
+
+    monkeypatch.setattr(runner, "_parallel_outcomes", counted)
+    url = bench.scratch.new_url()
+    with open_store(url) as store:
+        store.create_run("turns", workflow_name="bench", input={})
+        store.bind_origin_session("turns", "turns-session")
+    for turn in range(2):
+        bench._four_writers(["turns"] * 4, url=url, seconds=0.3, turn=turn)
+
+    with open_store(url) as store:
+        queue = store.follow_up_queue("turns")
+    assert queue is not None
+    # A request id queued again would be adopted: a read, not the command measured.
+    warmed = 2 * 4 * runner.WARM_UP_COMMANDS
+    assert len(queue.follow_ups) == sum(counts) + warmed
+    assert sum(counts) > 0

@@ -125,6 +125,14 @@ def matched_turns(
     return value, matched
 
 
+def _turns_summary(errors: int, summaries: Sequence[str]) -> str:
+    """One summary of several turns of ``_four_writers``: every turn's errors counted, the
+    first turn that met one (else the last) for the rest."""
+    first_error = next((text for text in summaries if not text.startswith("0 errors")), "")
+    summary = first_error or summaries[-1]
+    return f"{errors} errors" + summary[summary.index(" errors") + len(" errors") :]
+
+
 def _counted_rate(
     command: Callable[[int], object], seconds: float, *, first: int = 0
 ) -> tuple[float, int]:
@@ -404,11 +412,21 @@ def claim_renew_rate(url: str, seconds: float) -> float:
 # -- workers for multi-process measurements --------------------------------------------------
 
 
+WARM_UP_COMMANDS: Final = 20
+"""Commands each of P2's and P2b's worker processes runs before its measured turn."""
+
+
 def _queueing_worker(
     url: str, run_id: str, session_id: str, writer: int, seconds: float, start: Any, results: Any
 ) -> None:
     errors: list[str] = []
     with open_store(url) as store:
+        # Warmed before the clock starts, as a long-running worker is: a turn is a fraction
+        # of a second, and a new process's first commands (its pool, its prepared
+        # statements, its cache of the run) made P2 count 200/s in turns of 0.67 s against
+        # 476/s in turns of 2 s.
+        for number in range(WARM_UP_COMMANDS):
+            _queue(store, run_id, session_id, writer * 10_000_000 + 9_000_000 + number)
         start.wait()
         count = 0
         began = time.perf_counter()
@@ -553,9 +571,13 @@ class Bench:
             lambda store, number: _queue(store, "ideal", "ideal-session", number),
         )
 
-    def _command_baselines(self, writers: int, *, one_run: bool = False) -> dict[str, float]:
+    def _command_baselines(
+        self, writers: int, *, one_run: bool = False, seconds: float | None = None
+    ) -> dict[str, float]:
         """Raw single-row commits, the ideal and the library's ``Application`` from
-        ``writers`` processes at once, in scratch databases (P1 measures its own in turns)."""
+        ``writers`` processes at once, for ``seconds`` (default the bench's), in new scratch
+        databases (P1 measures its own in turns)."""
+        seconds = seconds or self.seconds
         raw_url = self.scratch.new_url()
         ideal = self.ideal_queue()
         library = LibraryBaseline(self.scratch.new_url())
@@ -564,15 +586,15 @@ class Bench:
         writes = [
             partial(
                 (ideal if one_run else ideal.for_writer(writer)).rate,
-                self.seconds,
+                seconds,
                 first=writer * 10_000_000,
             )
             for writer in range(writers)
         ]
         return {
-            "raw": _parallel(_raw_insert_worker, [(raw_url, self.seconds)] * writers),
+            "raw": _parallel(_raw_insert_worker, [(raw_url, seconds)] * writers),
             "ideal": in_processes(writes),
-            "library": in_processes([partial(library.prepared().rate, self.seconds)] * writers),
+            "library": in_processes([partial(library.prepared().rate, seconds)] * writers),
         }
 
     def p1_single_writer(self) -> BenchResult:
@@ -610,11 +632,19 @@ class Bench:
         )
 
     def _four_writers(
-        self, run_ids: Sequence[str], *, url: str | None = None, seconds: float | None = None
+        self,
+        run_ids: Sequence[str],
+        *,
+        url: str | None = None,
+        seconds: float | None = None,
+        turn: int = 0,
     ) -> tuple[float, int, str]:
         """Follow-ups per second queued by four processes, the ``n``-th on ``run_ids[n]``
         (each with its read models current), the errors they met, and those as text; on a
-        new scratch database with the runs prepared unless ``url`` is given."""
+        new scratch database with the runs prepared unless ``url`` is given.
+
+        Writers of each ``turn`` on one database number their requests apart: a request id
+        queued again is adopted, a read that writes nothing, not the command measured."""
         if url is None:
             url = self.scratch.new_url()
             with open_store(url) as store:
@@ -625,7 +655,7 @@ class Bench:
             _queueing_worker,
             [
                 (url, run_id, f"{run_id}-session", writer, seconds or self.seconds)
-                for writer, run_id in enumerate(run_ids)
+                for writer, run_id in enumerate(run_ids, start=turn * len(run_ids))
             ],
         )
         rate = sum(outcome[0] for outcome in outcomes) / max(outcome[1] for outcome in outcomes)
@@ -640,14 +670,33 @@ class Bench:
         return rate, errors, summary
 
     def p2_four_writers(self) -> BenchResult:
-        """P2: queued follow-ups per second from four writer processes, each on its own run."""
-        rate, _, summary = self._four_writers([f"p2-{index}" for index in range(4)])
-        baselines = self._command_baselines(4)
+        """P2: queued follow-ups per second from four writer processes, each on its own run,
+        in turns (``TURNS``) with its baselines: measured once, minutes apart, the ideal
+        alone moved 727 -> 1,444/s between two quiet runs."""
+        seconds = self.seconds / TURNS
+        rates: list[float] = []
+        samples: dict[str, list[float]] = {"raw": [], "ideal": [], "library": []}
+        errors = 0
+        summaries: list[str] = []
+        run_ids = [f"p2-{index}" for index in range(4)]
+        url = self.scratch.new_url()
+        with open_store(url) as store:
+            for run_id in run_ids:
+                self._prepared_run(store, run_id, f"{run_id}-session")
+        for turn in range(TURNS):
+            rate, failed, summary = self._four_writers(run_ids, url=url, seconds=seconds, turn=turn)
+            rates.append(rate)
+            errors += failed
+            summaries.append(summary)
+            for kind, value in self._command_baselines(4, seconds=seconds).items():
+                samples[kind].append(value)
+        rate, baselines = matched_turns(rates, samples)
         ideal = baselines["ideal"]
+        summary = _turns_summary(errors, summaries)
         return BenchResult(
             "P2",
-            f"queue_follow_up, 4 writer processes on their own runs, read models current "
-            f"({summary})",
+            f"queue_follow_up, 4 writer processes on their own runs, read models current, "
+            f"median of {TURNS} turns each beside its baselines ({summary})",
             rate,
             "commands/s",
             ideal,
@@ -671,7 +720,9 @@ class Bench:
         summaries = []
         for turn in range(TURNS):
             # Writer numbers and the single writer's first number keep every request id new.
-            rate, failed, summary = self._four_writers(["p2b"] * 4, url=url, seconds=seconds)
+            rate, failed, summary = self._four_writers(
+                ["p2b"] * 4, url=url, seconds=seconds, turn=turn
+            )
             four.append(rate)
             errors += failed
             summaries.append(summary)
@@ -685,9 +736,7 @@ class Bench:
                 )
         rate, matched = matched_turns(four, {"p1": one})
         baselines = {**matched, **self._command_baselines(4, one_run=True)}
-        first_error = next((text for text in summaries if not text.startswith("0 errors")), "")
-        summary = first_error or summaries[-1]
-        summary = f"{errors} errors" + summary[summary.index(" errors") + len(" errors") :]
+        summary = _turns_summary(errors, summaries)
         return BenchResult(
             "P2b",
             f"queue_follow_up, 4 processes on one run, read models current, median of {TURNS} "
