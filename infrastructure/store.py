@@ -76,8 +76,16 @@ class _CallShape:
     def check(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Raise ``InvalidCallError`` when the arguments do not fit the method: Python's own
         ``TypeError`` would name the internal class the store forwards to."""
-        if not self._fits(args, kwargs):
-            _checked_call(self.signature, self.name, args, kwargs)
+        if self._fits(args, kwargs):
+            return
+        try:
+            self.signature.bind(None, *args, **kwargs)
+        except TypeError as error:
+            raise InvalidCallError(
+                problem=str(error).capitalize(),
+                command=self.name,
+                signature=f"({_shape(self.signature)})",
+            ) from None
 
     def _fits(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         # Surely bindable: anything else goes to ``bind``, which also words the error.
@@ -87,17 +95,6 @@ class _CallShape:
         if not kwargs.keys() <= self._names or not kwargs.keys().isdisjoint(given):
             return False
         return self._required.issubset((*given, *kwargs))
-
-
-def _checked_call(
-    signature: inspect.Signature, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> None:
-    try:
-        signature.bind(None, *args, **kwargs)
-    except TypeError as error:
-        raise InvalidCallError(
-            problem=str(error).capitalize(), command=name, signature=f"({_shape(signature)})"
-        ) from None
 
 
 def _run_id(names: tuple[str, ...]) -> Callable[[tuple[Any, ...], dict[str, Any]], object]:
