@@ -12,7 +12,6 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from runledger.domain.application import Clock, WorkflowRuns, utc_now
 from runledger.domain.arguments import SIZED_BY_RULES, check_arguments
 from runledger.domain.errors import InvalidCallError, InvalidProgressError
-from runledger.domain.ids import aggregate_id
 from runledger.domain.records import (
     AuditTrail,
     AuditVerdict,
@@ -26,7 +25,6 @@ from runledger.infrastructure.audit.prune import TreeProgress, prune_runs
 from runledger.infrastructure.audit.restore import restore_runs
 from runledger.infrastructure.audit.run_verification import verify_run_models
 from runledger.infrastructure.audit.trail import audit_trail
-from runledger.infrastructure.commits.executor import LIKELY_CHANGED
 from runledger.infrastructure.event_log import EventLog
 from runledger.infrastructure.runtime import ClosedOnExit, StoreRuntime, open_runtime
 from runledger.infrastructure.telemetry import COMMAND_SPAN, QUERY_SPAN, TELEMETRY
@@ -136,21 +134,14 @@ def _forward(
         def call() -> R:
             return target(subject(store), *args, **kwargs)
 
-        about = run_id(args, kwargs)
-        likely = LIKELY_CHANGED.set(
-            (aggregate_id("run", about),) if type(about) is str and kind == COMMAND_SPAN else ()
-        )
-        try:
-            with runtime.running():
-                return TELEMETRY.call(
-                    kind,
-                    name,
-                    runtime,
-                    about,
-                    (lambda: runtime.replicated(call)) if replicated else call,
-                )
-        finally:
-            LIKELY_CHANGED.reset(likely)
+        with runtime.running():
+            return TELEMETRY.call(
+                kind,
+                name,
+                runtime,
+                run_id(args, kwargs),
+                (lambda: runtime.replicated(call)) if replicated else call,
+            )
 
     forward.__qualname__ = f"WorkflowStore.{target.__name__}"
     forward.__module__ = __name__

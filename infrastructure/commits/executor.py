@@ -9,7 +9,6 @@ import random
 import time
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager, suppress
-from contextvars import ContextVar
 from datetime import datetime
 from typing import Any, Final, TypeVar
 from uuid import UUID
@@ -31,12 +30,6 @@ from runledger.infrastructure.commits.unit_of_work import UnitOfWork
 
 A = TypeVar("A", bound=BaseAggregate[UUID])
 T = TypeVar("T")
-
-LIKELY_CHANGED: ContextVar[tuple[UUID, ...]] = ContextVar("runledger_likely_changed", default=())
-"""Aggregates the command being called will most likely change (the store's door sets its
-run's): when one of them is hot, the first attempt holds it already. Without the hint a
-command on a hot run ran twice, once to learn what it changes and once holding it: a
-quarter of the CPU of four processes queueing on one run."""
 
 HOT_SECONDS: Final = 2.0
 """How long after a conflict a command reads an aggregate rather than trust its cached copy."""
@@ -142,9 +135,8 @@ class CommandExecutor:
         run take turns instead of retrying without bound; the version check stays the guard.
         At most ``attempts`` times (default ``MAX_ATTEMPTS``), then ``exhausted()`` is raised.
         """
-        contended = self._hot(LIKELY_CHANGED.get())
-        trusting = not contended
-        assume_new = True
+        contended: list[UUID] = []
+        trusting = assume_new = True
         conflicted = False
         for attempt in range(MAX_ATTEMPTS if attempts is None else attempts):
             changed: list[BaseAggregate[UUID]] = []
