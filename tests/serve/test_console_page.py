@@ -409,6 +409,48 @@ def test_the_console_works_from_the_keyboard(open_page: Any, served_memory: Serv
     assert focused[-1] == "run-1"
 
 
+def test_a_live_update_keeps_the_keyboard_focus_on_its_control(
+    open_page: Any, served_memory: Served
+) -> None:
+    # The header is drawn anew on each change; a keyboard user on its Verify button stays there.
+    api, store = served_memory.api, served_memory.store
+    started_run(api, "run-1")
+    page = open_page(f"{served_memory.base_url}/console/runs/run-1")
+    page.locator("[data-testid=connection][data-state=connected]").wait_for()
+    verify = panel(page, "verify")
+    verify.focus()
+
+    store.record_progress("run-1", status="running", current_node="summarise")
+    panel(page, "run-header").get_by_text("summarise").wait_for()
+    focused = page.evaluate("document.activeElement.dataset.testid")
+    page.keyboard.press("Enter")
+    panel(page, "verdict").get_by_text("verified").wait_for()
+
+    assert focused == "verify"
+
+
+def test_a_live_update_of_the_runs_list_keeps_the_keyboard_focus(
+    open_page: Any, served_memory: Served
+) -> None:
+    api, store = served_memory.api, served_memory.store
+    started_run(api, "run-1")
+    page = open_page(f"{served_memory.base_url}/console")
+    runs, counts = panel(page, "runs"), panel(page, "counts")
+    runs.get_by_role("link", name="run-1").wait_for()
+    page.locator("[data-testid=connection][data-state=connected]").wait_for()
+
+    runs.get_by_role("link", name="run-1").focus()
+    started_run(api, "run-2")
+    runs.get_by_role("link", name="run-2").wait_for()
+    on_the_link = page.evaluate("document.activeElement.textContent.trim()")
+    counts.locator("[data-status=all]").focus()
+    store.finish_run("run-1", status="completed", final_output={"ok": True})
+    counts.locator("[data-status=completed]").wait_for()
+    on_the_chip = page.evaluate("document.activeElement.dataset.status")
+
+    assert (on_the_link, on_the_chip) == ("run-1", "all")
+
+
 def test_public_reads_need_no_token_but_answering_does(
     open_page: Any, shared_host: SharedHost
 ) -> None:

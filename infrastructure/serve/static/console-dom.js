@@ -17,9 +17,23 @@ export function h(tag, props = {}, ...children) {
 
 // replaceChildren that leaves out null, undefined and false, as h() does.
 export function replace(element, ...children) {
+  // A live update redraws a part while a keyboard user may be on one of its controls: the
+  // control is found again in the new children (by test id, id or link) and keeps the focus, or
+  // the user's Enter would land on the page's body (and their place in the Tab order be lost).
+  const focused = document.activeElement;
+  const key = focused !== element && element.contains(focused) ? focusKey(focused) : null;
   element.replaceChildren();
   append(element, children);
+  const again = key ? element.querySelector(key) : null;
+  if (again) again.focus({ preventScroll: true });
   return element;
+}
+
+function focusKey(node) {
+  if (node.dataset && node.dataset.testid) return `[data-testid="${CSS.escape(node.dataset.testid)}"]`;
+  if (node.id) return "#" + CSS.escape(node.id);
+  const href = node.tagName === "A" ? node.getAttribute("href") : null;
+  return href ? `a[href="${CSS.escape(href)}"]` : null;
 }
 
 function append(element, children) {

@@ -2,7 +2,7 @@
 // status, keyset-paged, and live through the runs feed.
 
 import { Stream, enc, getJson } from "./console-api.js";
-import { badge, duration, empty, h, idText, row, time } from "./console-dom.js";
+import { badge, duration, empty, h, idText, replace, row, time } from "./console-dom.js";
 
 const PAGE = 50;
 const STATUSES = ["queued", "running", "waiting", "completed", "failed", "timed_out", "cancelled"];
@@ -65,7 +65,8 @@ export function runsView(root, params, nav) {
     const chip = (status, count) => {
       const active = (filters.status || "") === status;
       const button = h("button", { type: "button", class: "chip" + (active ? " active" : ""),
-        "aria-pressed": String(active), dataset: { status: status || "all" } },
+        "aria-pressed": String(active), id: "status-chip-" + (status || "all"),
+        dataset: { status: status || "all" } },
         status ? badge(status) : h("span", { text: "all" }), " ",
         h("span", { class: "count", text: String(count) }));
       button.addEventListener("click", () => {
@@ -75,13 +76,13 @@ export function runsView(root, params, nav) {
       });
       return button;
     };
-    countsBar.replaceChildren(chip("", filters.status ? counts[filters.status] ?? 0 : total),
+    replace(countsBar, chip("", filters.status ? counts[filters.status] ?? 0 : total),
       ...STATUSES.filter((s) => s in counts).map((s) => chip(s, counts[s])));
   }
 
   function render(page) {
     state.runs = page.runs;
-    tbody.replaceChildren(...page.runs.map((run) => runRow(run, nav)));
+    replace(tbody, ...page.runs.map((run) => runRow(run, nav)));
     if (!page.runs.length) {
       message.replaceChildren(empty(Object.keys(filters).length ? "No run matches these filters."
                                                                   : "No runs yet."));
