@@ -34,6 +34,10 @@ def hold_in_another_process(
     locks.close()
 
 
+TAKERS: list[threading.Thread] = []
+"""The threads ``start_taking`` started, for ``join_takers``."""
+
+
 def start_taking(hold: Callable[[], AbstractContextManager[None]]) -> threading.Event:
     """Enter ``hold()`` on a thread of its own; the event is set once it holds."""
     taken = threading.Event()
@@ -42,8 +46,18 @@ def start_taking(hold: Callable[[], AbstractContextManager[None]]) -> threading.
         with hold():
             taken.set()
 
-    threading.Thread(target=take, daemon=True).start()
+    thread = threading.Thread(target=take, daemon=True)
+    TAKERS.append(thread)
+    thread.start()
     return taken
+
+
+def join_takers() -> None:
+    """Wait for the takers to give their locks back: a taker still inside ``holding`` when
+    the test closes the locks would use a closed lock file (the teardown race that failed a
+    test in a loaded run, not the locks)."""
+    while TAKERS:
+        TAKERS.pop().join(WAIT_SECONDS)
 
 
 def waited(hold: Callable[[], AbstractContextManager[None]], *, timeout: float = 0.3) -> bool:
@@ -80,6 +94,7 @@ def test_an_aggregate_held_by_another_process_waits_until_it_is_given_back(
     finally:
         release.set()
         holder.join(WAIT_SECONDS)
+        join_takers()
         locks.close()
 
 
@@ -91,6 +106,7 @@ def test_threads_of_one_process_take_turns_on_an_aggregate(tmp_path: Path) -> No
             assert waited(lambda: locks.holding([aggregate]))
         assert not waited(lambda: locks.holding([aggregate]))
     finally:
+        join_takers()
         locks.close()
 
 
@@ -100,6 +116,7 @@ def test_a_store_file_without_other_processes_keeps_its_threads_apart() -> None:
     with locks.holding([aggregate]):
         assert waited(lambda: locks.holding([aggregate]))
         assert not waited(lambda: locks.holding([other_stripe(aggregate)]))
+    join_takers()
 
 
 def test_sqlite_storage_holds_aggregates_in_a_file_beside_the_database(tmp_path: Path) -> None:
@@ -114,6 +131,7 @@ def test_sqlite_storage_holds_aggregates_in_a_file_beside_the_database(tmp_path:
         assert taken.wait(WAIT_SECONDS)
         assert (tmp_path / "store.db-locks").exists()
     finally:
+        join_takers()
         first.close()
         second.close()
 
@@ -168,5 +186,6 @@ def test_sqlite_storage_holds_hot_aggregates_only_once_the_command_conflicted(
         with first.lock_aggregates([aggregate], conflicted=False):
             assert not waited(lambda: second.lock_aggregates([aggregate]))
     finally:
+        join_takers()
         first.close()
         second.close()
