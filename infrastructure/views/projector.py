@@ -412,7 +412,7 @@ class Projector:
                 [self.runner(name) for name in names] if names else list(self.runners.values())
             )
             self._recheck_failures(selected)
-            contended = time.monotonic() < self._contended_until
+            contended = self.contended
             return run_pages(
                 self.storage,
                 self.views,
@@ -474,6 +474,12 @@ class Projector:
                 runner.committed()
             else:
                 runner.abandon(page.expected_position)
+
+    @property
+    def contended(self) -> bool:
+        """Whether another process lately projected the same views and won a page (see
+        ``CONTENDED_SECONDS``)."""
+        return time.monotonic() < self._contended_until
 
     def try_lock(self) -> bool:
         """Take this projector if nobody is projecting (pair with ``unlock``)."""
