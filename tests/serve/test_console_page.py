@@ -98,6 +98,12 @@ def panel(page: Any, name: str) -> Any:
     return page.locator(f"[data-testid={name}]")
 
 
+def connected(page: Any) -> Any:
+    """The page, once its live stream is connected."""
+    page.locator("[data-testid=connection][data-state=connected]").wait_for()
+    return page
+
+
 WIDE_ELEMENTS = """() => [...document.querySelectorAll("body *")]
   .filter((e) => e.getBoundingClientRect().right > innerWidth + 0.5)
   .map((e) => e.tagName + "." + e.className + ": " + (e.textContent || "").slice(0, 40))"""
@@ -135,7 +141,7 @@ def test_every_panel_shows_the_demo_story_and_links_work(
     page = open_page(f"{served_memory.base_url}/console", viewport)
     runs = panel(page, "runs")
     runs.locator("tr").nth(2).wait_for()
-    page.locator("[data-testid=connection][data-state=connected]").wait_for()
+    connected(page)
     list_width, list_violations = page_width(page), serious_violations(page)
     screenshot(page, f"console-{viewport}-runs", full_page=False)
 
@@ -213,7 +219,7 @@ def test_changes_arrive_live_without_a_reload(open_page: Any, served_memory: Ser
     page.on("load", lambda _page: loads.append("load"))
     runs = panel(page, "runs")
     runs.get_by_role("link", name="run-1").wait_for()
-    page.locator("[data-testid=connection][data-state=connected]").wait_for()
+    connected(page)
 
     started_run(api, "run-2")
     runs.get_by_role("link", name="run-2").wait_for()
@@ -316,7 +322,7 @@ def test_the_indicator_says_reconnecting_then_stale_when_the_streams_stop(
     served_memory.store.create_run("run-1", workflow_name="echo", input={})
     page = open_page(f"{served_memory.base_url}/console")
     indicator = page.locator("[data-testid=connection]")
-    page.locator("[data-testid=connection][data-state=connected]").wait_for()
+    connected(page)
     live = indicator.inner_text()
 
     # The server stops answering: its feed ends and every reconnection fails.
@@ -415,8 +421,7 @@ def test_a_live_update_keeps_the_keyboard_focus_on_its_control(
     # The header is drawn anew on each change; a keyboard user on its Verify button stays there.
     api, store = served_memory.api, served_memory.store
     started_run(api, "run-1")
-    page = open_page(f"{served_memory.base_url}/console/runs/run-1")
-    page.locator("[data-testid=connection][data-state=connected]").wait_for()
+    page = connected(open_page(f"{served_memory.base_url}/console/runs/run-1"))
     verify = panel(page, "verify")
     verify.focus()
 
@@ -437,7 +442,7 @@ def test_a_live_update_of_the_runs_list_keeps_the_keyboard_focus(
     page = open_page(f"{served_memory.base_url}/console")
     runs, counts = panel(page, "runs"), panel(page, "counts")
     runs.get_by_role("link", name="run-1").wait_for()
-    page.locator("[data-testid=connection][data-state=connected]").wait_for()
+    connected(page)
 
     runs.get_by_role("link", name="run-1").focus()
     started_run(api, "run-2")
