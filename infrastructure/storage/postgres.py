@@ -169,6 +169,18 @@ def _detail(error: psycopg.Error, password: str) -> str:
     return line.replace(password, REDACTED) if password else line
 
 
+def unavailable_error(
+    error: psycopg.Error, settings: PostgresSettings
+) -> StorageUnavailableError | None:
+    """``error`` as hosts read it when it is a connection or server fault of the server
+    ``settings`` names (its cause, endpoint and the server's words, without the password);
+    None for any other error."""
+    fault = connection_fault(error)
+    if fault is None:
+        return None
+    return StorageUnavailableError(fault, settings.endpoint, _detail(error, settings.password))
+
+
 class ConnectionLostError(StorageUnavailableError, OperationalError):
     """A connection failed under a statement: the library's recorders retry such a call on a
     fresh connection, and only when their attempts run out does it reach the caller."""

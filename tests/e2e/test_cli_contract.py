@@ -89,6 +89,19 @@ def test_the_bench_on_a_memory_store_says_which_backends_it_measures(tmp_path: P
     )
 
 
+def test_the_bench_on_a_server_it_cannot_reach_says_why_in_one_line(tmp_path: Path) -> None:
+    # Its scratch databases are made through a connection of its own, not the store's: a
+    # refusal there was an internal error with libpq's words.
+    url = "postgresql://alice:s3cret@127.0.0.1:1/runs"
+    outcome = runledger("bench", "--quick", "--only", "P10", "--url", url, cwd=tmp_path)
+    assert outcome.returncode == 3, outcome
+    assert one_line(outcome) == (
+        "error [store.unavailable]: Storage at alice@127.0.0.1:1/runs is unavailable: "
+        "refused (Connection refused)"
+    )
+    assert "s3cret" not in outcome.stdout + outcome.stderr
+
+
 def test_the_bench_refuses_a_wrong_url_parameter_before_it_starts(tmp_path: Path) -> None:
     url = "postgresql://alice:s3cret@127.0.0.1:1/runs?pooler=statement"
     outcome = runledger("bench", "--quick", "--only", "X1", "--url", url, cwd=tmp_path)

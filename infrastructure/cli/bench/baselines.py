@@ -30,7 +30,8 @@ from eventsourcing.application import Application
 from eventsourcing.domain import Aggregate, event
 
 from runledger.infrastructure.runtime import default_projections, open_runtime
-from runledger.infrastructure.storage.urls import libpq_url
+from runledger.infrastructure.storage.postgres import unavailable_error
+from runledger.infrastructure.storage.urls import libpq_url, read_postgres_url
 from runledger.infrastructure.store import WorkflowStore
 from runledger.infrastructure.views.sql import SLOTS_TABLE
 from runledger.projections.base import Table
@@ -54,8 +55,24 @@ def plain_connection(url: str) -> Iterator[Any]:
         finally:
             connection.close()
     else:
-        with psycopg.connect(libpq_url(url), autocommit=True) as server:
+        with server_connection(url) as server:
             yield server
+
+
+@contextmanager
+def server_connection(url: str) -> Iterator[psycopg.Connection[Any]]:
+    """An autocommit psycopg connection to the PostgreSQL database at ``url``, whose failure
+    to connect is a ``StorageUnavailableError`` as the store's own are (a raw psycopg error
+    would reach the bench's user as an internal error, with libpq's words only)."""
+    try:
+        connection = psycopg.connect(libpq_url(url), autocommit=True)
+    except psycopg.Error as error:
+        unavailable = unavailable_error(error, read_postgres_url(url))
+        if unavailable is None:
+            raise
+        raise unavailable from error
+    with connection:
+        yield connection
 
 
 def _quote(name: str) -> str:

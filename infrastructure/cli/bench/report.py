@@ -11,7 +11,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from runledger.infrastructure.cli.bench.extra_rows import EXTRA_ROWS
-from runledger.infrastructure.cli.bench.runner import Bench, BenchResult, bench_backend
+from runledger.infrastructure.cli.bench.runner import Bench, BenchResult, check_reachable
 
 ROW_IDS: Final = (
     *("P1", "P2", "P2b", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11", "P12"),
@@ -30,7 +30,9 @@ def run_bench(
     full: bool = False,
 ) -> tuple[str, list[BenchResult]]:
     """Every measurement on the URL's backend; progress goes to stderr."""
-    bench_backend(url)  # a URL the bench cannot measure is refused before the progress bar
+    # A URL the bench cannot measure, or a server it cannot reach, is refused before the
+    # progress bar starts.
+    check_reachable(url)
     with Progress(
         TextColumn("bench {task.description}"),
         BarColumn(),

@@ -36,7 +36,6 @@ from typing import Any, Final
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import orjson
-import psycopg
 from eventsourcing.persistence import StoredEvent
 from psycopg.sql import SQL, Identifier
 
@@ -49,10 +48,11 @@ from runledger.infrastructure.cli.bench.baselines import (
     collected,
     in_processes,
     plain_connection,
+    server_connection,
 )
 from runledger.infrastructure.cli.generated_history import HistoryGenerator
 from runledger.infrastructure.runtime import open_runtime
-from runledger.infrastructure.storage.urls import libpq_url, read_postgres_url, redact_url
+from runledger.infrastructure.storage.urls import read_postgres_url, redact_url
 from runledger.infrastructure.store import WorkflowStore, open_store
 from runledger.projections.base import Table
 from runledger.projections.viewer_deltas import ViewerDeltasProjection
@@ -166,6 +166,23 @@ def bench_backend(url: str) -> str:
     raise UnsupportedBenchUrlError(redact_url(url))
 
 
+def check_reachable(url: str) -> None:
+    """Raise ``StorageUnavailableError`` now if the bench's PostgreSQL server cannot be
+    reached (``run_bench`` asks before its progress bar starts, so the failure is one line)."""
+    if bench_backend(url) == "postgresql":
+        with server_connection(_server_url(url)):
+            pass
+
+
+def _server_url(url: str) -> str:
+    """Where the bench reaches the server itself: through a transaction pooler, the URL's
+    ``listen_url`` (only row X1 measures the pooler)."""
+    settings = read_postgres_url(url)
+    if settings.transaction_pooled and settings.listen_url is not None:
+        return settings.listen_url
+    return url
+
+
 class Scratch:
     """Fresh, isolated databases on one backend, removed when the bench ends."""
 
@@ -175,10 +192,8 @@ class Scratch:
         self.pooled_url: str | None = None
         """The bench URL when it goes through a transaction pooler (row X1 only); the other
         rows then measure the server itself, at the URL's ``listen_url``."""
-        if self.backend == "postgresql":
-            settings = read_postgres_url(url)
-            if settings.transaction_pooled and settings.listen_url is not None:
-                self.pooled_url, self.url = url, settings.listen_url
+        if self.backend == "postgresql" and _server_url(url) != url:
+            self.pooled_url, self.url = url, _server_url(url)
         self._folder = tempfile.TemporaryDirectory(prefix="runledger-bench-")
         self._databases: list[str] = []
 
@@ -189,7 +204,7 @@ class Scratch:
             self._databases.append(str(path))
             return f"sqlite:///{path}"
         name = f"runledger_bench_{os.getpid()}_{secrets.token_hex(4)}"
-        with psycopg.connect(libpq_url(self.url), autocommit=True) as admin:
+        with server_connection(self.url) as admin:
             admin.execute(SQL("CREATE DATABASE {}").format(Identifier(name)))
         self._databases.append(name)
         parts = urlsplit(self.url)
@@ -205,8 +220,8 @@ class Scratch:
 
     def close(self) -> None:
         """Drop every database made here, and the temporary folder."""
-        if self.backend == "postgresql":
-            with psycopg.connect(libpq_url(self.url), autocommit=True) as admin:
+        if self.backend == "postgresql" and self._databases:
+            with server_connection(self.url) as admin:
                 for name in self._databases:
                     admin.execute(
                         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
