@@ -449,7 +449,10 @@ def _queueing_worker(
         # Inside the clock: a query brings this process's read models up to the log's end
         # (every writer's commands), so a projection left to the follower thread is paid
         # for here, not hidden as lag when the turn ends.
-        store.follow_up_queue_range(run_id, start=0, limit=1)
+        try:
+            store.follow_up_queue_range(run_id, start=0, limit=1)
+        except Exception as error:
+            errors.append(f"{type(error).__name__}: {error}")
         results.put((count, time.perf_counter() - began, len(errors), errors[:3]))
 
 
