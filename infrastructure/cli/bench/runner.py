@@ -192,8 +192,10 @@ class Scratch:
         self.pooled_url: str | None = None
         """The bench URL when it goes through a transaction pooler (row X1 only); the other
         rows then measure the server itself, at the URL's ``listen_url``."""
-        if self.backend == "postgresql" and _server_url(url) != url:
-            self.pooled_url, self.url = url, _server_url(url)
+        if self.backend == "postgresql":
+            server = _server_url(url)
+            if server != url:
+                self.pooled_url, self.url = url, server
         self._folder = tempfile.TemporaryDirectory(prefix="runledger-bench-")
         self._databases: list[str] = []
 
@@ -367,8 +369,8 @@ def session_records(first_seq: int) -> list[dict[str, Any]]:
     ]
 
 
-def recording_store(store: WorkflowStore) -> Callable[[int], object]:
-    """A run bound to a session in ``store``, and its ``append_session_events`` of batch
+def session_appends(store: WorkflowStore) -> Callable[[int], object]:
+    """Bind a run to a session in ``store``; the ``append_session_events`` of batch
     ``n`` (records ``n * SESSION_BATCH + 1`` on): the command P10 measures."""
     store.create_run("p7", workflow_name="bench", input={})
     binding = {
@@ -1102,7 +1104,7 @@ class Bench:
         seconds = self.seconds / TURNS
         rates: dict[str, list[float]] = {"p10": [], "raw": []}
         with open_store(url) as store, raw.connection() as connection:
-            append, insert = recording_store(store), raw_batch_insert(raw, connection)
+            append, insert = session_appends(store), raw_batch_insert(raw, connection)
             batches = 0
             for _ in range(TURNS):
                 rate, count = _counted_rate(append, seconds, first=batches)
