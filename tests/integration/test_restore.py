@@ -4,18 +4,26 @@ not match its tombstone, or whose tree is in the store is refused with nothing w
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import hashlib
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from runledger.domain.errors import RestoreRefusedError, RunArchivedError
+from runledger.domain.errors import RestoreNotVerifiedError, RestoreRefusedError, RunArchivedError
 from runledger.domain.records import PrunedTree
 from runledger.domain.run_tree_archives import RunTreeArchive
 from runledger.domain.values import SYSTEM
 from runledger.infrastructure import open_store
-from runledger.infrastructure.runtime import StoreRuntime
+from runledger.infrastructure.audit import reprojection
+from runledger.infrastructure.audit import restore as restore_module
+from runledger.infrastructure.audit import verify_bundle as verify_bundle_module
+from runledger.infrastructure.audit.bundle_format import entry_of
+from runledger.infrastructure.audit.reprojection import Reprojection, reproject
+from runledger.infrastructure.audit.restore import check_restored, read_archive_bundle
+from runledger.infrastructure.runtime import StoreRuntime, default_projections
 from runledger.infrastructure.store import WorkflowStore
 from tests.integration.test_prune import digests, finished, lived, prune
 from tests.support.clock import FakeClock
@@ -209,3 +217,49 @@ def test_another_store_sees_the_restored_tree(
     assert store.get_run("middle") == before["run middle"]
     store.record_progress("after", status="running", current_node="next")
     assert second_store.get_run("middle-child") == before["run middle-child"]
+
+
+def test_events_that_came_back_other_than_bundled_fail_the_restore_check(
+    store: WorkflowStore, runtime: StoreRuntime, pruned: tuple[PrunedTree, dict[str, Any]]
+) -> None:
+    archived, _ = pruned
+    store.restore_runs(archived.bundle)
+    bundle = read_archive_bundle(archived.bundle)
+    # A bundle that agrees with itself (its digests are its events') but holds one follow-up's
+    # prompt other than the log gave back.
+    [queued] = [
+        index
+        for index, event in enumerate(bundle.events)
+        if event["wire_name"] == "follow-up.queued" and event["state"]["run_id"] == "middle"
+    ][:1]
+    altered = copy.deepcopy(bundle.events)
+    altered[queued]["state"]["prompt"] += " (altered)"
+    digests = reproject(map(entry_of, altered), default_projections()).digests()
+    verified = dataclasses.replace(bundle, events=altered, digests=digests)
+
+    with pytest.raises(RestoreNotVerifiedError, match=r"re-project to another \w+ digest"):
+        check_restored(runtime, verified)
+
+
+def test_a_restore_whose_events_came_back_as_bundled_reprojects_them_once_more(
+    store: WorkflowStore,
+    pruned: tuple[PrunedTree, dict[str, Any]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The bundle's own check re-projected these events to its digests; the restore re-projects
+    them again only at their new positions, to compare the live rows."""
+    archived, _ = pruned
+    counted: list[int] = []
+
+    def counting(*args: Any, **kwargs: Any) -> Reprojection:
+        result = reprojection.reproject(*args, **kwargs)
+        counted.append(result.events)
+        return result
+
+    monkeypatch.setattr(restore_module, "reproject", counting)
+    monkeypatch.setattr(verify_bundle_module, "reproject", counting)
+
+    restored = store.restore_runs(archived.bundle)
+
+    # The bundle's events, then the tree's as the log holds them now, its tombstone's two too.
+    assert counted == [restored.events, restored.events + 2]
