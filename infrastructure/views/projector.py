@@ -99,7 +99,7 @@ value (``views.sql._same`` compares types first), so the column is written."""
 
 
 def _as_stored(
-    old: Row, new: Row, new_stored: EncodedRow | None, json_columns: frozenset[str]
+    old: Row, new: Row, new_stored: EncodedRow, json_columns: frozenset[str]
 ) -> EncodedRow:
     """A committed row as stored, for comparing column by column with the page's row, without
     encoding its JSON: a JSON value the page kept is the very object (projections copy what
@@ -109,10 +109,7 @@ def _as_stored(
     holds the batch's records (py-spy, P10 on SQLite)."""
     stored = dict(old)
     for name in json_columns:
-        value = old[name]
-        stored[name] = (
-            new_stored[name] if new_stored is not None and value is new[name] else REWRITTEN
-        )
+        stored[name] = new_stored[name] if old[name] is new[name] else REWRITTEN
     return stored
 
 
@@ -288,11 +285,14 @@ class ProjectionRunner:
         previous: dict[str, dict[Key, EncodedRow]] = {}
         for table_name, changes in page.changes.items():
             json_columns = self._tables[table_name].json_columns
-            new_rows = encoded[table_name]
+            stored_rows = encoded[table_name]
             known = {
-                key: _as_stored(old, row, new_rows[key], json_columns)
+                key: _as_stored(old, row, stored, json_columns)
                 for key, row in changes.items()
-                if row is not None and (old := self._cache.get((table_name, key))) is not None
+                # A row and its encoding are both None (a delete) or neither.
+                if row is not None
+                and (stored := stored_rows[key]) is not None
+                and (old := self._cache.get((table_name, key))) is not None
             }
             if known:
                 previous[table_name] = known
