@@ -80,6 +80,11 @@ class Dialect(ABC, Generic[S]):
     types: Mapping[str, str]
     """The column type of each ``Table`` column kind."""
 
+    def column_type(self, kind: str) -> str:
+        """How a ``CREATE TABLE`` declares a column of ``kind``: its type, and any storage
+        clause the backend adds."""
+        return self.types[kind]
+
     @abstractmethod
     def sql(self, template: str, *parts: S) -> S:
         """The template with ``{}`` filled from ``parts`` and ``{mark}`` a parameter."""
@@ -185,7 +190,7 @@ def _table_ddl(table: Table, dialect: Dialect[S], physical: str) -> S:
     columns = dialect.join(
         ", ",
         (
-            dialect.sql("{} {}", dialect.identifier(name), dialect.sql(dialect.types[kind]))
+            dialect.sql("{} {}", dialect.identifier(name), dialect.sql(dialect.column_type(kind)))
             for name, kind in table.columns
         ),
     )

@@ -113,3 +113,38 @@ def test_the_commit_function_is_installed_under_its_versioned_name(
         ).fetchone()
 
     assert found == (1,)
+
+
+def test_json_view_columns_are_compressed_with_lz4_and_read_back_as_written(
+    postgres_store_url: str,
+) -> None:
+    with open_runtime(postgres_store_url, clock=FakeClock()) as runtime:
+        store = WorkflowStore(runtime)
+        store.create_run("run-1", workflow_name="echo", input={})
+        store.bind_origin_session("run-1", "session-1")
+        # Enough follow-ups that the run's viewer row (its window of follow-ups) is stored
+        # compressed, out of line.
+        for number in range(120):
+            queue_as_session(store, "run-1", f"request-{number}-{'x' * 40}")
+        shown = digests(runtime)
+        with psycopg.connect(postgres_store_url) as connection:
+            supported = connection.execute(
+                "SELECT 'lz4' = ANY(enumvals) FROM pg_settings "
+                "WHERE name = 'default_toast_compression'"
+            ).fetchone()
+            columns = connection.execute(
+                "SELECT a.attname, a.attcompression FROM pg_attribute a "
+                "JOIN pg_class c ON c.oid = a.attrelid "
+                "WHERE c.relname LIKE 'rl_vd_runs_v%%' AND a.attnum > 0 ORDER BY a.attnum"
+            ).fetchall()
+            compressed = connection.execute(
+                "SELECT pg_column_compression(follow_ups) FROM rl_vd_runs WHERE run_id = 'run-1'"
+            ).fetchone()
+        runtime.rebuild_projections()
+        rebuilt = digests(runtime)
+
+    assert supported == (True,)
+    json_columns = {"graph", "follow_ups", "settings", "session"}
+    assert {name for name, method in columns if method == "l"} == json_columns
+    assert compressed == ("lz4",)
+    assert rebuilt == shown
