@@ -93,6 +93,26 @@ class _PageWriter:
         }
 
 
+class _UncachedError(Exception):
+    """A replayed event read a row this process does not hold (``_ReplayWriter``)."""
+
+
+class _ReplayWriter(_PageWriter):
+    """The ViewWriter of a replay of events another process projected and committed: reads
+    only what the cache holds (as of the replay's start) and the replay's own writes; a row
+    it would have to fetch raises ``_UncachedError``, since the store holds it as of the other
+    process's commit, not as of the event being replayed."""
+
+    def get(self, table: Table, key: Key) -> Row | None:
+        key = tuple(key)
+        pending = self.changes.get(table.name)
+        if pending is not None and key in pending:
+            row = pending[key]
+        else:
+            row = self._runner.held(table, key)
+        return None if row is None else dict(row)
+
+
 REWRITTEN: Final = object()
 """A committed JSON value a page replaced, as ``_as_stored`` gives it: stored alike with no
 value (``views.sql._same`` compares types first), so the column is written."""
@@ -166,6 +186,8 @@ class ProjectionRunner:
         self._tables = {table.name: table for table in projection.tables}
         self._page: _PageWriter | None = None
         self._page_start = 0
+        self._fetched_in_page = False
+        """Whether the page under way read a row from the view store (``forget_page``)."""
         self._uncommitted: dict[str, dict[Key, Row | None]] = {}
         if slot is not None:
             self.follow(slot)
@@ -215,8 +237,48 @@ class ProjectionRunner:
                 raise TrackingConflictError(self.name, self.position, -1) from None
             raise
         row = None if stored is None else decode_row(table, stored)
+        self._fetched_in_page = self._fetched_in_page or self._page is not None
         self._remember(cache_key, row)
         return row
+
+    def held(self, table: Table, key: Key) -> Row | None:
+        """A row the cache holds, or ``_UncachedError``: never read from the view store."""
+        cache_key = (table.name, key)
+        if cache_key not in self._cache:
+            raise _UncachedError(cache_key)
+        self._cache.move_to_end(cache_key)
+        return self._cache[cache_key]
+
+    def fast_forward(self, events: Sequence[ProjectedEvent], to: int) -> bool:
+        """Move to ``to``, which another process projected and committed, keeping the cache:
+        the events in between are applied to the cached rows alone. Their rows in the store
+        are what that process computed from the same rows by the same code (the slot holds
+        one version), so the cache stays the store's as of ``to``. Only when every row they
+        read is cached: any other row is in the store as of ``to``, not as of the event that
+        reads it, and then the cache is dropped (``abandon``) as before. ``events`` must hold
+        every event after this runner's position up to ``to``. Whether the cache was kept."""
+        # Others write rows this process never saw: a miss no longer means "no row".
+        self.authoritative = False
+        if self._cache:
+            replay = _ReplayWriter(self)
+            try:
+                for event in events:
+                    if (
+                        self.position < event.position <= to
+                        and event.wire_name in self.projection.topics
+                    ):
+                        self.projection.apply(event, replay)
+            # _UncachedError, or a projection failing where it did not for the other process.
+            except Exception:
+                replay.changes.clear()
+            else:
+                for table_name, changes in replay.changes.items():
+                    for key, row in changes.items():
+                        self._remember((table_name, key), row)
+                self.position = to
+                return True
+        self.abandon(to)
+        return False
 
     def _still_active(self) -> bool:
         active = self.views.registry(self.name).active
@@ -234,6 +296,7 @@ class ProjectionRunner:
         """Start collecting one page's row changes."""
         self._page = _PageWriter(self)
         self._page_start = self.position
+        self._fetched_in_page = False
 
     def apply(self, event: ProjectedEvent) -> None:
         """Give an event of the page to the projection if it has not seen it."""
@@ -309,6 +372,18 @@ class ProjectionRunner:
         """Forget the page under way: back to the position it started from."""
         self.abandon(self._page_start)
 
+    def forget_page(self) -> None:
+        """Forget a page that was not committed, back at its start. The cache is kept when
+        the page read every row from it: it is still the store's as of the page's start. A
+        row the page fetched may be as another process left it after that (whose commit is
+        why this page failed), so then the cache is dropped."""
+        if self._fetched_in_page:
+            self.abandon_page()
+            return
+        self._page = None
+        self._uncommitted = {}
+        self.position = self._page_start
+
     def abandon(self, position: int) -> None:
         """Forget a page that was not committed, and everything cached: rows moved."""
         self._page = None
@@ -378,8 +453,8 @@ def project_page(
         views.commit([commit for _, commit in commits])
     except Exception:
         # Nothing was written: forget the page, so the next catch-up projects it again.
-        for runner, commit in commits:
-            runner.abandon(commit.expected_position)
+        for runner, _ in commits:
+            runner.forget_page()
         raise
     for runner, _ in commits:
         runner.committed()
@@ -502,7 +577,7 @@ class Projector:
             if written:
                 runner.committed()
             else:
-                runner.abandon(page.expected_position)
+                runner.forget_page()
 
     @property
     def contended(self) -> bool:
@@ -574,32 +649,70 @@ class Projector:
         Processes that each project their own commands also catch up on each other's: the
         one that commits a page first wins, and every other one would project the page in
         vain (reading rows one by one), wait on the winner's row locks and fail its
-        compare-and-set. One read of the tracking tells them to skip instead.
+        compare-and-set. One read of the tracking tells them to skip instead, and one read
+        of the events skipped keeps the rows they hold (``_move_past``).
         """
         states = {state.name: state for state in self.views.tracking()}
-        for runner in runners:
-            state = states.get(runner.name)
-            if (
-                state is not None
+        self._move_past(
+            {
+                runner: state.position
+                for runner in runners
+                if (state := states.get(runner.name)) is not None
                 and runner.slot is not None
                 and state.slot == runner.slot.slot
                 and state.position > runner.position
-            ):
-                runner.abandon(state.position)
+            }
+        )
+
+    def _move_past(self, moved: Mapping[ProjectionRunner, int]) -> None:
+        """Move each runner to the position another process projected its slot to, keeping
+        its cache where the events in between can be replayed into it (``fast_forward``)."""
+        if not moved:
+            return
+        events = self._projected_between(
+            min(runner.position for runner in moved), max(moved.values())
+        )
+        for runner, position in moved.items():
+            if events is None:
+                runner.abandon(position)
+            else:
+                runner.fast_forward(events, position)
+
+    def _projected_between(self, after: int, until: int) -> list[ProjectedEvent] | None:
+        """Every event after ``after`` up to ``until`` (which other processes projected), to
+        replay into the caches; None when that is more than a page or one does not decode.
+
+        Reading them is one query, where dropping the caches cost a query for every row the
+        next page reads again: four processes taking turns on one run fetched the run's
+        rows anew on each turn, under the run's lock (py-spy, P2b on PostgreSQL)."""
+        if until - after > self.page_size:
+            return None
+        entries = read_page(self.storage, after, self.page_size, until)
+        if len(entries) >= self.page_size and entries[-1].position < until:
+            return None
+        try:
+            return [projected(entry) for entry in entries]
+        except CorruptEventError:
+            return None
 
     def _refresh(self, runners: Iterable[ProjectionRunner]) -> None:
         """After a conflict: go on from where the store's active slots are now, and check
         before each page for a while (``_skip_projected``): other processes project too."""
         self._contended_until = time.monotonic() + CONTENDED_SECONDS
         states = self.views.refresh()
+        moved: dict[ProjectionRunner, int] = {}
         for runner in runners:
             state = states.get(runner.name)
             if state is None:
                 runner.abandon(0)
             elif runner.slot is not None and state.slot == runner.slot.slot:
-                runner.abandon(state.position)
+                if state.position > runner.position:
+                    moved[runner] = state.position
+                else:
+                    runner.abandon(state.position)
             else:
                 runner.follow(state)
+        self._move_past(moved)
 
 
 def run_pages(
