@@ -137,8 +137,12 @@ class EventStorage(Protocol):
         its commits do (SQLite: the reads and logic of every process) may hold only then."""
         ...
 
-    def read_log(self, *, after: int, limit: int) -> Sequence[LogEntry]:
-        """The next ``limit`` stored events after ``after``, lean, for projections."""
+    def read_log(self, *, after: int, limit: int, settled_through: int = 0) -> Sequence[LogEntry]:
+        """The next ``limit`` stored events after ``after``, lean, for projections.
+
+        ``settled_through``: a position the caller knows no open transaction may still fill
+        at or below (a projection's tracking is there), so a missing position up to it is a
+        hole for good, never a place to stop short."""
         ...
 
     def max_position(self) -> int:

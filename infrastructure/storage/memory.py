@@ -463,8 +463,10 @@ class MemoryStorage(RecorderBackedStorage[MemoryEventRecorder, MemoryAggregateRe
         """The tombstone aggregate of the pruned tree ``aggregate_id`` was in, if it was."""
         return self._events.archived_by(aggregate_id)
 
-    def read_log(self, *, after: int, limit: int) -> list[LogEntry]:
-        """The next stored events after ``after``, as lean tuples."""
+    def read_log(self, *, after: int, limit: int, settled_through: int = 0) -> list[LogEntry]:
+        """The next stored events after ``after``, as lean tuples (every commit is visible
+        when it returns: nothing to settle)."""
+        del settled_through
         return [
             LogEntry(n.id, n.topic, n.originator_id, n.originator_version, n.state)
             for n in self._events.select_log(after=after, limit=limit, run_id=None)

@@ -1084,7 +1084,7 @@ class PostgresStorage(RecorderBackedStorage[PostgresEventRecorder, PostgresSnaps
             )
 
     @_retried
-    def read_log(self, *, after: int, limit: int) -> list[LogEntry]:
+    def read_log(self, *, after: int, limit: int, settled_through: int = 0) -> list[LogEntry]:
         """The next stored events after ``after``, never passing a position that an open
         transaction may still fill.
 
@@ -1095,14 +1095,15 @@ class PostgresStorage(RecorderBackedStorage[PostgresEventRecorder, PostgresSnaps
         met, the writer of the missing position is among the transactions holding that lock.
         Once none of them holds it any more, a read made after that which still lacks the
         position skips it. Until then the read stops just before the gap. Transactions that
-        are not writers of this log never hold a follower back.
+        are not writers of this log never hold a follower back. A missing position at or
+        below ``settled_through`` is a hole for good (the caller knows it is settled).
         """
         deadline = time.monotonic() + self.gap_wait
         with self.datastore.get_connection() as conn, conn.cursor(row_factory=tuple_row) as curs:
             for gap in [gap for gap in self._gaps if gap <= after]:
                 del self._gaps[gap]
             while True:
-                entries, blocking = self._read_to_gap(curs, after, limit)
+                entries, blocking = self._read_to_gap(curs, after, limit, settled_through)
                 if blocking is not None and not self._gaps[blocking]:
                     # No writer was open when the gap was met: it is settled, and a read made
                     # now sees the position if a writer committed it just before. Read again,
@@ -1115,7 +1116,7 @@ class PostgresStorage(RecorderBackedStorage[PostgresEventRecorder, PostgresSnaps
                 time.sleep(0.001)
 
     def _read_to_gap(
-        self, curs: Cursor[Any], after: int, limit: int
+        self, curs: Cursor[Any], after: int, limit: int, settled_through: int = 0
     ) -> tuple[list[LogEntry], int | None]:
         """The entries up to the first unsettled gap, and that gap (None if none was met)."""
         settled = self._settled_gaps(curs)
@@ -1125,7 +1126,7 @@ class PostgresStorage(RecorderBackedStorage[PostgresEventRecorder, PostgresSnaps
         for row in curs.fetchall():
             position = row[0]
             while expected < position:
-                if expected not in settled:
+                if expected > settled_through and expected not in settled:
                     if expected not in self._gaps:
                         self._gaps[expected] = sorted(self._events.writers(curs.connection))
                     return entries, expected

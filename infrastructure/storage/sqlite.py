@@ -412,8 +412,10 @@ class SQLiteStorage(RecorderBackedStorage[SQLiteEventRecorder, SQLiteSnapshotRec
         process at a time, while a first attempt that loses just runs again."""
         return self._aggregate_locks.holding(aggregate_ids if conflicted else ())
 
-    def read_log(self, *, after: int, limit: int) -> list[LogEntry]:
-        """The next stored events after ``after``, as lean tuples (ids stay hex text)."""
+    def read_log(self, *, after: int, limit: int, settled_through: int = 0) -> list[LogEntry]:
+        """The next stored events after ``after``, as lean tuples (ids stay hex text;
+        writers take turns on the file, so no position is ever filled out of order)."""
+        del settled_through
         with self.datastore.transaction(commit=False) as c:
             c.execute(self._read_log_statement, (after, limit))
             return [LogEntry(*row) for row in c.fetchall()]

@@ -687,7 +687,16 @@ class Projector:
         rows anew on each turn, under the run's lock (py-spy, P2b on PostgreSQL)."""
         if until - after > self.page_size:
             return None
-        entries = read_page(self.storage, after, self.page_size, until)
+        # Every position up to ``until`` is settled (a process projected past it), so a hole
+        # below it (a rolled-back insert) must not end the read short, as it would for a
+        # follower while other writers are open: a replay missing an event is wrong rows.
+        entries = [
+            entry
+            for entry in self.storage.read_log(
+                after=after, limit=self.page_size, settled_through=until
+            )
+            if entry.position <= until
+        ]
         if len(entries) >= self.page_size and entries[-1].position < until:
             return None
         try:

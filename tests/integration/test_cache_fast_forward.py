@@ -19,6 +19,7 @@ import pytest
 from runledger.infrastructure.runtime import StoreRuntime, open_runtime
 from runledger.infrastructure.store import WorkflowStore
 from runledger.infrastructure.views.projector import ProjectionRunner
+from tests.integration.test_postgres_gaps import Writer
 from tests.integration.test_same_commit_views import digests, queue_as_session
 from tests.support.clock import FakeClock
 
@@ -131,6 +132,43 @@ def test_a_replay_that_reads_a_row_not_held_drops_the_cache_instead(
         assert any("run-1" in str(row) for row in fetched)
         assert theirs is not None
         assert [item.prompt for item in theirs.follow_ups] == ["theirs-1", "theirs-2"]
+        shown = digests(writer)
+        assert shown == digests(others._runtime)
+        writer.rebuild_projections()
+        assert digests(writer) == shown
+
+
+@pytest.mark.postgres
+def test_a_hole_below_what_others_projected_does_not_cut_the_replay_short(
+    postgres_store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A rolled-back insert leaves a hole; another writer is open when the replay reads past
+    # it. A follower stops at such a hole, but everything up to what the other process
+    # projected is settled: a replay cut there would skip their events and leave the rows
+    # held here as they were, and the writer's next command would build on them.
+    with two_processes(postgres_store_url) as (writer, store, others):
+        loser = Writer(postgres_store_url)
+        loser.insert()
+        loser.roll_back()
+        queue_as_session(others, "run-1", "theirs-1")
+        queue_as_session(others, "run-1", "theirs-2")
+        others.follow_up_queue("run-1")
+        outcomes, _ = watched(monkeypatch, writer)
+        open_writer = Writer(postgres_store_url)
+        try:
+            writer.catch_up()
+        finally:
+            open_writer.roll_back()
+        queue_as_session(store, "run-1", "mine-2")
+        queued = store.follow_up_queue("run-1")
+
+        assert outcomes["viewer_deltas", True] == 1
+        assert queued is not None
+        assert [item.prompt for item in queued.follow_ups][-3:] == [
+            "theirs-1",
+            "theirs-2",
+            "mine-2",
+        ]
         shown = digests(writer)
         assert shown == digests(others._runtime)
         writer.rebuild_projections()

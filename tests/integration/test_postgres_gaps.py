@@ -113,6 +113,34 @@ def test_a_long_open_transaction_is_waited_for_however_long_it_stays_open(
     assert positions(storage) == [held, later]
 
 
+def test_a_hole_the_caller_knows_settled_is_passed_while_other_writers_are_open(
+    storage: PostgresStorage, postgres_store_url: str
+) -> None:
+    # A process's tracking at a position says nothing at or below it can still be filled
+    # (``read_log``'s ``settled_through``): a replay up to there must not stop at a hole.
+    loser = Writer(postgres_store_url)
+    hole = loser.insert()
+    loser.roll_back()
+    later = committed(postgres_store_url)
+    open_writer = Writer(postgres_store_url)
+    try:
+        # Met while a writer is open, the hole holds a plain read back...
+        assert positions(storage) == []
+        entries = storage.read_log(after=0, limit=1000, settled_through=later)
+        assert [entry.position for entry in entries] == [later]
+        # ...and a hole above what the caller knows settled still does.
+        beyond = Writer(postgres_store_url)
+        held = beyond.insert()
+        last = committed(postgres_store_url)
+        entries = storage.read_log(after=0, limit=1000, settled_through=later)
+        assert [entry.position for entry in entries] == [later]
+        beyond.commit()
+        assert [e.position for e in storage.read_log(after=later, limit=1000)] == [held, last]
+    finally:
+        open_writer.roll_back()
+    assert hole < later
+
+
 def test_a_rolled_back_insert_leaves_a_hole_the_follower_passes(
     storage: PostgresStorage, postgres_store_url: str
 ) -> None:

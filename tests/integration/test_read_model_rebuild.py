@@ -698,8 +698,8 @@ def _counting_reads(runtime: StoreRuntime) -> list[int]:
     counts: list[int] = []
     read_log = runtime.storage.read_log
 
-    def counted(*, after: int, limit: int) -> Any:
-        entries = read_log(after=after, limit=limit)
+    def counted(*, after: int, limit: int, settled_through: int = 0) -> Any:
+        entries = read_log(after=after, limit=limit, settled_through=settled_through)
         counts.append(len(entries))
         return entries
 
