@@ -33,6 +33,7 @@ from runledger.domain.errors import (
 )
 from runledger.domain.ports import LogEntry
 from runledger.infrastructure.commits.ports import EventStorage
+from runledger.infrastructure.storage.archived import TOMBSTONE_TOPICS
 from runledger.infrastructure.telemetry import TELEMETRY
 from runledger.infrastructure.views.store import (
     EncodedRow,
@@ -698,6 +699,10 @@ class Projector:
             if entry.position <= until
         ]
         if len(entries) >= self.page_size and entries[-1].position < until:
+            return None
+        if any(entry.topic in TOMBSTONE_TOPICS for entry in entries):
+            # A prune moves the tracking over its tombstone with rows it deletes itself, not
+            # rows a projection makes of the event: no replay gives them.
             return None
         try:
             return [projected(entry) for entry in entries]
