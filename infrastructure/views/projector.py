@@ -3,8 +3,10 @@
 A page is at most ``page_size`` events or ``page_seconds`` of work. Each event of the page is
 decoded once and given to every projection that has not seen it; the resulting row changes
 and new positions of all projections are committed in one transaction. If another writer (a
-worker, another embedded host) moved a projection meanwhile, the page is thrown away, the
-cache is dropped and the page is recomputed from the new position: nothing is applied twice.
+worker, another embedded host) moved a projection meanwhile, the page is thrown away and the
+projection goes on from the new position: nothing is applied twice. The rows it holds are
+kept where the events in between can be replayed into them (``ProjectionRunner.fast_forward``)
+and dropped otherwise.
 
 Every event is decoded and checked, also those no projection here consumes: one that does not
 decode (``CorruptEventError``) stalls every projection, since a changed wire name may hide an
