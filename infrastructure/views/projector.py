@@ -67,8 +67,10 @@ class _PageWriter:
     encoded once, when the page commits, however often the page rewrote it.
     """
 
-    def __init__(self, runner: ProjectionRunner) -> None:
-        self._runner = runner
+    def __init__(self, committed: Callable[[Table, Key], Row | None]) -> None:
+        """``committed``: a row as of the page's start (``ProjectionRunner.cached``, or
+        ``held`` for a replay, which must not read the view store)."""
+        self._committed = committed
         self.changes: dict[str, dict[Key, Row | None]] = {}
 
     def get(self, table: Table, key: Key) -> Row | None:
@@ -77,7 +79,7 @@ class _PageWriter:
         if pending is not None and key in pending:
             row = pending[key]
         else:
-            row = self._runner.cached(table, key)
+            row = self._committed(table, key)
         return None if row is None else dict(row)
 
     def put(self, table: Table, row: Row) -> None:
@@ -97,23 +99,7 @@ class _PageWriter:
 
 
 class _UncachedError(Exception):
-    """A replayed event read a row this process does not hold (``_ReplayWriter``)."""
-
-
-class _ReplayWriter(_PageWriter):
-    """The ViewWriter of a replay of events another process projected and committed: reads
-    only what the cache holds (as of the replay's start) and the replay's own writes; a row
-    it would have to fetch raises ``_UncachedError``, since the store holds it as of the other
-    process's commit, not as of the event being replayed."""
-
-    def get(self, table: Table, key: Key) -> Row | None:
-        key = tuple(key)
-        pending = self.changes.get(table.name)
-        if pending is not None and key in pending:
-            row = pending[key]
-        else:
-            row = self._runner.held(table, key)
-        return None if row is None else dict(row)
+    """A replayed event read a row this process does not hold (``ProjectionRunner.held``)."""
 
 
 REWRITTEN: Final = object()
@@ -263,7 +249,9 @@ class ProjectionRunner:
         # Others write rows this process never saw: a miss no longer means "no row".
         self.authoritative = False
         if self._cache:
-            replay = _ReplayWriter(self)
+            # Reads only what the cache holds and the replay's own writes: the store holds
+            # any other row as of the other process's commit, not as of the replayed event.
+            replay = _PageWriter(self.held)
             try:
                 for event in events:
                     if (
@@ -297,7 +285,7 @@ class ProjectionRunner:
 
     def begin_page(self) -> None:
         """Start collecting one page's row changes."""
-        self._page = _PageWriter(self)
+        self._page = _PageWriter(self.cached)
         self._page_start = self.position
         self._fetched_in_page = False
 
