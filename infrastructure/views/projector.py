@@ -363,13 +363,14 @@ class ProjectionRunner:
         """Forget the page under way: back to the position it started from."""
         self.abandon(self._page_start)
 
-    def forget_page(self) -> None:
-        """Forget a page that was not committed, back at its start. The cache is kept when
-        the page read every row from it: it is still the store's as of the page's start. A
-        row the page fetched may be as another process left it after that (whose commit is
-        why this page failed), so then the cache is dropped."""
-        if self._fetched_in_page:
-            self.abandon_page()
+    def forget_page(self, position: int) -> None:
+        """Forget a page from ``position`` that was not committed, back at its start. The
+        cache is kept when it is the page under way and it read every row from the cache:
+        then the cache is still the store's as of the page's start. A row the page fetched
+        may be as another process left it after that (whose commit is why this page failed),
+        so then the cache is dropped."""
+        if self._fetched_in_page or position != self._page_start:
+            self.abandon(position)
             return
         self._page = None
         self._uncommitted = {}
@@ -444,8 +445,8 @@ def project_page(
         views.commit([commit for _, commit in commits])
     except Exception:
         # Nothing was written: forget the page, so the next catch-up projects it again.
-        for runner, _ in commits:
-            runner.forget_page()
+        for runner, commit in commits:
+            runner.forget_page(commit.expected_position)
         raise
     for runner, _ in commits:
         runner.committed()
@@ -568,7 +569,7 @@ class Projector:
             if written:
                 runner.committed()
             else:
-                runner.forget_page()
+                runner.forget_page(page.expected_position)
 
     @property
     def contended(self) -> bool:
