@@ -1116,7 +1116,7 @@ class PostgresStorage(RecorderBackedStorage[PostgresEventRecorder, PostgresSnaps
                 time.sleep(0.001)
 
     def _read_to_gap(
-        self, curs: Cursor[Any], after: int, limit: int, settled_through: int = 0
+        self, curs: Cursor[Any], after: int, limit: int, settled_through: int
     ) -> tuple[list[LogEntry], int | None]:
         """The entries up to the first unsettled gap, and that gap (None if none was met)."""
         settled = self._settled_gaps(curs)

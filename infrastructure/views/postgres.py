@@ -59,8 +59,9 @@ class PostgresDialect(Dialect[Query]):
 
     def __init__(self, schema: str) -> None:
         self.schema = schema
-        self.compress_json_with_lz4 = False
-        """Whether JSON columns are declared ``COMPRESSION lz4`` (the server has lz4)."""
+        self.compress_json_with_lz4: bool | None = None
+        """Whether JSON columns are declared ``COMPRESSION lz4`` (the server has lz4); None
+        until the first tables are created asks the server."""
 
     def column_type(self, kind: str) -> str:
         # A run's viewer row holds the window of its last 256 follow-ups (about 25 kB) and
@@ -224,14 +225,15 @@ class PostgresViewStore(SqlViewStore[Query]):
     def _create_tables(
         self, cursor: Cursor, projection: Projection, slot: TrackingState, *, indexes: bool
     ) -> None:
-        # Servers built without lz4 (or older than 14) do not list it, and keep pglz.
-        row = cursor.execute(
-            SQL(
-                "SELECT coalesce(bool_or('lz4' = ANY(enumvals)), false) FROM pg_settings "
-                "WHERE name = 'default_toast_compression'"
-            )
-        ).fetchone()
-        self.dialect.compress_json_with_lz4 = bool(row and row[0])
+        if self.dialect.compress_json_with_lz4 is None:
+            # Servers built without lz4 (or older than 14) do not list it, and keep pglz.
+            row = cursor.execute(
+                SQL(
+                    "SELECT coalesce(bool_or('lz4' = ANY(enumvals)), false) FROM pg_settings "
+                    "WHERE name = 'default_toast_compression'"
+                )
+            ).fetchone()
+            self.dialect.compress_json_with_lz4 = bool(row and row[0])
         super()._create_tables(cursor, projection, slot, indexes=indexes)
 
     def _lock_registry(self, cursor: Cursor, name: str) -> None:

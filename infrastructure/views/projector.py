@@ -248,28 +248,30 @@ class ProjectionRunner:
         every event after this runner's position up to ``to``. Whether the cache was kept."""
         # Others write rows this process never saw: a miss no longer means "no row".
         self.authoritative = False
-        if self._cache:
-            # Reads only what the cache holds and the replay's own writes: the store holds
-            # any other row as of the other process's commit, not as of the replayed event.
-            replay = _PageWriter(self.held)
-            try:
-                for event in events:
-                    if (
-                        self.position < event.position <= to
-                        and event.wire_name in self.projection.topics
-                    ):
-                        self.projection.apply(event, replay)
-            # _UncachedError, or a projection failing where it did not for the other process.
-            except Exception:
-                replay.changes.clear()
-            else:
-                for table_name, changes in replay.changes.items():
-                    for key, row in changes.items():
-                        self._remember((table_name, key), row)
-                self.position = to
-                return True
-        self.abandon(to)
-        return False
+        # Reads only what the cache holds and the replay's own writes: the store holds any
+        # other row as of the other process's commit, not as of the replayed event.
+        replay = _PageWriter(self.held)
+        try:
+            for event in events:
+                if (
+                    self.position < event.position <= to
+                    and event.wire_name in self.projection.topics
+                ):
+                    self.projection.apply(event, replay)
+        # _UncachedError, or a projection failing where it did not for the other process.
+        except Exception:
+            self.abandon(to)
+            return False
+        for table_name, changes in replay.changes.items():
+            for key, row in changes.items():
+                self._remember((table_name, key), row)
+        self.position = to
+        return True
+
+    @property
+    def holds_rows(self) -> bool:
+        """Whether the cache holds any row (a replay into an empty one cannot keep any)."""
+        return bool(self._cache)
 
     def _still_active(self) -> bool:
         active = self.views.registry(self.name).active
@@ -659,13 +661,16 @@ class Projector:
     def _move_past(self, moved: Mapping[ProjectionRunner, int]) -> None:
         """Move each runner to the position another process projected its slot to, keeping
         its cache where the events in between can be replayed into it (``fast_forward``)."""
-        if not moved:
-            return
-        events = self._projected_between(
-            min(runner.position for runner in moved), max(moved.values())
+        keeping = {runner: position for runner, position in moved.items() if runner.holds_rows}
+        events = (
+            self._projected_between(
+                min(runner.position for runner in keeping), max(keeping.values())
+            )
+            if keeping
+            else None
         )
         for runner, position in moved.items():
-            if events is None:
+            if events is None or runner not in keeping:
                 runner.abandon(position)
             else:
                 runner.fast_forward(events, position)
@@ -677,6 +682,7 @@ class Projector:
         Reading them is one query, where dropping the caches cost a query for every row the
         next page reads again: four processes taking turns on one run fetched the run's
         rows anew on each turn, under the run's lock (py-spy, P2b on PostgreSQL)."""
+        # At most a page of positions: one read of ``page_size`` holds all of them.
         if until - after > self.page_size:
             return None
         # Every position up to ``until`` is settled (a process projected past it), so a hole
@@ -689,8 +695,6 @@ class Projector:
             )
             if entry.position <= until
         ]
-        if len(entries) >= self.page_size and entries[-1].position < until:
-            return None
         if any(entry.topic in TOMBSTONE_TOPICS for entry in entries):
             # A prune moves the tracking over its tombstone with rows it deletes itself, not
             # rows a projection makes of the event: no replay gives them.
