@@ -9,6 +9,7 @@ on stderr for any failure) is ``failures``'s: no command handles errors itself.
 
 from __future__ import annotations
 
+import signal
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -558,8 +559,16 @@ def serve(
         exporters.shutdown()
 
 
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """The console script ``runledger``."""
+    # SIGTERM (``timeout``, a service manager, ``kill``) stops a command as Ctrl-C does, so
+    # its cleanup runs: a bench's scratch databases, a rebuild's scratch copies. ``serve``
+    # and ``projections run`` put their own handler in place while they run.
+    signal.signal(signal.SIGTERM, _interrupt)
     sys.exit(run_command_line(app, sys.argv[1:] if argv is None else argv))
 
 

@@ -110,6 +110,11 @@ def run_command_line(
         hint = "" if debug else f"; run again with {DEBUG_FLAG} for the traceback"
         print(f"internal error: {detail}{hint}", file=err)
         return EXIT_INTERNAL
+    if result == EXIT_INTERRUPTED:
+        # typer (0.29 on) turns Ctrl-C into this exit code itself, printing nothing; no
+        # runledger command exits with it of its own accord.
+        print(error_line("interrupted", "stopped before it finished"), file=err)
+        return EXIT_INTERRUPTED
     # Without standalone mode click returns an explicit exit's code, else what the command
     # returned (None for every runledger command).
     return result if isinstance(result, int) and not isinstance(result, bool) else EXIT_OK

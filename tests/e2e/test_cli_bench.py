@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.cli import bench
+from tests.support.postgres import PostgresServer
 
 ROW_KEYS = {
     "id",
@@ -101,3 +107,58 @@ def test_bench_on_postgresql_reports_p1_to_p12(tmp_path: Path, postgres_url: str
     outcome = bench(postgres_url, tmp_path)
     assert outcome.returncode == 0, outcome.stderr
     check_command_rows(check_document(outcome.stdout, "postgresql", POSTGRES_ROWS))
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("stop", "delay"),
+    [(signal.SIGTERM, 0.0), (signal.SIGTERM, 0.3), (signal.SIGTERM, 1.5), (signal.SIGINT, 0.3)],
+)
+def test_a_bench_stopped_by_a_signal_says_so_and_drops_its_scratch_databases(
+    tmp_path: Path,
+    postgres_url: str,
+    postgres_server: PostgresServer,
+    stop: signal.Signals,
+    delay: float,
+) -> None:
+    environment = {key: value for key, value in os.environ.items() if key != "RUNLEDGER_URL"}
+    process = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "runledger.infrastructure.cli", "bench"),
+            *("--url", postgres_url, "--only", "P1", "--seconds", "60"),
+        ],
+        cwd=tmp_path,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    pattern = f"runledger\\_bench\\_{process.pid}\\_%"
+
+    def scratch_databases() -> list[str]:
+        rows = postgres_server.connection.execute(
+            "SELECT datname FROM pg_database WHERE datname LIKE %s", (pattern,)
+        ).fetchall()
+        return [str(name) for (name,) in rows]
+
+    try:
+        deadline = time.monotonic() + 60
+        while not scratch_databases():
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "the bench made no scratch database"
+            time.sleep(0.05)
+        # Anywhere from the database's creation into the measurement, where a store holds
+        # connections to it.
+        time.sleep(delay)
+        process.send_signal(stop)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        for name in scratch_databases():
+            postgres_server.drop_database(name)
+
+    assert process.returncode == 130, stderr
+    assert "error [interrupted]: stopped before it finished\n" in stderr, repr(stderr)
+    assert scratch_databases() == []

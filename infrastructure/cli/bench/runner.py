@@ -20,6 +20,7 @@ An extra row whose id is a built-in one replaces it. ``runledger bench`` passes
 from __future__ import annotations
 
 import gc
+import logging
 import multiprocessing
 import os
 import random
@@ -36,6 +37,7 @@ from typing import Any, Final
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import orjson
+import psycopg
 from eventsourcing.persistence import StoredEvent
 from psycopg.sql import SQL, Identifier
 
@@ -61,6 +63,8 @@ REPLICA_PARAMETERS: Final = frozenset({"replica_url", "replica_wait"})
 
 PAYLOAD: Final = os.urandom(600)
 """A raw row about the size of one queued follow-up's three events."""
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -206,9 +210,10 @@ class Scratch:
             self._databases.append(str(path))
             return f"sqlite:///{path}"
         name = f"runledger_bench_{os.getpid()}_{secrets.token_hex(4)}"
+        # Named before it is made: an interrupt during CREATE DATABASE may leave it made.
+        self._databases.append(name)
         with server_connection(self.url) as admin:
             admin.execute(SQL("CREATE DATABASE {}").format(Identifier(name)))
-        self._databases.append(name)
         parts = urlsplit(self.url)
         # Replicas name the bench URL's database, not this one: only row X2 reads them.
         query = urlencode(
@@ -221,17 +226,30 @@ class Scratch:
         return urlunsplit(parts._replace(path=f"/{name}", query=query))
 
     def close(self) -> None:
-        """Drop every database made here, and the temporary folder."""
-        if self.backend == "postgresql" and self._databases:
-            with server_connection(self.url) as admin:
-                for name in self._databases:
+        """Drop every database made here, and the temporary folder.
+
+        ``WITH (FORCE)`` ends the sessions still connected (a worker or pool that outlived
+        its row) and keeps new ones out while the database goes. A database that still cannot
+        be dropped is named in a warning, and the others are dropped all the same."""
+        try:
+            if self.backend == "postgresql" and self._databases:
+                self._drop_databases()
+        finally:
+            self._folder.cleanup()
+
+    def _drop_databases(self) -> None:
+        left: list[str] = []
+        with server_connection(self.url) as admin:
+            for name in self._databases:
+                try:
                     admin.execute(
-                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                        "WHERE datname = %s AND pid <> pg_backend_pid()",
-                        (name,),
+                        SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(Identifier(name))
                     )
-                    admin.execute(SQL("DROP DATABASE IF EXISTS {}").format(Identifier(name)))
-        self._folder.cleanup()
+                except psycopg.Error as error:
+                    left.append(f"{name} ({type(error).__name__})")
+        self._databases.clear()
+        if left:
+            _log.warning("bench databases left on the server: %s", ", ".join(left))
 
 
 # -- raw baselines ---------------------------------------------------------------------------
