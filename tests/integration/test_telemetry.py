@@ -31,6 +31,7 @@ from runledger.infrastructure.telemetry import (
     RUN_ID,
     SAME_COMMIT,
     STORE,
+    TELEMETRY,
     VERIFY_SPAN,
 )
 from tests.support.clock import FakeClock
@@ -150,6 +151,47 @@ def test_queries_have_query_spans_and_every_call_is_counted_and_timed(
     [group] = [p for _, p in telemetry.points("runledger.commit.group_size")]
     assert group.count == 4
     assert group.sum == 4
+
+
+def test_calls_from_many_threads_are_each_counted_once_and_counts_restart_with_a_new_sdk(
+    store: WorkflowStore, telemetry: Collected
+) -> None:
+    started(store)
+    threads, calls = 4, 50
+    barrier = threading.Barrier(threads)
+
+    def read() -> None:
+        barrier.wait()
+        for _ in range(calls):
+            store.get_run("run-1")
+
+    workers = [threading.Thread(target=read) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    for number in range(3):
+        queue(store, f"follow-{number}")
+
+    counted = {a[NAME]: p.value for a, p in telemetry.points("runledger.commands")}
+    assert counted["get_run"] == threads * calls
+    assert counted["queue_follow_up"] == 3
+    # Cumulative: a second collection reads the same totals.
+    again = {a[NAME]: p.value for a, p in telemetry.points("runledger.commands")}
+    assert again == counted
+    appended = {a[EVENT_NAME]: p.value for a, p in telemetry.points("runledger.events.appended")}
+    assert appended["follow-up.queued"] == 3
+
+    fresh = Collected()
+    TELEMETRY.configure(fresh.tracer_provider, fresh.meter_provider)
+    try:
+        store.get_run("run-1")
+        counted = {a[NAME]: p.value for a, p in fresh.points("runledger.commands")}
+        assert counted == {"get_run": 1}
+        assert fresh.points("runledger.events.appended") == []
+    finally:
+        TELEMETRY.configure(telemetry.tracer_provider, telemetry.meter_provider)
+        fresh.close()
 
 
 def test_a_catch_up_has_a_span_per_page_of_the_log(store_url: str, telemetry: Collected) -> None:
