@@ -793,26 +793,27 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
             # One plain statement, no pipeline (which costs the client more time and the
             # command a longer wait, for its sync and flush): unheld, the call is a
             # transaction of its own (autocommit) that commits as the call ends, on the server.
-            with conn.cursor() as curs:
+            with conn.cursor(row_factory=tuple_row) as curs:
                 row = curs.execute(self._commit_call, params).fetchone()
                 # Where the commit lies in the WAL, for replica reads: read after it, never
                 # in the call (that would be short of the commit record).
                 wal_row = (
-                    curs.execute(WAL_AFTER_COMMIT).fetchone()
+                    conn.execute(WAL_AFTER_COMMIT).fetchone()
                     if self.datastore.reads_wal_at_commit
                     else None
                 )
-        positions: list[int] = row["positions"]
+        # The function's OUT parameters, in their order (``COMMIT_FUNCTION``): tuples, as a
+        # dictionary row costs the client its column names again at every command.
+        positions: list[int]
+        positions, written, step_sqlstate, step_error = row
         self.datastore.committed(wal_row, positions)
         if (
             first is not None
-            and not row["written"]
-            and row["step_sqlstate"] not in (MOVED_SQLSTATE, NOT_AT_POSITIONS_SQLSTATE)
+            and not written
+            and step_sqlstate not in (MOVED_SQLSTATE, NOT_AT_POSITIONS_SQLSTATE)
         ):
-            logger.error(
-                "read models not written with the events (%s); they catch up", row["step_error"]
-            )
-        return positions, bool(row["written"])
+            logger.error("read models not written with the events (%s); they catch up", step_error)
+        return positions, bool(written)
 
     def _call_and_commit(self, conn: Connection[DictRow], params: list[Any]) -> tuple[Any, Any]:
         """The call, COMMIT (and the WAL position after it) in one round trip, for a command
@@ -823,7 +824,7 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
                 conn,
                 sum(map(len, params[8])) + sum(len(v) for v in params[-1] if v is not None),
             ) as pipeline,
-            conn.cursor() as call,
+            conn.cursor(row_factory=tuple_row) as call,
             conn.cursor() as curs,
             conn.cursor() as wal,
         ):
