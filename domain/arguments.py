@@ -170,8 +170,10 @@ _PLAIN_JSON: Final = (
 """orjson refuses what is not plain JSON (a dataclass, a subclass of str or dict, a set), so
 only values whose every text and container it writes pass the quick check."""
 _NOT_STRUCTURE: Final = bytes(range(256)).translate(None, b'"[]{}')
+_ARRAYS_AS_OBJECTS: Final = bytes.maketrans(b"[]", b"{}")
+"""Depth does not care which kind a container is: one kind of bracket leaves one pair,
+``{}``, to find."""
 _TEXT: Final = re.compile(rb'"[^"]*"')
-_INNERMOST: Final = re.compile(rb"[\[{][^\[\]{}]*[\]}]")
 
 
 def _surely_storable(value: object) -> bool:
@@ -194,15 +196,17 @@ def _surely_storable(value: object) -> bool:
             return False
         # Escaped backslashes, then escaped quotes, leave only the quotes that bound texts.
         encoded = encoded.replace(b"\\\\", b"").replace(b'\\"', b"")
-    marks = encoded.translate(None, _NOT_STRUCTURE)
+    marks = encoded.translate(_ARRAYS_AS_OBJECTS, _NOT_STRUCTURE)
     shape = marks.replace(b'""', b"")
     if b'"' in shape:  # a text holding a bracket
         shape = _TEXT.sub(b"", marks)
+    # Only brackets are left, so the innermost containers are exactly the adjacent pairs,
+    # and ``replace`` removes those of the value it is given, not the pairs it uncovers.
     for _ in range(MAX_JSON_DEPTH):
-        if b"[" not in shape and b"{" not in shape:
+        if b"{" not in shape:
             return True
-        shape = _INNERMOST.sub(b"", shape)
-    return b"[" not in shape and b"{" not in shape
+        shape = shape.replace(b"{}", b"")
+    return b"{" not in shape
 
 
 def _children(item: object, *, sized: bool) -> Collection[object] | None:
