@@ -12,70 +12,14 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
-from typing import Any, Final
-
-import psycopg
-from psycopg.sql import SQL, Identifier
+from typing import Final
 
 from runledger.infrastructure.runtime import StoreRuntime
+from runledger.infrastructure.views.listener import Listener
 
 DEFAULT_POLL_SECONDS: Final = 0.5
-SLICE_SECONDS: Final = 0.1
 logger = logging.getLogger(__name__)
-
-
-class _Listener:
-    """A LISTEN connection that reconnects after failures (the worker keeps polling)."""
-
-    def __init__(self, conninfo: str, channel: str) -> None:
-        self.conninfo = conninfo
-        self.channel = channel
-        self._connection: psycopg.Connection[Any] | None = None
-        self._retry_at = 0.0
-
-    def _connect(self) -> psycopg.Connection[Any] | None:
-        if self._connection is not None and not self._connection.closed:
-            return self._connection
-        if time.monotonic() < self._retry_at:
-            return None
-        try:
-            connection = psycopg.connect(self.conninfo, autocommit=True)
-            connection.execute(SQL("LISTEN {}").format(Identifier(self.channel)))
-        except psycopg.Error:
-            logger.warning("cannot LISTEN on %s; polling until it can", self.channel)
-            self._retry_at = time.monotonic() + 5.0
-            return None
-        self._connection = connection
-        return connection
-
-    def wait(self, timeout: float, stopping: threading.Event) -> bool:
-        """Block until a notification, ``timeout`` or ``stopping``; True if notified.
-
-        Waits in short slices: a signal sets ``stopping`` but cannot interrupt libpq's wait.
-        """
-        deadline = time.monotonic() + timeout
-        while not stopping.is_set():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return False
-            connection = self._connect()
-            if connection is None:
-                stopping.wait(min(remaining, SLICE_SECONDS))
-                continue
-            try:
-                for _ in connection.notifies(timeout=min(remaining, SLICE_SECONDS), stop_after=1):
-                    return True
-            except psycopg.Error:
-                logger.warning("LISTEN connection lost; reconnecting, polling meanwhile")
-                self.close()
-        return False
-
-    def close(self) -> None:
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
 
 
 class ProjectionWorker:
@@ -94,12 +38,12 @@ class ProjectionWorker:
         self.stopping = threading.Event()
         self._listener = self._make_listener()
 
-    def _make_listener(self) -> _Listener | None:
+    def _make_listener(self) -> Listener | None:
         conninfo = self.runtime.listen_conninfo
         channel = getattr(self.runtime.storage.events, "channel_name", None)
         if conninfo is None or channel is None:
             return None
-        return _Listener(conninfo, channel)
+        return Listener(conninfo, channel)
 
     def stop(self, *_: object) -> None:
         """Ask the loop to stop after the page it is committing (safe from signal handlers)."""

@@ -39,7 +39,8 @@ from runledger.domain.ports import LogEntry
 from runledger.domain.values import Actor
 from runledger.infrastructure.runtime import StoreRuntime, default_projections, open_runtime
 from runledger.infrastructure.store import WorkflowStore
-from runledger.infrastructure.views.worker import ProjectionWorker, _Listener
+from runledger.infrastructure.views.listener import Listener
+from runledger.infrastructure.views.worker import ProjectionWorker
 from runledger.projections.base import Projection, Table
 from runledger.projections.events import projected
 from tests.support.postgres import PostgresServer
@@ -486,14 +487,14 @@ def test_polling_recovers_a_dropped_notification(postgres_store_url: str, deafne
     with observer(postgres_store_url) as writer, observer(postgres_store_url) as worker_runtime:
         store = WorkflowStore(writer)
         worker = ProjectionWorker(worker_runtime, poll_seconds=poll)
-        assert isinstance(worker._listener, _Listener), "a PostgreSQL worker LISTENs"
+        assert isinstance(worker._listener, Listener), "a PostgreSQL worker LISTENs"
         worker._listener.close()
         deaf: _DeafListener | None = None
         if deafness == "stub-listener":
             deaf = _DeafListener(worker.stopping)
             worker._listener = deaf  # type: ignore[assignment]
         else:
-            worker._listener = _Listener(postgres_store_url, "runledger_test_nobody_notifies")
+            worker._listener = Listener(postgres_store_url, "runledger_test_nobody_notifies")
         errors: list[BaseException] = []
 
         def run() -> None:

@@ -1,0 +1,110 @@
+"""A LISTEN connection for the NOTIFY each commit sends on PostgreSQL, kept up by whoever
+waits on it: a projection worker, and the process elected to project (``leadership``)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Final
+
+import psycopg
+from psycopg.sql import SQL, Identifier
+
+SLICE_SECONDS: Final = 0.1
+"""How long one wait on libpq lasts at most: a signal cannot interrupt it, so a stop is seen
+within this."""
+RETRY_SECONDS: Final = 5.0
+logger = logging.getLogger(__name__)
+
+
+class Listener:
+    """A LISTEN connection that reconnects after failures (whoever waits keeps polling)."""
+
+    def __init__(self, conninfo: str, channel: str, *, listening: bool = True) -> None:
+        """``listening`` False: its connections do not LISTEN until ``listen`` is called (a
+        session that listens must read what arrives, or the server's queue grows)."""
+        self.conninfo = conninfo
+        self.channel = channel
+        self.listening = listening
+        self._connection: psycopg.Connection[Any] | None = None
+        self._retry_at = 0.0
+        self.connections = 0
+        """How many connections it has made: a new one is a new session, which holds
+        nothing the last one held (its locks)."""
+
+    def connection(self) -> psycopg.Connection[Any] | None:
+        """The listening connection, connected (and listening) now if it was not; None while
+        it cannot connect (tried again after ``RETRY_SECONDS``)."""
+        if self._connection is not None and not self._connection.closed:
+            return self._connection
+        if time.monotonic() < self._retry_at:
+            return None
+        try:
+            connection = psycopg.connect(self.conninfo, autocommit=True)
+            if self.listening:
+                connection.execute(SQL("LISTEN {}").format(Identifier(self.channel)))
+        except psycopg.Error:
+            logger.warning("cannot LISTEN on %s; polling until it can", self.channel)
+            self._retry_at = time.monotonic() + RETRY_SECONDS
+            return None
+        self._connection = connection
+        self.connections += 1
+        return connection
+
+    def listen(self) -> bool:
+        """LISTEN on the connection open now, and on every later one; whether it listens."""
+        self.listening = True
+        connection = self._connection
+        if connection is None or connection.closed:
+            return False
+        try:
+            connection.execute(SQL("LISTEN {}").format(Identifier(self.channel)))
+        except psycopg.Error:
+            logger.warning("cannot LISTEN on %s; polling until it can", self.channel)
+            self.close()
+            return False
+        return True
+
+    def wait(
+        self,
+        timeout: float,
+        stopping: threading.Event,
+        *,
+        ignored: Callable[[int], bool] = lambda _: False,
+    ) -> bool:
+        """Block until a notification, ``timeout`` or ``stopping``; True if notified.
+        Notifications from a server process ``ignored`` says so of are passed over.
+
+        Waits in short slices: a signal sets ``stopping`` but cannot interrupt libpq's wait.
+        """
+        deadline = time.monotonic() + timeout
+        while not stopping.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            connection = self.connection()
+            if connection is None:
+                stopping.wait(min(remaining, SLICE_SECONDS))
+                continue
+            try:
+                for notify in connection.notifies(
+                    timeout=min(remaining, SLICE_SECONDS), stop_after=1
+                ):
+                    if not ignored(notify.pid):
+                        return True
+            except psycopg.Error:
+                logger.warning("LISTEN connection lost; reconnecting, polling meanwhile")
+                self.close()
+                # Back to the caller at once: what it held on the session (a lock) is gone.
+                return False
+        return False
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+
+__all__ = ["Listener"]
