@@ -50,6 +50,7 @@ from runledger.infrastructure.telemetry import (
 )
 from runledger.infrastructure.views.digest import view_digest
 from runledger.infrastructure.views.lag import ProjectionLag, projection_lags
+from runledger.infrastructure.views.leadership import ProjectorLeadership, leadership_key
 from runledger.infrastructure.views.projector import (
     Progress,
     ProjectionRunner,
@@ -78,6 +79,12 @@ from runledger.projections.base import Projection
 DEFAULT_URL: Final = "sqlite:///runledger.db"
 URL_VARIABLE: Final = "RUNLEDGER_URL"
 CATCH_UP_ATTEMPTS: Final = 3
+IDLE_SECONDS: Final = 1.0
+"""How long the follower sleeps when nothing wakes it: then it looks at the log, and a process
+that does not project tries to take the lead (``views.leadership``)."""
+LEADER_WAIT_SECONDS: Final = 2.0
+"""How long a query of a process that does not project waits for the elected one to bring
+the views up to the log's head, before it projects them itself."""
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -173,8 +180,9 @@ class StoreRuntime(ClosedOnExit):
         self.projector = Projector(storage, views, chosen)
         self.builds = Builds(storage, views, self.projector)
         self.stats = storage.stats
+        self._leadership = self._elect() if embedded_projections else None
         self._read_models = SameCommitReadModels(
-            self.projector if embedded_projections else None, self.stats
+            self.projector if embedded_projections else None, self.stats, projects=self._projects
         )
         wiring = StorageWiring(
             storage,
@@ -215,6 +223,33 @@ class StoreRuntime(ClosedOnExit):
     def __repr__(self) -> str:
         return f"StoreRuntime({redact_url(self.url)!r})"
 
+    def _elect(self) -> ProjectorLeadership | None:
+        """This process's part in electing who projects, where processes can hear each
+        other's commits and the URL does not ask every one to project (``projecting``)."""
+        conninfo = self.listen_conninfo
+        channel = getattr(getattr(self.storage, "events", None), "channel_name", None)
+        if conninfo is None or not isinstance(channel, str):
+            return None
+        if not getattr(self.storage, "elects_projector", False):
+            return None
+        key = leadership_key(
+            channel, [(name, r.projection.version) for name, r in self.projector.runners.items()]
+        )
+        leadership = ProjectorLeadership(conninfo, channel, key)
+        leadership.lead()
+        return leadership
+
+    def _projects(self) -> bool:
+        """Whether this process projects commits itself: it keeps read models, and leads
+        where processes elect one (as of the follower's last look)."""
+        return self.embedded_projections and (self._leadership is None or self._leadership.leading)
+
+    @property
+    def leads_projection(self) -> bool:
+        """Whether this process is the one projecting the store's commits (always, where
+        there is no election: SQLite, memory, ``projecting=every``, no LISTEN)."""
+        return self._projects()
+
     @property
     def printable_url(self) -> str:
         """The store URL as it may be printed or logged: without its password."""
@@ -242,7 +277,8 @@ class StoreRuntime(ClosedOnExit):
     def _committed(self) -> None:
         # When the read models committed with the events (the commit span says so), this
         # process reads its writes already.
-        if not self._read_models.took_last_commit():
+        # Read even when not projecting: it resets the thread's answer for its next save.
+        if not self._read_models.took_last_commit() and self._projects():
             with TELEMETRY.span(READ_MODELS_SPAN, **{SAME_COMMIT: False}):
                 if self.projector.contended or not self._try_catch_up():
                     # Right after each commit: the committing thread projects it when nobody
@@ -270,12 +306,39 @@ class StoreRuntime(ClosedOnExit):
 
     def _follow(self) -> None:
         while not self._closing.is_set():
-            woken = self._wake.wait(timeout=1.0)
+            projecting = self._take_part()
+            leadership = self._leadership
+            if projecting and leadership is not None:
+                # The leader projects every process's commits: it sleeps on the NOTIFY of
+                # other processes' commits. Its own commits it projects as they commit
+                # (with their events, or right after them): a follower projecting them too
+                # would take the projector from under its next command, whose events would
+                # then commit alone.
+                notified = leadership.wait(IDLE_SECONDS, self._closing, ignored=self._own)
+                woken = notified or self._wake.is_set()
+            else:
+                woken = self._wake.wait(timeout=IDLE_SECONDS)
             self._wake.clear()
             if not self._closing.is_set():
-                if woken or self._behind_the_log():
+                if projecting and (woken or self._behind_the_log()):
                     self.catch_up()
                 self._tell_if_the_log_moved()
+
+    def _own(self, backend: int) -> bool:
+        """Whether a server process is one of this store's connections."""
+        own: frozenset[int] = getattr(self.storage, "own_backends", frozenset())
+        return backend in own
+
+    def _take_part(self) -> bool:
+        """Whether to project now; a process that takes the lead first takes the views'
+        slots and positions as the store has them (the leader before moved them)."""
+        leadership = self._leadership
+        if leadership is None:
+            return True
+        was = leadership.leading
+        if leadership.lead() and not was:
+            self.projector.reload(self.projection_names())
+        return leadership.leading
 
     def _behind_the_log(self) -> bool:
         """Whether the log holds events past this process's projections, or they are not all
@@ -321,15 +384,53 @@ class StoreRuntime(ClosedOnExit):
                 return read
         return 0
 
-    def _catch_up_to_read(self) -> None:
+    def _catch_up_to_read(self, names: Sequence[str] | None = None) -> None:
         """Catch up before a query, or fail it: an answer from views that could not take
-        this process's last commits would break read-your-writes without a word."""
+        this process's last commits would break read-your-writes without a word. A process
+        that does not project waits for the one that does instead (``_led_views_reached``),
+        and projects itself only when that takes too long."""
+        if not self._projects():
+            chosen = list(names) if names else self.projection_names()
+            if self._led_views_reached(chosen):
+                # Its runners' stalls and slots are as it last projected: a stall the leader
+                # rebuilt away, or a slot it switched to, is taken from the store.
+                self.projector.recheck_failures(chosen)
+                return
+            # The leader is gone, stalled or slow: this process's projector has not moved
+            # while it followed, so it first takes the views as the store has them.
+            self.projector.reload(chosen)
         try:
             self._catch_up()
         except WorkflowError:
             raise
         except Exception as error:
             raise ReadModelsBehindError(error) from error
+
+    def _led_views_reached(self, names: Sequence[str]) -> bool:
+        """Whether the views ``names`` reach the log's head as a query starts (every commit
+        so far, this process's among them, and the positions it adopted), as one that
+        catches up would show, within ``LEADER_WAIT_SECONDS``; False at once where one has
+        no active slot or recorded a failure (the query's own catch-up then finds why)."""
+        needed = max(self.storage.max_position(), self._adopted.current.position)
+        deadline = time.monotonic() + LEADER_WAIT_SECONDS
+        pause = 0.0005
+        while True:
+            states = {state.name: state for state in self.views.tracking()}
+            found = [states.get(name) for name in names]
+            if any(state is None or state.last_error is not None for state in found):
+                return False
+            if all(state is not None and state.position >= needed for state in found):
+                return True
+            if time.monotonic() >= deadline:
+                logger.warning(
+                    "read models not at position %d after %.1fs of waiting for the process "
+                    "that projects; projecting here",
+                    needed,
+                    LEADER_WAIT_SECONDS,
+                )
+                return False
+            time.sleep(pause)
+            pause = min(pause * 1.5, 0.005)
 
     def add_views_listener(self, listener: Callable[[], None]) -> Callable[[], None]:
         """Call ``listener`` whenever the read models may have advanced; returns its removal.
@@ -370,7 +471,7 @@ class StoreRuntime(ClosedOnExit):
             position = check_as_of(as_of, self.storage.max_position())
             return replay(self.storage, [runner.projection], until=position)
         if self.embedded_projections:
-            self._catch_up_to_read()
+            self._catch_up_to_read([name])
         else:
             self.projector.recheck_failures([name])
         self._check_current(runner)
@@ -444,7 +545,7 @@ class StoreRuntime(ClosedOnExit):
         if as_of is not None:
             return view_digest(runner.projection, self.reader(name, as_of=as_of))
         if self.embedded_projections:
-            self._catch_up_to_read()
+            self._catch_up_to_read([name])
         self._check_current(runner)
 
         def digest() -> str:
@@ -462,7 +563,7 @@ class StoreRuntime(ClosedOnExit):
     def projection_status(self) -> list[ProjectionStatus]:
         """Each projection's name, version, position and lag of its active slot, the active
         and building versions, and the last error."""
-        if self.embedded_projections:
+        if self._projects():
             self.catch_up()
         head = self.storage.max_position()
         statuses = []
@@ -630,8 +731,12 @@ class StoreRuntime(ClosedOnExit):
             # No timeout: closing connections under a follower still reading is the crash
             # this order exists to prevent.
             self._follower.join()
-            # What the last commands wrote may not have reached the follower before it stopped.
-            self.catch_up()
+            # What the last commands wrote may not have reached the follower before it stopped
+            # (where another process leads, that one projects them).
+            if self._projects():
+                self.catch_up()
+        if self._leadership is not None:
+            self._leadership.close()
         self.app.close()
         self.views.close()
         self.storage.close()

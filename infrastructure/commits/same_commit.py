@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -83,9 +83,17 @@ class SameCommitReadModels:
     """Gives each save of one store its read-model step (None: the events commit alone), and
     tells the thread that saved whether its read models committed with the events."""
 
-    def __init__(self, projector: Projector | None, stats: CommitStats) -> None:
-        """``projector`` None: this process keeps no read models up to date itself."""
+    def __init__(
+        self,
+        projector: Projector | None,
+        stats: CommitStats,
+        *,
+        projects: Callable[[], bool] = lambda: True,
+    ) -> None:
+        """``projector`` None: this process keeps no read models up to date itself;
+        ``projects()`` False: not now (another process was elected to project)."""
         self._projector = projector
+        self._projects = projects
         self._stats = stats
         self._written = threading.local()
 
@@ -93,7 +101,7 @@ class SameCommitReadModels:
     def step(self) -> Iterator[SameCommitViews | None]:
         """The step of one save (used for every commit, so each has its span)."""
         with TELEMETRY.commit():
-            if self._projector is None:
+            if self._projector is None or not self._projects():
                 yield None
                 return
             step = SameCommitViews(self._projector, self._stats)

@@ -197,6 +197,7 @@ class _ArrayRowsDatastore(PostgresDatastore):
     def __init__(self, settings: PostgresSettings, *, lock_timeout: int, schema: str) -> None:
         # Read by after_connect_func, which the library's constructor calls.
         self.settings = settings
+        self._backends: set[int] = set()
         super().__init__(
             dbname=settings.dbname,
             host=settings.host,
@@ -247,9 +248,21 @@ class _ArrayRowsDatastore(PostgresDatastore):
     def register_type_adapters(self) -> None:
         """Nothing to register (and so no query while recorders are constructed)."""
 
+    @property
+    def own_backends(self) -> frozenset[int]:
+        """The server processes of this store's pooled connections (the ``pid`` a NOTIFY
+        from one of its commits carries): where a transaction pooler shares them, none."""
+        return frozenset(self._backends)
+
     def after_connect_func(self) -> Callable[[Connection[Any]], None]:
         if not self.settings.transaction_pooled:
-            return super().after_connect_func()
+            configure = super().after_connect_func()
+
+            def after_connect_noting(conn: Connection[Any]) -> None:
+                configure(conn)
+                self._backends.add(conn.info.backend_pid)
+
+            return after_connect_noting
 
         # Through a transaction pooler the next transaction may run on another server
         # session: a session SET would reach some other client's session instead, and a
@@ -1350,6 +1363,17 @@ class PostgresStorage(RecorderBackedStorage[PostgresEventRecorder, PostgresSnaps
         """What a LISTEN for other processes' commits connects with; None where no session
         can LISTEN (a transaction pooler without ``listen_url``): followers poll instead."""
         return self.datastore.settings.listen_conninfo
+
+    @property
+    def own_backends(self) -> frozenset[int]:
+        """The server processes of this store's connections (``_ArrayRowsDatastore``)."""
+        return self.datastore.own_backends
+
+    @property
+    def elects_projector(self) -> bool:
+        """Whether the processes keeping the same read models elect one to project what
+        commits alone (``projecting=elected``, the default; ``views.leadership``)."""
+        return self.datastore.settings.projecting == "elected"
 
     @property
     def written(self) -> WrittenPositions:

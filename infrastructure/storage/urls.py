@@ -3,8 +3,8 @@ reads from a PostgreSQL one.
 
 A PostgreSQL URL may carry runledger's parameters in its query: the pool's (``pool_size``,
 ``max_overflow``, ``connect_timeout``, ``pool_timeout``) and the deployment's (``pooler``,
-``listen_url``, ``replica_url`` — repeatable — and ``replica_wait``); they are taken out
-before the URL reaches libpq, which takes every other parameter of its own (``sslmode``,
+``listen_url``, ``replica_url`` — repeatable — ``replica_wait``, ``projecting``); they are
+taken out before the URL reaches libpq, which takes every other parameter of its own (``sslmode``,
 ``application_name``, …). A parameter neither knows is refused, so a typo never goes
 unnoticed.
 """
@@ -158,6 +158,17 @@ def _pooler(text: str) -> str:
     return text
 
 
+PROJECTING_MODES: Final = ("elected", "every")
+"""Who projects the commits that did not take their read models with them: one process of
+those keeping the same read models, elected (``views.leadership``), or every process."""
+
+
+def _projecting(text: str) -> str:
+    if text not in PROJECTING_MODES:
+        raise ValueError(text)
+    return text
+
+
 def _listen_url(text: str) -> str:
     # Checked now, so a wrong one fails at open and not later in a thread that only logs.
     if not text.startswith(("postgresql://", "postgres://")):
@@ -198,6 +209,7 @@ POOL_PARAMETERS: Final[Mapping[str, tuple[Callable[[str], Any], str]]] = {
         "store's server",
     ),
     "replica_wait": (_natural_seconds, "seconds, at least 0"),
+    "projecting": (_projecting, "one of " + ", ".join(PROJECTING_MODES)),
 }
 """runledger's query parameters: how each is read, and what it must be."""
 
@@ -233,6 +245,9 @@ class PostgresSettings:
     replica_wait: float = 0.05
     """Seconds a query waits for a replica to replay what it needs before it reads the
     primary instead."""
+    projecting: str = "elected"
+    """``elected``: one process projects what commits alone, the others wait for it before
+    a query; ``every``: each process projects every commit itself (``PROJECTING_MODES``)."""
 
     @property
     def replica_conninfos(self) -> tuple[str, ...]:

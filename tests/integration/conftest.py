@@ -35,6 +35,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("store_url", backends, indirect=True)
 
 
+def every_process_projects(url: str) -> str:
+    """``url``, with each process projecting every commit itself on PostgreSQL
+    (``projecting=every``), for tests of how processes that all project meet; SQLite and
+    memory stores always do."""
+    if not url.startswith(("postgresql://", "postgres://")):
+        return url
+    return f"{url}{'&' if '?' in url else '?'}projecting=every"
+
+
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()

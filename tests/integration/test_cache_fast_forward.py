@@ -19,6 +19,7 @@ import pytest
 from runledger.infrastructure.runtime import StoreRuntime, open_runtime
 from runledger.infrastructure.store import WorkflowStore
 from runledger.infrastructure.views.projector import ProjectionRunner
+from tests.integration.conftest import every_process_projects
 from tests.integration.test_postgres_gaps import Writer
 from tests.integration.test_same_commit_views import digests, queue_as_session
 from tests.support.clock import FakeClock
@@ -29,8 +30,10 @@ QUEUE_PROJECTIONS = {"follow_up_queue", "runs", "session_outbox", "viewer_deltas
 
 @contextmanager
 def two_processes(url: str) -> Iterator[tuple[StoreRuntime, WorkflowStore, WorkflowStore]]:
-    """A writer and another process on one store; the writer contended (it lost a page to
-    the other process, so its catch-ups skip what the other projected)."""
+    """A writer and another process on one store, both projecting (on PostgreSQL they
+    would elect one otherwise); the writer contended (it lost a page to the other process,
+    so its catch-ups skip what the other projected)."""
+    url = every_process_projects(url)
     with (
         open_runtime(url, clock=FakeClock()) as writer,
         open_runtime(url, clock=FakeClock()) as other,

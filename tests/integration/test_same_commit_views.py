@@ -22,6 +22,7 @@ from runledger.domain.values import Actor
 from runledger.infrastructure.runtime import StoreRuntime, default_projections, open_runtime
 from runledger.infrastructure.store import WorkflowStore
 from runledger.infrastructure.views.digest import view_digest
+from tests.integration.conftest import every_process_projects
 from tests.support.clock import FakeClock
 from tests.support.postgres import DatabasePool
 from tests.support.workers import Op, Outcome, Round, run_race
@@ -211,7 +212,13 @@ def test_commands_after_views_skipped_on_their_way_still_write_them_with_the_eve
         before = writer.stats.read_models_with_events
         queue_as_session(store, "run-1", "skipped")
         assert writer.stats.read_models_with_events == before
-        writes = 72
+        # The writer projects the other host's commit as it hears of it (on PostgreSQL its
+        # follower is woken by the NOTIFY): a command or two meeting that catch-up commit
+        # their events alone, and the views follow right after.
+        settling, writes = 8, 64
+        for number in range(settling):
+            queue_as_session(store, "run-1", f"settling-{number}")
+        before = writer.stats.read_models_with_events
 
         for number in range(writes):
             queue_as_session(store, "run-1", f"written-{number}")
@@ -219,7 +226,7 @@ def test_commands_after_views_skipped_on_their_way_still_write_them_with_the_eve
         assert writer.stats.read_models_with_events == before + writes
         queued = store.follow_up_queue("run-1")
         assert queued is not None
-        assert len(queued.follow_ups) == written_first + 1 + writes
+        assert len(queued.follow_ups) == written_first + 1 + settling + writes
         shown = digests(writer)
         writer.rebuild_projections()
         assert digests(writer) == shown
@@ -233,9 +240,11 @@ def test_a_process_whose_views_others_project_leaves_its_commits_to_the_follower
     # follower thread with whatever else arrives, not by the committing thread, which would
     # race the other process for each page (P2 on PostgreSQL: 225-331 commands/s from four
     # processes that did, 622-670/s once they hand over). A query still reads its writes.
+    # (On PostgreSQL processes elect one to project by default: here both do.)
+    url = every_process_projects(durable_url)
     with (
-        open_runtime(durable_url, clock=FakeClock()) as writer,
-        open_runtime(durable_url, clock=FakeClock()) as other,
+        open_runtime(url, clock=FakeClock()) as writer,
+        open_runtime(url, clock=FakeClock()) as other,
     ):
         store, others = WorkflowStore(writer), WorkflowStore(other)
         for run_id in ("run-1", "run-2"):
@@ -275,9 +284,11 @@ def test_writers_taking_turns_on_one_run_write_their_views_with_their_events(
     # holding the run. On PostgreSQL it then catches its views up to the log's end before
     # its insert, so its events land where its views expect and commit with them (SQLite
     # writers take turns on the file's write lock instead, and catch up after the commit).
+    # Both project here (``projecting=every``); elected, the second would commit alone.
+    url = every_process_projects(durable_url)
     with (
-        open_runtime(durable_url, clock=FakeClock()) as first,
-        open_runtime(durable_url, clock=FakeClock()) as second,
+        open_runtime(url, clock=FakeClock()) as first,
+        open_runtime(url, clock=FakeClock()) as second,
     ):
         stores = [WorkflowStore(first), WorkflowStore(second)]
         stores[0].create_run("run-1", workflow_name="echo", input={})
