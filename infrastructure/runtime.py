@@ -82,6 +82,9 @@ CATCH_UP_ATTEMPTS: Final = 3
 IDLE_SECONDS: Final = 1.0
 """How long the follower sleeps when nothing wakes it: then it looks at the log, and a process
 that does not project tries to take the lead (``views.leadership``)."""
+LEADER_BID_SECONDS: Final = 0.05
+"""How long such a query waits before it tries to take the lead itself (the leader may be
+gone), and again after each such try."""
 LEADER_WAIT_SECONDS: Final = 2.0
 """How long a query of a process that does not project waits for the elected one to bring
 the views up to the log's head, before it projects them itself."""
@@ -412,7 +415,9 @@ class StoreRuntime(ClosedOnExit):
         catches up would show, within ``LEADER_WAIT_SECONDS``; False at once where one has
         no active slot or recorded a failure (the query's own catch-up then finds why)."""
         needed = max(self.storage.max_position(), self._adopted.current.position)
-        deadline = time.monotonic() + LEADER_WAIT_SECONDS
+        started = time.monotonic()
+        deadline = started + LEADER_WAIT_SECONDS
+        bid_at = started + LEADER_BID_SECONDS
         pause = 0.0005
         while True:
             states = {state.name: state for state in self.views.tracking()}
@@ -421,7 +426,15 @@ class StoreRuntime(ClosedOnExit):
                 return False
             if all(state is not None and state.position >= needed for state in found):
                 return True
-            if time.monotonic() >= deadline:
+            now = time.monotonic()
+            if now >= bid_at:
+                # The views stand still: the leader may have gone (closed, or lost its
+                # session). Whoever needs them takes the lead then, without waiting for its
+                # follower's next look; the query projects them as the new leader.
+                if self._take_part():
+                    return False
+                bid_at = now + LEADER_BID_SECONDS
+            if now >= deadline:
                 logger.warning(
                     "read models not at position %d after %.1fs of waiting for the process "
                     "that projects; projecting here",

@@ -170,6 +170,29 @@ def test_a_leader_whose_session_the_server_ends_hands_the_lead_on(
         assert requests(others, "run-1") == ["after-the-fault"]
 
 
+def test_a_query_that_finds_the_leader_gone_takes_the_lead_itself(
+    postgres_store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Followers look for the lead only now and then (here: not within the test); a query
+    # whose views stand still bids for it at once, and projects as the new leader.
+    monkeypatch.setattr(runtime_module, "IDLE_SECONDS", 60.0)
+    monkeypatch.setattr(runtime_module, "LEADER_WAIT_SECONDS", 30.0)
+    with two_processes(postgres_store_url) as (leader, second):
+        assert leader.leads_projection
+        assert not second.leads_projection
+        store = WorkflowStore(second)
+        started(store, "run-1")
+        leader.close()
+        queue_as_session(store, "run-1", "after-the-leader-left")
+
+        began = time.monotonic()
+        assert requests(store, "run-1") == ["after-the-leader-left"]
+        waited = time.monotonic() - began
+
+        assert second.leads_projection
+        assert waited < 30.0, "the query waited out its bound instead of taking the lead"
+
+
 def test_a_query_projects_itself_when_the_leader_does_not_project(
     postgres_store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
