@@ -316,7 +316,11 @@ class StoreRuntime(ClosedOnExit):
                 # other processes' commits. Its own commits it projects as they commit
                 # (with their events, or right after them): a follower projecting them too
                 # would take the projector from under its next command, whose events would
-                # then commit alone.
+                # then commit alone. A commit that handed its views over (``_wake``) is
+                # seen at the next notification or idle look, not at once: woken at once,
+                # the follower's catch-up met the next command's commit, which handed over
+                # again, command after command (measured: 8 of 64 commands wrote their
+                # views with their events, against 64 of 64).
                 notified = leadership.wait(IDLE_SECONDS, self._closing, ignored=self._own)
                 woken = notified or self._wake.is_set()
             else:

@@ -226,8 +226,8 @@ def test_a_query_projects_itself_when_the_leader_does_not_project(
         assert 0.3 <= waited < 5
 
 
-def test_with_projecting_every_each_process_projects_as_before(postgres_store_url: str) -> None:
-    url = f"{postgres_store_url}?projecting=every"
+def both_project(url: str) -> None:
+    """Two stores on ``url`` both project: the later one writes its views with its events."""
     with two_processes(url) as (first, second):
         assert first.leads_projection
         assert second.leads_projection
@@ -236,6 +236,10 @@ def test_with_projecting_every_each_process_projects_as_before(postgres_store_ur
         before = second.stats.read_models_with_events
         queue_as_session(store, "run-1", "mine")
         assert second.stats.read_models_with_events > before
+
+
+def test_with_projecting_every_each_process_projects_as_before(postgres_store_url: str) -> None:
+    both_project(f"{postgres_store_url}?projecting=every")
 
 
 def test_a_wrong_projecting_value_is_refused_with_what_it_must_be(
@@ -249,15 +253,7 @@ def test_a_wrong_projecting_value_is_refused_with_what_it_must_be(
 
 
 def test_sqlite_and_memory_stores_have_no_election(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'store.db'}"
-    with two_processes(url) as (first, second):
-        assert first.leads_projection
-        assert second.leads_projection
-        store = WorkflowStore(second)
-        started(store, "run-1")
-        before = second.stats.read_models_with_events
-        queue_as_session(store, "run-1", "mine")
-        assert second.stats.read_models_with_events > before
+    both_project(f"sqlite:///{tmp_path / 'store.db'}")
     with open_runtime("memory://") as alone:
         assert alone.leads_projection
 
