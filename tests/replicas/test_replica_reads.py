@@ -243,11 +243,14 @@ def test_a_read_model_is_not_read_on_a_replica_that_has_the_events_but_not_their
         open_store(replicated.primary_url, embedded_projections=False) as writer,
     ):
         # A writer that leaves its read models to others: the views of its run are written
-        # by whoever catches up, in a commit after the run's own.
-        running_run(writer, session_id="session-1")
-        token = writer.position_token()
-        replicated.wait_for_replica()
-        replicated.replica.pause_replay()
+        # by whoever catches up, in a commit after the run's own. The reader, which projects
+        # (it leads), would hear of the run's commit and project it at once: held still until
+        # the replica stops replaying, so that the replica has the events and not the views.
+        with runtime_of(reader).projector.paused():
+            running_run(writer, session_id="session-1")
+            token = writer.position_token()
+            replicated.wait_for_replica()
+            replicated.replica.pause_replay()
         reader.reading_after(token)
 
         # The reader catches the views up on the primary; the replica has the run's events
