@@ -432,9 +432,9 @@ class StoreRuntime(ClosedOnExit):
                 return True
             now = time.monotonic()
             if now >= bid_at:
-                # The views stand still: the leader may have gone (closed, or lost its
-                # session). Whoever needs them takes the lead then, without waiting for its
-                # follower's next look; the query projects them as the new leader.
+                # Not there yet: the leader may have gone (closed, or lost its session).
+                # Whoever needs the views tries for the lead then, without waiting for its
+                # follower's next look; taking it, the query projects them as the leader.
                 if self._take_part():
                     return False
                 bid_at = now + LEADER_BID_SECONDS

@@ -35,8 +35,8 @@ class Listener:
         nothing the last one held (its locks)."""
 
     def connection(self) -> psycopg.Connection[Any] | None:
-        """The listening connection, connected (and listening) now if it was not; None while
-        it cannot connect (tried again after ``RETRY_SECONDS``)."""
+        """The connection, connected now if it was not (and listening, if ``listening``);
+        None while it cannot connect (tried again after ``RETRY_SECONDS``)."""
         if self._connection is not None and not self._connection.closed:
             return self._connection
         if time.monotonic() < self._retry_at:
