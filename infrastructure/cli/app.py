@@ -288,6 +288,14 @@ def projections_rebuild(
     restart: Annotated[
         bool, typer.Option("--restart", help="Start an unfinished build afresh, not resume it.")
     ] = False,
+    processes: Annotated[
+        int | None,
+        typer.Option(
+            "--processes",
+            min=1,
+            help="Processes to split the projections over (default: half the cores).",
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Build a projection beside the live one, compare, and switch to it (blue/green).
@@ -305,6 +313,7 @@ def projections_rebuild(
             drop_old=drop_old,
             restart=restart,
             quiet=as_json,
+            processes=processes,
         )
         print_rebuild(outcomes, seconds, console(), as_json=as_json)
     if not all(outcome.switched for outcome in outcomes):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import time
 from collections.abc import Callable, Sequence
@@ -28,7 +27,7 @@ from runledger.infrastructure.cli.render import (
     table_diff_table,
 )
 from runledger.infrastructure.runtime import StoreRuntime
-from runledger.infrastructure.views.rebuild import BuildOutcome, VerifyOutcome
+from runledger.infrastructure.views.rebuild import BuildOutcome, VerifyOutcome, default_processes
 from runledger.infrastructure.views.worker import ProjectionWorker
 
 
@@ -71,6 +70,7 @@ def rebuild(
     drop_old: bool = False,
     restart: bool = False,
     quiet: bool = False,
+    processes: int | None = None,
 ) -> tuple[list[BuildOutcome], float]:
     """Build the named projections blue/green with a progress bar; (outcomes, seconds)."""
     total = runtime.storage.max_position()
@@ -84,7 +84,7 @@ def rebuild(
             drop_old=drop_old,
             restart=restart,
             progress=lambda n: progress.advance(task, n),
-            processes=os.cpu_count() or 1,
+            processes=processes or default_processes(),
         )
         read = max((outcome.read for outcome in outcomes), default=0)
         progress.update(task, completed=read, total=max(read, 1))

@@ -214,6 +214,79 @@ def test_rebuild_needs_exactly_one_of_a_name_or_all(
     assert len(outcome.stderr.splitlines()) == 1, outcome
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_rebuild_splits_the_projections_over_the_processes_asked_for(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    url = (
+        f"sqlite:///{tmp_path / 'store.db'}"
+        if backend == "sqlite"
+        else str(request.getfixturevalue("postgres_store_url"))
+    )
+    with open_runtime(url, embedded_projections=False) as runtime:
+        play(WorkflowStore(runtime))
+        head = runtime.storage.max_position()
+
+    outcome = runledger(
+        "projections",
+        "rebuild",
+        "--all",
+        "--processes",
+        "3",
+        "--json",
+        "--url",
+        url,
+        cwd=tmp_path,
+    )
+
+    assert outcome.returncode == 0, outcome
+    document = json.loads(outcome.stdout)
+    assert document["switched"] is True
+    assert sorted(each["name"] for each in document["projections"]) == NAMES
+    assert {each["position"] for each in document["projections"]} == {head}
+    with open_store(url, embedded_projections=False) as store:
+        terminal = store.terminal_data("run-1")
+        assert terminal is not None
+        assert (terminal.status, terminal.error) == ("failed", "boom")
+        assert {status.lag for status in store.projection_status()} == {0}
+
+
+def test_a_memory_store_rebuilds_in_its_own_process_whatever_the_processes_asked_for() -> None:
+    # A memory store cannot be shared with other processes (nor with a CLI's).
+    with open_runtime("memory://", embedded_projections=False) as runtime:
+        store = WorkflowStore(runtime)
+        play(store)
+        outcomes = runtime.rebuild_blue_green(processes=3)
+        head = runtime.storage.max_position()
+
+        assert all(outcome.switched for outcome in outcomes), outcomes
+        assert {outcome.position for outcome in outcomes} == {head}
+        terminal = store.terminal_data("run-1")
+        assert terminal is not None
+        assert terminal.status == "failed"
+
+
+@pytest.mark.parametrize("processes", ["0", "-1", "two"])
+def test_rebuild_refuses_a_count_of_processes_that_is_not_a_positive_integer(
+    processes: str, sqlite_url: str, tmp_path: Path
+) -> None:
+    outcome = runledger(
+        "projections",
+        "rebuild",
+        "--all",
+        "--processes",
+        processes,
+        "--url",
+        sqlite_url,
+        cwd=tmp_path,
+    )
+    assert outcome.returncode == 2, outcome
+    assert outcome.stderr.startswith("error [usage]: "), outcome
+    assert "--processes" in outcome.stderr, outcome
+    assert len(outcome.stderr.splitlines()) == 1, outcome
+    assert "rebuilt" not in outcome.stdout, outcome
+
+
 REBUILD_KEYS = {"events", "seconds", "switched", "projections"}
 OUTCOME_KEYS = {
     "name",

@@ -156,7 +156,7 @@ def long_history(durable_url: str) -> str:
 
 
 def kill_rebuild_half_way(url: str) -> list[int]:
-    """Start ``projections rebuild --all`` and SIGKILL it (it alone) once a group committed a
+    """Start ``projections rebuild --all --processes 2`` and SIGKILL it (it alone) once a group committed a
     page; returns the pids of its group processes."""
     with tempfile.TemporaryFile() as output:
         parent = subprocess.Popen(
@@ -167,6 +167,8 @@ def kill_rebuild_half_way(url: str) -> list[int]:
                 "projections",
                 "rebuild",
                 "--all",
+                "--processes",
+                "2",
             ],
             env={**environment(), "RUNLEDGER_URL": url},
             stdout=output,

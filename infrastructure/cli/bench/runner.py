@@ -56,6 +56,7 @@ from runledger.infrastructure.cli.generated_history import HistoryGenerator
 from runledger.infrastructure.runtime import open_runtime
 from runledger.infrastructure.storage.urls import read_postgres_url, redact_url
 from runledger.infrastructure.store import WorkflowStore, open_store
+from runledger.infrastructure.views.rebuild import default_processes
 from runledger.projections.base import Table
 from runledger.projections.viewer_deltas import ViewerDeltasProjection
 
@@ -798,7 +799,7 @@ class Bench:
             for _ in range(TURNS):
                 reads.append(Raw(url).read_rate())
                 started = time.perf_counter()
-                read = runtime.rebuild_projections(processes=os.cpu_count() or 1)
+                read = runtime.rebuild_projections(processes=default_processes())
                 rates.append(read / (time.perf_counter() - started))
         rate, baselines = matched_turns(rates, {"raw": reads})
         goal = 50_000 if self.backend == "sqlite" else 30_000
