@@ -156,8 +156,8 @@ def long_history(durable_url: str) -> str:
 
 
 def kill_rebuild_half_way(url: str) -> list[int]:
-    """Start ``projections rebuild --all --processes 2`` and SIGKILL it (it alone) once a group committed a
-    page; returns the pids of its group processes."""
+    """Start ``projections rebuild --all --processes 2`` and SIGKILL it (it alone) once a
+    group committed a page; returns the pids of its group processes."""
     with tempfile.TemporaryFile() as output:
         parent = subprocess.Popen(
             [
