@@ -10,7 +10,7 @@ import hashlib
 import threading
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Final
 
 import psycopg
@@ -26,6 +26,7 @@ from runledger.infrastructure.databases import (
     pipelined,
     psycopg_cause,
 )
+from runledger.infrastructure.views.deferred_commits import StagedPage, deferred_commits
 from runledger.infrastructure.views.sql import (
     STREAM_BATCH,
     Cursor,
@@ -33,7 +34,7 @@ from runledger.infrastructure.views.sql import (
     SqlViewStore,
     _TableStatements,
 )
-from runledger.infrastructure.views.store import PageCommit, TrackingState
+from runledger.infrastructure.views.store import PageCommit, PageCommits, TrackingState
 from runledger.projections.base import Projection, Table
 
 _TYPES: Final = {
@@ -48,6 +49,9 @@ Query = SQL | Composed
 ROW_WRITER_PREFIX: Final = "rl_write_"
 """The functions that write one kind of view row for the commit function, named by a digest
 of their text (``PostgresViewStore._set_statement``)."""
+STAGED_ROWS: Final = 64
+"""The fewest upserts of a table a build's page copies through a staging table rather than
+sends one statement each (``stage_page``): below it the staging table costs more."""
 MOVE_FUNCTION: Final = "runledger_move_view_slots"
 """The function that moves a page's tracking rows or raises ``MOVED_SQLSTATE``."""
 
@@ -270,28 +274,111 @@ class PostgresViewStore(SqlViewStore[Query]):
                 cursor.execute(b"SET LOCAL synchronous_commit = off")
                 self.write_with_events(cursor, pages)
         except PersistenceError as error:
-            moved = _moved_projection(error)
-            if moved is None:
-                raise
-            page = next(page for page in pages if page.slot.name == moved)
-            raise self._conflict(moved, page.slot.slot, page.expected_position) from error
+            raise self.commit_error(error, pages) from error
 
-    def write_with_events(self, cursor: Any, pages: Sequence[PageCommit]) -> bool:
+    def commit_error(self, error: Exception, pages: Sequence[PageCommit]) -> Exception:
+        """What a failed commit of ``pages`` raises: ``TrackingConflictError`` where the
+        tracking found a projection moved, else the error itself."""
+        moved = _moved_projection(error)
+        if moved is None:
+            return error
+        page = next(page for page in pages if page.slot.name == moved)
+        return self._conflict(moved, page.slot.slot, page.expected_position)
+
+    @staticmethod
+    def page_bytes(pages: Sequence[PageCommit]) -> int:
+        """The text a commit of ``pages`` sends (see ``PIPELINE_MAX_BYTES``)."""
+        return text_bytes(pages)
+
+    def get_connection(self) -> AbstractContextManager[psycopg.Connection[Any]]:
+        """A connection of the storage's pool for the block."""
+        return self.datastore.get_connection()
+
+    def deferred_commits(self) -> AbstractContextManager[PageCommits | None]:
+        return deferred_commits(self)
+
+    def stage_page(self, cursor: psycopg.Cursor[Any], pages: Sequence[PageCommit]) -> StagedPage:
+        """A build's page (``deferred_commits``): the rows of each table's upserts copied now
+        into a staging table that ends with the transaction; returns what writes the rest
+        (the tracking moves, the staged rows into the tables, the other writes), statements
+        that can go out in a pipeline."""
+        writes: list[tuple[Query, list[tuple[Any, ...]] | None]] = []
+        for number, (statements, kind, changed, rows) in enumerate(self._write_plan(pages)):
+            if kind != "upsert" or len(rows) < STAGED_ROWS:
+                writes.append((self._one_write(statements, kind, changed), rows))
+                continue
+            stage = Identifier(f"rl_stage_{number}")
+            target = Identifier(self.datastore.schema, statements.physical)
+            cursor.execute(
+                SQL("CREATE TEMPORARY TABLE {} (LIKE {}) ON COMMIT DROP").format(stage, target)
+            )
+            with cursor.copy(SQL("COPY {} FROM STDIN").format(stage)) as copy:
+                for row in rows:
+                    copy.write_row(row)
+            writes.append((self._staged_upsert(statements, stage), None))
+        move_arrays = self._move_arrays(pages)
+
+        def rest(pipelined: psycopg.Cursor[Any]) -> None:
+            if move_arrays[0]:
+                pipelined.execute(self._move_call, move_arrays)
+            for statement, rows in writes:
+                if rows is None:
+                    pipelined.execute(statement)
+                else:
+                    pipelined.executemany(statement, rows)
+
+        return rest
+
+    def _one_write(
+        self, statements: _TableStatements[Query], kind: str, changed: tuple[str, ...]
+    ) -> Query:
+        if kind == "delete":
+            return statements.delete
+        if kind == "upsert":
+            return statements.upsert
+        return statements.update(changed)
+
+    def _staged_upsert(self, statements: _TableStatements[Query], stage: Identifier) -> Query:
+        """The upsert of every row of ``stage`` into the table, as ``statements.upsert`` makes
+        it for one."""
+        table = statements.table
+        updates = [name for name in table.column_names if name not in table.key]
+        conflict = (
+            SQL("DO UPDATE SET {}").format(
+                SQL(", ").join(SQL("{0} = excluded.{0}").format(Identifier(n)) for n in updates)
+            )
+            if updates
+            else SQL("DO NOTHING")
+        )
+        columns = SQL(", ").join(map(Identifier, table.column_names))
+        return SQL("INSERT INTO {} ({}) SELECT {} FROM {} ON CONFLICT ({}) {}").format(
+            Identifier(self.datastore.schema, statements.physical),
+            columns,
+            columns,
+            stage,
+            SQL(", ").join(map(Identifier, table.key)),
+            conflict,
+        )
+
+    def _move_arrays(self, pages: Sequence[PageCommit]) -> tuple[list[Any], ...]:
         moves = self._moves(pages)
-        move_arrays = (
+        return (
             [name for _, name, _, _, _ in moves],
             [slot for _, _, slot, _, _ in moves],
             [expected for _, _, _, expected, _ in moves],
             [new for new, _, _, _, _ in moves],
             [state for _, _, _, _, state in moves],
         )
+
+    def write_with_events(self, cursor: Any, pages: Sequence[PageCommit]) -> bool:
+        move_arrays = self._move_arrays(pages)
         if isinstance(cursor, CommitRows):
             # Gathered for the commit function, which makes these writes on the server.
             cursor.moves = move_arrays
             for statements, kind, changed, rows in self._write_plan(pages):
                 cursor.add(self._set_statement(statements, kind, changed), rows)
             return True
-        if moves:
+        if move_arrays[0]:
             cursor.execute(self._move_call, move_arrays)
         for statement, rows in self._writes(pages):
             cursor.executemany(statement, rows)

@@ -40,6 +40,7 @@ from runledger.infrastructure.telemetry import TELEMETRY
 from runledger.infrastructure.views.store import (
     EncodedRow,
     PageCommit,
+    PageCommits,
     TableChanges,
     TrackingConflictError,
     TrackingState,
@@ -178,6 +179,8 @@ class ProjectionRunner:
         self._fetched_in_page = False
         """Whether the page under way read a row from the view store (``forget_page``)."""
         self._uncommitted: dict[str, dict[Key, Row | None]] = {}
+        self._in_flight: dict[str, dict[Key, Row | None]] = {}
+        """The rows of the page whose commit is under way (``committing``)."""
         if slot is not None:
             self.follow(slot)
 
@@ -198,6 +201,7 @@ class ProjectionRunner:
     def follow(self, state: TrackingState) -> None:
         """Project into ``state``'s slot from its position, if it holds this code's version."""
         self._cache.clear()
+        self._in_flight = {}
         self.authoritative = False
         if state.version != self.projection.version:
             self.slot, self.outdated = None, state
@@ -215,6 +219,13 @@ class ProjectionRunner:
             return self._cache[cache_key]
         if self.authoritative:
             return None
+        in_flight = self._in_flight.get(table.name)
+        if in_flight is not None and key in in_flight:
+            # The store may not hold it yet. A row the page under way leaves alone, the store
+            # holds as of that page's start, which is also as of its end.
+            row = in_flight[key]
+            self._remember(cache_key, row)
+            return row
         if self.slot is None:
             raise TrackingConflictError(self.name, self.position, -1)
         try:
@@ -361,6 +372,13 @@ class ProjectionRunner:
                 self._remember((table_name, key), row)
         self._uncommitted = {}
 
+    def committing(self) -> None:
+        """The page's commit is under way and the page before it committed (``PageCommits``):
+        its rows are the cache's from now, and until the next page's a miss looks in them
+        before it asks the store."""
+        self._in_flight = self._uncommitted
+        self.committed()
+
     def abandon_page(self) -> None:
         """Forget the page under way: back to the position it started from."""
         self.abandon(self._page_start)
@@ -382,6 +400,7 @@ class ProjectionRunner:
         """Forget a page that was not committed, and everything cached: rows moved."""
         self._page = None
         self._uncommitted = {}
+        self._in_flight = {}
         self._cache.clear()
         self.authoritative = False
         self.position = position
@@ -404,11 +423,18 @@ def project_page(
     active: Sequence[ProjectionRunner],
     entries: Sequence[LogEntry],
     page_seconds: float,
+    deferred: PageCommits | None = None,
 ) -> int:
     """Apply one page of the log to the runners and commit it in one transaction; returns how
     many entries it covered. On ``TrackingConflictError`` nothing was written and the runners'
-    pages are forgotten; the caller decides where each runner goes on from."""
+    pages are forgotten; the caller decides where each runner goes on from.
+
+    With ``deferred`` (a build) the page's commit is sent, not waited for: the next page
+    waits for it, or ``deferred`` as it closes, and raises what it failed with."""
     deadline = time.monotonic() + page_seconds
+    # A stall is recorded once the page under way committed, whose tracking update would
+    # clear it otherwise.
+    settled = _nothing if deferred is None else deferred.settle
     for runner in active:
         runner.begin_page()
     applied = 0
@@ -416,6 +442,7 @@ def project_page(
         try:
             event = projected(entry)
         except CorruptEventError as error:
+            settled()
             for runner in active:
                 if runner.failure is None:
                     runner.fail(error, entry.position)
@@ -438,11 +465,18 @@ def project_page(
                     each.abandon_page()
                 raise
             except Exception as error:  # a broken projection must not stop the others
+                settled()
                 runner.fail(error, event.position)
         applied += 1
         if time.monotonic() > deadline:
             break
     commits = [(runner, commit) for runner in active if (commit := runner.end_page()) is not None]
+    if deferred is not None:
+        deferred.settle()
+        for runner, _ in commits:
+            runner.committing()
+        deferred.send([commit for _, commit in commits])
+        return applied
     try:
         views.commit([commit for _, commit in commits])
     except Exception:
@@ -453,6 +487,10 @@ def project_page(
     for runner, _ in commits:
         runner.committed()
     return applied
+
+
+def _nothing() -> None:
+    pass
 
 
 CONTENDED_SECONDS = 5.0
@@ -736,9 +774,11 @@ def run_pages(
     until: int | None,
     on_conflict: Callable[[Sequence[ProjectionRunner]], None],
     before_page: Callable[[Sequence[ProjectionRunner]], None] | None = None,
+    deferred: PageCommits | None = None,
 ) -> int:
     """Page through the log for the runners until they reach its end (or ``until``);
-    ``before_page`` may move them on before each page is read."""
+    ``before_page`` may move them on before each page is read; ``deferred``: see
+    ``project_page`` (its owner closes it, which waits for the last page)."""
     read = 0
     # What a page read but had no time to apply (``page_seconds``), and the position just
     # before it: the next page starts there, so it is not read and fetched again.
@@ -764,7 +804,7 @@ def run_pages(
             try:
                 names = [runner.name for runner in active]
                 with pages.page(names, entries[0].position, entries[-1].position):
-                    applied = project_page(views, active, entries, page_seconds)
+                    applied = project_page(views, active, entries, page_seconds, deferred)
             except TrackingConflictError:
                 on_conflict(active)
                 continue

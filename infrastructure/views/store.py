@@ -20,7 +20,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import orjson
 from eventsourcing.persistence import IntegrityError
@@ -113,6 +113,17 @@ def decode_row(table: Table, row: dict[str, Any]) -> Row:
         if row[name] is not None:
             row[name] = bool(row[name])
     return row
+
+
+class PageCommits(Protocol):
+    """A build's page commits, sent without waiting for each (``ViewStore.deferred_commits``):
+    one page is under way at a time, and each commits after the one before it."""
+
+    def send(self, pages: Sequence[PageCommit]) -> None:
+        """Send the page's commit; the one before it must have settled."""
+
+    def settle(self) -> None:
+        """Wait until the page under way committed; raise what its commit raised."""
 
 
 class ViewStore(ABC):
@@ -249,6 +260,12 @@ class ViewStore(ABC):
 
     def consistent(self) -> AbstractContextManager[None]:
         """Reads on this thread inside the block see one snapshot of the views."""
+        return nullcontext()
+
+    def deferred_commits(self) -> AbstractContextManager[PageCommits | None]:
+        """For a build: page commits sent without waiting, so that the database writes one
+        page while the build projects the next; None where nothing would overlap (a SQLite
+        write, and the memory store's, run in this thread)."""
         return nullcontext()
 
     def close(self) -> None:  # noqa: B027 - optional hook; the in-memory store holds nothing

@@ -226,9 +226,15 @@ class RawTable:
             return cursor.fetchall() if cursor.description else []
 
     def first(self, topic: str) -> Row:
+        return self._one(topic, "ASC")
+
+    def last(self, topic: str) -> Row:
+        return self._one(topic, "DESC")
+
+    def _one(self, topic: str, order: str) -> Row:
         rows = self._execute(
             "SELECT position, topic, originator_version, state FROM runledger_events "
-            "WHERE topic = ? ORDER BY position LIMIT 1",
+            f"WHERE topic = ? ORDER BY position {order} LIMIT 1",
             (topic,),
         )
         position, stored_topic, version, state = rows[0]

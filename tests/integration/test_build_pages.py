@@ -1,0 +1,155 @@
+"""A build's pages: long pages, and on PostgreSQL rows copied in and commits sent without
+waiting for each (``views.deferred_commits``), give exactly the views built incrementally;
+a page that fails stops the build, and a stall met half-way is recorded, not lost."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from runledger.domain.errors import CorruptEventError
+from runledger.infrastructure.cli.generated_history import HistoryGenerator
+from runledger.infrastructure.runtime import StoreRuntime, open_runtime
+from runledger.infrastructure.views import postgres as postgres_views
+from runledger.infrastructure.views.rebuild import BUILD_CACHE_ROWS, BUILD_PAGE_SIZE
+from runledger.infrastructure.views.store import TrackingConflictError
+from tests.integration.test_tampering import RawTable, raw
+
+EVENTS = 3 * BUILD_PAGE_SIZE + 500
+"""Four pages of a build, more rows than its cache keeps (``BUILD_CACHE_ROWS``)."""
+
+
+def dump(runtime: StoreRuntime) -> dict[str, list[dict[str, Any]]]:
+    reader = runtime.views.reader()
+    tables: dict[str, list[dict[str, Any]]] = {}
+    for runner in runtime.projector.runners.values():
+        for table in runner.projection.tables:
+            rows = reader.scan(table)
+            tables[table.name] = sorted(rows, key=lambda row: repr(table.key_of(row)))
+    return tables
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgresql"])
+def runtime(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[StoreRuntime]:
+    """A store holding a history of ``EVENTS`` events that no projection read yet."""
+    url = {
+        "memory": lambda: "memory://",
+        "sqlite": lambda: f"sqlite:///{tmp_path / 'runledger.db'}",
+        "postgresql": lambda: str(request.getfixturevalue("postgres_store_url")),
+    }[request.param]()
+    with open_runtime(url, embedded_projections=False) as opened:
+        for batch in HistoryGenerator(seed=3, prefix="pages").batches(EVENTS):
+            opened.storage.events.insert_events(batch)
+        yield opened
+
+
+@pytest.fixture
+def staged(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The number of pages each PostgreSQL build commit staged, as they go."""
+    pages: list[int] = []
+    original = postgres_views.PostgresViewStore.stage_page
+
+    def counted(self: Any, cursor: Any, commits: Any) -> Any:
+        pages.append(len(commits))
+        return original(self, cursor, commits)
+
+    monkeypatch.setattr(postgres_views.PostgresViewStore, "stage_page", counted)
+    return pages
+
+
+def test_a_build_of_several_pages_gives_the_views_built_incrementally(
+    runtime: StoreRuntime, staged: list[int]
+) -> None:
+    assert EVENTS > BUILD_CACHE_ROWS
+    runtime.catch_up()
+    incremental = dump(runtime)
+    assert sum(map(len, incremental.values())) > BUILD_CACHE_ROWS
+
+    read = runtime.rebuild_projections()
+
+    assert read == runtime.storage.max_position()
+    assert dump(runtime) == incremental
+    assert {status.lag for status in runtime.projection_status()} == {0}
+    if runtime.backend == "postgresql":
+        assert len(staged) >= 4, "the build's pages went through the deferred commits"
+    else:
+        assert staged == []
+
+
+def test_a_blue_green_build_compares_equal_and_switches(runtime: StoreRuntime) -> None:
+    runtime.catch_up()
+
+    outcomes = runtime.rebuild_blue_green()
+
+    assert [(o.compared, o.equal, o.switched) for o in outcomes] == [("rows", True, True)] * len(
+        outcomes
+    )
+
+
+@pytest.mark.postgres
+def test_a_page_that_fails_stops_the_build_and_a_new_build_gives_the_views(
+    postgres_store_url: str,
+) -> None:
+    with open_runtime(postgres_store_url, embedded_projections=False) as runtime:
+        for batch in HistoryGenerator(seed=3, prefix="pages").batches(EVENTS):
+            runtime.storage.events.insert_events(batch)
+        runtime.catch_up()
+        incremental = dump(runtime)
+        active = {state.name: state.slot for state in runtime.views.tracking()}
+        pages = 0
+
+        def lose_the_slot() -> None:
+            # Another writer moves the building slots' tracking after the first page, as a
+            # build that lost its lock would find: the next page's compare-and-set fails.
+            nonlocal pages
+            pages += 1
+            if pages == 1:
+                with psycopg.connect(postgres_store_url, autocommit=True) as other:
+                    other.execute(
+                        "UPDATE runledger_view_slots SET position = position + 1000000 "
+                        "WHERE state = 'building'"
+                    )
+
+        names = runtime.projection_names()
+        with pytest.raises(TrackingConflictError):
+            runtime.builds.rebuild(names, accept=True, on_page=lose_the_slot)
+
+        assert {state.name: state.slot for state in runtime.views.tracking()} == active
+        # The build's connection went back to the pool out of its transaction.
+        assert runtime.storage.max_position() > 0
+        runtime.builds.rebuild(names, accept=True, restart=True, drop_old=True)
+        runtime.projector.reload(names)
+        assert dump(runtime) == incremental
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_a_stall_met_pages_into_a_build_is_recorded_with_its_position(
+    backend: str, tmp_path: Any, request: pytest.FixtureRequest
+) -> None:
+    url = (
+        f"sqlite:///{tmp_path / 'runledger.db'}"
+        if backend == "sqlite"
+        else str(request.getfixturevalue("postgres_store_url"))
+    )
+    with open_runtime(url, embedded_projections=False) as runtime:
+        for batch in HistoryGenerator(seed=3, prefix="pages").batches(EVENTS):
+            runtime.storage.events.insert_events(batch)
+    table = RawTable(url)
+    last = table.last("run.created")
+    assert last.position > 2 * BUILD_PAGE_SIZE, "the stall comes pages into the build"
+    table.replace(raw(state=b"42")(last))
+
+    with open_runtime(url, embedded_projections=False) as runtime:
+        with pytest.raises(CorruptEventError) as raised:
+            runtime.rebuild_projections()
+
+        assert raised.value.position == last.position
+        building = [runtime.views.registry(name).building for name in runtime.projection_names()]
+        for state in building:
+            assert state is not None, "the builds stay, stalled, for the next rebuild to meet"
+            assert state.position < last.position
+            assert state.last_error is not None
+            assert f"at position {last.position}" in state.last_error
