@@ -294,11 +294,11 @@ class PostgresViewStore(SqlViewStore[Query]):
         """A connection of the storage's pool for the block."""
         return self.datastore.get_connection()
 
-    def deferred_commits(self) -> AbstractContextManager[PageCommits | None]:
+    def build_commits(self) -> AbstractContextManager[PageCommits | None]:
         return deferred_commits(self)
 
     def stage_page(self, cursor: psycopg.Cursor[Any], pages: Sequence[PageCommit]) -> StagedPage:
-        """A build's page (``deferred_commits``): the rows of each table's upserts copied now
+        """A build's page (``build_commits``): the rows of each table's upserts copied now
         into a staging table that ends with the transaction; returns what writes the rest
         (the tracking moves, the staged rows into the tables, the other writes), statements
         that can go out in a pipeline."""

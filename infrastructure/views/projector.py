@@ -423,18 +423,19 @@ def project_page(
     active: Sequence[ProjectionRunner],
     entries: Sequence[LogEntry],
     page_seconds: float,
-    deferred: PageCommits | None = None,
+    build: PageCommits | None = None,
 ) -> int:
     """Apply one page of the log to the runners and commit it in one transaction; returns how
     many entries it covered. On ``TrackingConflictError`` nothing was written and the runners'
     pages are forgotten; the caller decides where each runner goes on from.
 
-    With ``deferred`` (a build) the page's commit is sent, not waited for: the next page
-    waits for it, or ``deferred`` as it closes, and raises what it failed with."""
+    With ``build`` (a build's ``ViewStore.build_commits``) the page goes through it, whose
+    commit may still be under way when this returns: the next page waits for it, or
+    ``build`` as it closes, and raises what it failed with."""
     deadline = time.monotonic() + page_seconds
     # A stall is recorded once the page under way committed, whose tracking update would
     # clear it otherwise.
-    settled = _nothing if deferred is None else deferred.settle
+    settled = _nothing if build is None else build.settle
     for runner in active:
         runner.begin_page()
     applied = 0
@@ -471,11 +472,11 @@ def project_page(
         if time.monotonic() > deadline:
             break
     commits = [(runner, commit) for runner in active if (commit := runner.end_page()) is not None]
-    if deferred is not None:
-        deferred.settle()
+    if build is not None:
+        build.settle()
         for runner, _ in commits:
             runner.committing()
-        deferred.send([commit for _, commit in commits])
+        build.send([commit for _, commit in commits])
         return applied
     try:
         views.commit([commit for _, commit in commits])
@@ -774,10 +775,10 @@ def run_pages(
     until: int | None,
     on_conflict: Callable[[Sequence[ProjectionRunner]], None],
     before_page: Callable[[Sequence[ProjectionRunner]], None] | None = None,
-    deferred: PageCommits | None = None,
+    build: PageCommits | None = None,
 ) -> int:
     """Page through the log for the runners until they reach its end (or ``until``);
-    ``before_page`` may move them on before each page is read; ``deferred``: see
+    ``before_page`` may move them on before each page is read; ``build``: see
     ``project_page`` (its owner closes it, which waits for the last page)."""
     read = 0
     # What a page read but had no time to apply (``page_seconds``), and the position just
@@ -804,7 +805,7 @@ def run_pages(
             try:
                 names = [runner.name for runner in active]
                 with pages.page(names, entries[0].position, entries[-1].position):
-                    applied = project_page(views, active, entries, page_seconds, deferred)
+                    applied = project_page(views, active, entries, page_seconds, build)
             except TrackingConflictError:
                 on_conflict(active)
                 continue

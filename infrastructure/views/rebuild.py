@@ -421,7 +421,7 @@ class Builds:
     def _run(
         self, runners: Sequence[ProjectionRunner], *, until: int | None, progress: Progress | None
     ) -> int:
-        with collector_paused(), self.views.deferred_commits() as deferred:
+        with collector_paused(), self.views.build_commits() as build:
             read = run_pages(
                 self.storage,
                 self.views,
@@ -432,7 +432,7 @@ class Builds:
                 should_stop=None,
                 until=until,
                 on_conflict=_lost,
-                deferred=deferred,
+                build=build,
             )
         for runner in runners:
             if runner.failure is not None:

@@ -116,11 +116,11 @@ def decode_row(table: Table, row: dict[str, Any]) -> Row:
 
 
 class PageCommits(Protocol):
-    """A build's page commits, sent without waiting for each (``ViewStore.deferred_commits``):
-    one page is under way at a time, and each commits after the one before it."""
+    """How a build commits its pages (``ViewStore.build_commits``): one page is under way
+    at a time, and each commits after the one before it."""
 
     def send(self, pages: Sequence[PageCommit]) -> None:
-        """Send the page's commit; the one before it must have settled."""
+        """Commit the page, or send its commit; the one before it must have settled."""
 
     def settle(self) -> None:
         """Wait until the page under way committed; raise what its commit raised."""
@@ -262,10 +262,11 @@ class ViewStore(ABC):
         """Reads on this thread inside the block see one snapshot of the views."""
         return nullcontext()
 
-    def deferred_commits(self) -> AbstractContextManager[PageCommits | None]:
-        """For a build: page commits sent without waiting, so that the database writes one
-        page while the build projects the next; None where nothing would overlap (a SQLite
-        write, and the memory store's, run in this thread)."""
+    def build_commits(self) -> AbstractContextManager[PageCommits | None]:
+        """How a build commits its pages, where the backend has a way that lets the build
+        go on while the database works (PostgreSQL's server writes a page while the build
+        projects the next; SQLite's checkpoints run on a thread of their own); None: as a
+        live catch-up does (``commit``)."""
         return nullcontext()
 
     def close(self) -> None:  # noqa: B027 - optional hook; the in-memory store holds nothing

@@ -4,6 +4,7 @@ a page that fails stops the build, and a stall met half-way is recorded, not los
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,6 +16,7 @@ from runledger.infrastructure.cli.generated_history import HistoryGenerator
 from runledger.infrastructure.runtime import StoreRuntime, open_runtime
 from runledger.infrastructure.views import postgres as postgres_views
 from runledger.infrastructure.views.rebuild import BUILD_CACHE_ROWS, BUILD_PAGE_SIZE
+from runledger.infrastructure.views.sqlite import VIEW_AUTOCHECKPOINT, SQLiteViewStore
 from runledger.infrastructure.views.store import TrackingConflictError
 from tests.integration.test_tampering import RawTable, raw
 
@@ -153,3 +155,39 @@ def test_a_stall_met_pages_into_a_build_is_recorded_with_its_position(
             assert state.position < last.position
             assert state.last_error is not None
             assert f"at position {last.position}" in state.last_error
+
+
+def test_a_sqlite_build_leaves_its_checkpoints_to_a_thread_and_restores_its_connection(
+    tmp_path: Any,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'runledger.db'}"
+    wal = tmp_path / "runledger.db-wal"
+    with open_runtime(url, embedded_projections=False) as runtime:
+        for batch in HistoryGenerator(seed=3, prefix="pages").batches(EVENTS):
+            runtime.storage.events.insert_events(batch)
+        runtime.catch_up()
+        incremental = dump(runtime)
+        views = runtime.views
+        assert isinstance(views, SQLiteViewStore)
+        connection = views._connection()  # the build runs on this thread
+        seen: list[tuple[int, bool]] = []
+
+        def look() -> None:
+            automatic = connection.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
+            threads = {thread.name for thread in threading.enumerate()}
+            seen.append((automatic, "runledger-wal-checkpoints" in threads))
+
+        names = runtime.projection_names()
+        runtime.builds.rebuild(names, accept=True, drop_old=True, on_page=look)
+        runtime.projector.reload(names)
+
+        assert len(seen) >= 4
+        assert set(seen) == {(0, True)}, "no automatic checkpoint in the build's commits"
+        assert connection.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == (
+            VIEW_AUTOCHECKPOINT
+        )
+        assert "runledger-wal-checkpoints" not in {t.name for t in threading.enumerate()}
+        assert dump(runtime) == incremental
+        # The thread kept the log from holding the whole build: the build wrote more than
+        # the file's size, and the log was reset behind it.
+        assert wal.stat().st_size < (tmp_path / "runledger.db").stat().st_size
