@@ -417,8 +417,12 @@ class SQLiteStorage(RecorderBackedStorage[SQLiteEventRecorder, SQLiteSnapshotRec
         writers take turns on the file, so no position is ever filled out of order)."""
         del settled_through
         with self.datastore.transaction(commit=False) as c:
-            c.execute(self._read_log_statement, (after, limit))
-            return [LogEntry(*row) for row in c.fetchall()]
+            cursor = c.sqlite_cursor
+            # Plain tuples, made into entries in C: the connection's sqlite3.Row rows cost
+            # a replay a tenth of its read (every event of the log, on every rebuild).
+            cursor.row_factory = None
+            cursor.execute(self._read_log_statement, (after, limit))
+            return list(map(LogEntry._make, cursor.fetchall()))
 
     def remove_tree(self, removal: TreeRemoval, write_views: ViewsWrite) -> int:
         """Remove a pruned tree in one transaction (``storage.archived``); returns the
