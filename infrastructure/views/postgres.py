@@ -105,6 +105,16 @@ def _moved_projection(error: BaseException) -> str | None:
     return None
 
 
+def _on_conflict(table: Table) -> Composed:
+    """An upsert's conflict action: every column but the key takes the new row's value."""
+    updates = [name for name in table.column_names if name not in table.key]
+    if not updates:
+        return SQL("DO NOTHING").format()
+    return SQL("DO UPDATE SET {}").format(
+        SQL(", ").join(SQL("{0} = excluded.{0}").format(Identifier(n)) for n in updates)
+    )
+
+
 class PostgresViewStore(SqlViewStore[Query]):
     """Views in the event log's PostgreSQL schema, through the storage's connection pool."""
 
@@ -305,7 +315,7 @@ class PostgresViewStore(SqlViewStore[Query]):
         writes: list[tuple[Query, list[tuple[Any, ...]] | None]] = []
         for number, (statements, kind, changed, rows) in enumerate(self._write_plan(pages)):
             if kind != "upsert" or len(rows) < STAGED_ROWS:
-                writes.append((self._one_write(statements, kind, changed), rows))
+                writes.append((statements.statement(kind, changed), rows))
                 continue
             stage = Identifier(f"rl_stage_{number}")
             target = Identifier(self.datastore.schema, statements.physical)
@@ -329,27 +339,10 @@ class PostgresViewStore(SqlViewStore[Query]):
 
         return rest
 
-    def _one_write(
-        self, statements: _TableStatements[Query], kind: str, changed: tuple[str, ...]
-    ) -> Query:
-        if kind == "delete":
-            return statements.delete
-        if kind == "upsert":
-            return statements.upsert
-        return statements.update(changed)
-
     def _staged_upsert(self, statements: _TableStatements[Query], stage: Identifier) -> Query:
         """The upsert of every row of ``stage`` into the table, as ``statements.upsert`` makes
         it for one."""
         table = statements.table
-        updates = [name for name in table.column_names if name not in table.key]
-        conflict = (
-            SQL("DO UPDATE SET {}").format(
-                SQL(", ").join(SQL("{0} = excluded.{0}").format(Identifier(n)) for n in updates)
-            )
-            if updates
-            else SQL("DO NOTHING")
-        )
         columns = SQL(", ").join(map(Identifier, table.column_names))
         return SQL("INSERT INTO {} ({}) SELECT {} FROM {} ON CONFLICT ({}) {}").format(
             Identifier(self.datastore.schema, statements.physical),
@@ -357,7 +350,7 @@ class PostgresViewStore(SqlViewStore[Query]):
             columns,
             stage,
             SQL(", ").join(map(Identifier, table.key)),
-            conflict,
+            _on_conflict(table),
         )
 
     def _move_arrays(self, pages: Sequence[PageCommit]) -> tuple[list[Any], ...]:
@@ -462,14 +455,6 @@ class PostgresViewStore(SqlViewStore[Query]):
             return (
                 SQL("UPDATE {} SET {} WHERE {}").format(target, assignments, key_match).as_string()
             )
-        updates = [name for name in table.column_names if name not in table.key]
-        conflict = (
-            SQL("DO UPDATE SET {}").format(
-                SQL(", ").join(SQL("{0} = excluded.{0}").format(Identifier(n)) for n in updates)
-            )
-            if updates
-            else SQL("DO NOTHING")
-        )
         return (
             SQL("INSERT INTO {} ({}) VALUES ({}) ON CONFLICT ({}) {}")
             .format(
@@ -477,7 +462,7 @@ class PostgresViewStore(SqlViewStore[Query]):
                 SQL(", ").join(map(Identifier, names)),
                 SQL(", ").join(values[name] for name in names),
                 SQL(", ").join(map(Identifier, table.key)),
-                conflict,
+                _on_conflict(table),
             )
             .as_string()
         )

@@ -171,6 +171,14 @@ class _TableStatements(Generic[S]):
         self._key_match = key_match
         self._updates: dict[tuple[str, ...], S] = {}
 
+    def statement(self, kind: str, changed: tuple[str, ...]) -> S:
+        """The statement of one row's write of ``kind`` (``_write_plan``)."""
+        if kind == "delete":
+            return self.delete
+        if kind == "upsert":
+            return self.upsert
+        return self.update(changed)
+
     def update(self, columns: tuple[str, ...]) -> S:
         """The ``UPDATE`` of these columns of the row with a given key (values, then key)."""
         statement = self._updates.get(columns)
@@ -806,14 +814,7 @@ class SqlViewStore(ViewStore, Generic[S]):
     def _writes(self, pages: Sequence[PageCommit]) -> list[tuple[S, list[tuple[Any, ...]]]]:
         """(statement, rows) for every delete and upsert of the pages."""
         return [
-            (
-                statements.delete
-                if kind == "delete"
-                else statements.upsert
-                if kind == "upsert"
-                else statements.update(changed),
-                rows,
-            )
+            (statements.statement(kind, changed), rows)
             for statements, kind, changed, rows in self._write_plan(pages)
         ]
 

@@ -18,20 +18,11 @@ from runledger.infrastructure.views import postgres as postgres_views
 from runledger.infrastructure.views.rebuild import BUILD_CACHE_ROWS, BUILD_PAGE_SIZE
 from runledger.infrastructure.views.sqlite import VIEW_AUTOCHECKPOINT, SQLiteViewStore
 from runledger.infrastructure.views.store import TrackingConflictError
+from tests.integration.test_parallel_rebuild import dump
 from tests.integration.test_tampering import RawTable, raw
 
 EVENTS = 3 * BUILD_PAGE_SIZE + 500
 """Four pages of a build, more rows than its cache keeps (``BUILD_CACHE_ROWS``)."""
-
-
-def dump(runtime: StoreRuntime) -> dict[str, list[dict[str, Any]]]:
-    reader = runtime.views.reader()
-    tables: dict[str, list[dict[str, Any]]] = {}
-    for runner in runtime.projector.runners.values():
-        for table in runner.projection.tables:
-            rows = reader.scan(table)
-            tables[table.name] = sorted(rows, key=lambda row: repr(table.key_of(row)))
-    return tables
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgresql"])
@@ -127,15 +118,8 @@ def test_a_page_that_fails_stops_the_build_and_a_new_build_gives_the_views(
         assert dump(runtime) == incremental
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
-def test_a_stall_met_pages_into_a_build_is_recorded_with_its_position(
-    backend: str, tmp_path: Any, request: pytest.FixtureRequest
-) -> None:
-    url = (
-        f"sqlite:///{tmp_path / 'runledger.db'}"
-        if backend == "sqlite"
-        else str(request.getfixturevalue("postgres_store_url"))
-    )
+def test_a_stall_met_pages_into_a_build_is_recorded_with_its_position(durable_url: str) -> None:
+    url = durable_url
     with open_runtime(url, embedded_projections=False) as runtime:
         for batch in HistoryGenerator(seed=3, prefix="pages").batches(EVENTS):
             runtime.storage.events.insert_events(batch)

@@ -329,7 +329,7 @@ def test_a_building_slot_loses_the_tree_too_and_its_build_ends_equal(
     running_run(store, "after")
     queued_id(store, "after-ask", run_id="after")
     name = "session_outbox"
-    monkeypatch.setattr(rebuild_module, "DEFAULT_PAGE_SIZE", 4)
+    monkeypatch.setattr(rebuild_module, "BUILD_PAGE_SIZE", 4)
 
     def stop_inside_the_tree() -> None:
         building = runtime.views.registry(name).building
