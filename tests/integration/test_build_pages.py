@@ -25,13 +25,15 @@ EVENTS = 3 * BUILD_PAGE_SIZE + 500
 """Four pages of a build, more rows than its cache keeps (``BUILD_CACHE_ROWS``)."""
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgresql"])
+@pytest.fixture(params=["memory", "sqlite", "postgresql", "pgbouncer"])
 def runtime(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[StoreRuntime]:
     """A store holding a history of ``EVENTS`` events that no projection read yet."""
     url = {
         "memory": lambda: "memory://",
         "sqlite": lambda: f"sqlite:///{tmp_path / 'runledger.db'}",
         "postgresql": lambda: str(request.getfixturevalue("postgres_store_url")),
+        # A transaction pooler: the staging tables end with their transactions.
+        "pgbouncer": lambda: str(request.getfixturevalue("pgbouncer_store_url")),
     }[request.param]()
     with open_runtime(url, embedded_projections=False) as opened:
         for batch in HistoryGenerator(seed=3, prefix="pages").batches(EVENTS):
@@ -66,7 +68,7 @@ def test_a_build_of_several_pages_gives_the_views_built_incrementally(
     assert read == runtime.storage.max_position()
     assert dump(runtime) == incremental
     assert {status.lag for status in runtime.projection_status()} == {0}
-    if runtime.backend == "postgresql":
+    if runtime.backend == "postgresql":  # also through the pooler
         assert len(staged) >= 4, "the build's pages went through the deferred commits"
     else:
         assert staged == []
