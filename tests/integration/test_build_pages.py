@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from runledger.domain.errors import CorruptEventError
+from runledger.domain.errors import CorruptEventError, StorageUnavailableError
 from runledger.infrastructure.cli.generated_history import HistoryGenerator
 from runledger.infrastructure.runtime import StoreRuntime, open_runtime
 from runledger.infrastructure.views import postgres as postgres_views
@@ -177,3 +177,37 @@ def test_a_sqlite_build_leaves_its_checkpoints_to_a_thread_and_restores_its_conn
         # The thread kept the log from holding the whole build: the build wrote more than
         # the file's size, and the log was reset behind it.
         assert wal.stat().st_size < (tmp_path / "runledger.db").stat().st_size
+
+
+@pytest.mark.postgres
+def test_a_build_whose_connection_the_server_ends_fails_and_the_next_build_gives_the_views(
+    postgres_store_url: str,
+) -> None:
+    with open_runtime(postgres_store_url, embedded_projections=False) as runtime:
+        for batch in HistoryGenerator(seed=3, prefix="pages").batches(EVENTS):
+            runtime.storage.events.insert_events(batch)
+        runtime.catch_up()
+        incremental = dump(runtime)
+        active = {state.name: state.slot for state in runtime.views.tracking()}
+        pages = 0
+
+        def end_the_sessions() -> None:
+            # The server ends every session of the store's database but this one's, the
+            # build's among them, with a page under way.
+            nonlocal pages
+            pages += 1
+            if pages == 2:
+                with psycopg.connect(postgres_store_url, autocommit=True) as admin:
+                    admin.execute(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                    )
+
+        names = runtime.projection_names()
+        with pytest.raises(StorageUnavailableError):
+            runtime.builds.rebuild(names, accept=True, on_page=end_the_sessions)
+
+        assert {state.name: state.slot for state in runtime.views.tracking()} == active
+        runtime.builds.rebuild(names, accept=True, drop_old=True)
+        runtime.projector.reload(names)
+        assert dump(runtime) == incremental
