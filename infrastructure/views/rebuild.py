@@ -135,8 +135,8 @@ def default_processes() -> int:
     Each process reads and decodes the whole log itself and keeps about a core busy, and
     its database takes more: on PostgreSQL its server backend used about half a core
     beside it; on SQLite every process's pages wait for the one write lock. On two cores,
-    two processes rebuilt the bench history (50k events, every projection) at 35-38k
-    events/s on SQLite and 22k on PostgreSQL, one at 43-44k and 29k."""
+    two processes rebuilt the bench history (50k events, every projection) at 34-36k
+    events/s on SQLite and 25-26k on PostgreSQL, one at 43-44k and 32-33k."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
