@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from uuid import UUID
 
@@ -166,3 +167,30 @@ def test_every_turn_of_four_writers_queues_new_follow_ups(
     warmed = 2 * 4 * runner.WARM_UP_COMMANDS
     assert len(queue.follow_ups) == sum(counts) + warmed
     assert sum(counts) > 0
+
+
+def test_four_ideal_writers_at_once_never_deadlock_and_every_tracking_move_lands(
+    bench: Bench,
+) -> None:
+    ideal = bench.ideal_queue()
+    writers = [ideal.for_writer(number) for number in range(4)]
+    with plain_connection(ideal.url) as connection:
+        before = connection.execute(
+            "SELECT sum(position) FROM runledger_view_slots WHERE state = 'active'"
+        ).fetchone()[0]
+        slots = connection.execute(
+            "SELECT count(*) FROM runledger_view_slots WHERE state = 'active'"
+        ).fetchone()[0]
+    events = count(ideal.url, EVENTS_TABLE)
+
+    with ThreadPoolExecutor(4) as pool:
+        rates = list(pool.map(lambda writer: writer.rate(1.0, first=10_000), writers))
+
+    written = (count(ideal.url, EVENTS_TABLE) - events) // 3
+    with plain_connection(ideal.url) as connection:
+        after = connection.execute(
+            "SELECT sum(position) FROM runledger_view_slots WHERE state = 'active'"
+        ).fetchone()[0]
+    assert all(rate > 0 for rate in rates)
+    assert after - before == written * ideal.tracked * slots
+    assert sum(writer.deadlocks for writer in writers) == 0
