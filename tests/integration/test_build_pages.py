@@ -12,8 +12,11 @@ import psycopg
 import pytest
 
 from runledger.domain.errors import CorruptEventError, StorageUnavailableError
+from runledger.infrastructure.cli.bench.runner import SESSION_BATCH, session_records
 from runledger.infrastructure.cli.generated_history import HistoryGenerator
+from runledger.infrastructure.databases import PIPELINE_MAX_BYTES
 from runledger.infrastructure.runtime import StoreRuntime, open_runtime
+from runledger.infrastructure.store import WorkflowStore
 from runledger.infrastructure.views import postgres as postgres_views
 from runledger.infrastructure.views.rebuild import BUILD_CACHE_ROWS, BUILD_PAGE_SIZE
 from runledger.infrastructure.views.sqlite import VIEW_AUTOCHECKPOINT, SQLiteViewStore
@@ -210,4 +213,44 @@ def test_a_build_whose_connection_the_server_ends_fails_and_the_next_build_gives
         assert {state.name: state.slot for state in runtime.views.tracking()} == active
         runtime.builds.rebuild(names, accept=True, drop_old=True)
         runtime.projector.reload(names)
+        assert dump(runtime) == incremental
+
+
+@pytest.mark.postgres
+def test_a_page_too_large_to_pipeline_commits_the_ordinary_way(
+    postgres_store_url: str, staged: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ordinary: list[int] = []
+    original = postgres_views.PostgresViewStore.commit
+
+    def counted(self: Any, pages: Any) -> None:
+        ordinary.append(postgres_views.text_bytes(pages))
+        original(self, pages)
+
+    monkeypatch.setattr(postgres_views.PostgresViewStore, "commit", counted)
+    with open_runtime(postgres_store_url, embedded_projections=False) as runtime:
+        store = WorkflowStore(runtime)
+        # Each batch's records go into a viewer revision row, of which a run keeps its last
+        # 256: two runs' rows of about 14 KB each are more text than one pipeline takes.
+        for run_id in ("large-1", "large-2"):
+            store.create_run(run_id, workflow_name="bench", input={})
+            store.record_session_binding(
+                run_id,
+                {
+                    "schema": "pi-workflows.session-binding.v1",
+                    "runId": run_id,
+                    "piSessionId": f"{run_id}-session",
+                    "boundAt": "2026-01-01T00:00:00.000Z",
+                },
+            )
+        for batch in range(300):
+            for run_id in ("large-1", "large-2"):
+                store.append_session_events(run_id, session_records(batch * SESSION_BATCH + 1))
+        runtime.catch_up()
+        incremental = dump(runtime)
+        ordinary.clear()
+
+        runtime.rebuild_projections()
+
+        assert any(size > PIPELINE_MAX_BYTES for size in ordinary)
         assert dump(runtime) == incremental
