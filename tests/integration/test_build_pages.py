@@ -87,42 +87,6 @@ def test_a_blue_green_build_compares_equal_and_switches(runtime: StoreRuntime) -
     )
 
 
-@pytest.mark.postgres
-def test_a_page_that_fails_stops_the_build_and_a_new_build_gives_the_views(
-    postgres_store_url: str,
-) -> None:
-    with open_runtime(postgres_store_url, embedded_projections=False) as runtime:
-        for batch in HistoryGenerator(seed=3, prefix="pages").batches(EVENTS):
-            runtime.storage.events.insert_events(batch)
-        runtime.catch_up()
-        incremental = dump(runtime)
-        active = {state.name: state.slot for state in runtime.views.tracking()}
-        pages = 0
-
-        def lose_the_slot() -> None:
-            # Another writer moves the building slots' tracking after the first page, as a
-            # build that lost its lock would find: the next page's compare-and-set fails.
-            nonlocal pages
-            pages += 1
-            if pages == 1:
-                with psycopg.connect(postgres_store_url, autocommit=True) as other:
-                    other.execute(
-                        "UPDATE runledger_view_slots SET position = position + 1000000 "
-                        "WHERE state = 'building'"
-                    )
-
-        names = runtime.projection_names()
-        with pytest.raises(TrackingConflictError):
-            runtime.builds.rebuild(names, accept=True, on_page=lose_the_slot)
-
-        assert {state.name: state.slot for state in runtime.views.tracking()} == active
-        # The build's connection went back to the pool out of its transaction.
-        assert runtime.storage.max_position() > 0
-        runtime.builds.rebuild(names, accept=True, restart=True, drop_old=True)
-        runtime.projector.reload(names)
-        assert dump(runtime) == incremental
-
-
 def test_a_stall_met_pages_into_a_build_is_recorded_with_its_position(durable_url: str) -> None:
     url = durable_url
     with open_runtime(url, embedded_projections=False) as runtime:
@@ -182,9 +146,29 @@ def test_a_sqlite_build_leaves_its_checkpoints_to_a_thread_and_restores_its_conn
         assert wal.stat().st_size < (tmp_path / "runledger.db").stat().st_size
 
 
+LOSE_THE_SLOT = (
+    # Another writer moves the building slots' tracking, as a build that lost its lock
+    # would find: the next page's compare-and-set fails.
+    "UPDATE runledger_view_slots SET position = position + 1000000 WHERE state = 'building'"
+)
+END_THE_SESSIONS = (
+    # The server ends every session of the store's database but the one sending this, the
+    # build's among them, with a page under way.
+    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+)
+
+
 @pytest.mark.postgres
-def test_a_build_whose_connection_the_server_ends_fails_and_the_next_build_gives_the_views(
-    postgres_store_url: str,
+@pytest.mark.parametrize(
+    ("fault", "error", "restart"),
+    [
+        pytest.param(LOSE_THE_SLOT, TrackingConflictError, True, id="slot-moved"),
+        pytest.param(END_THE_SESSIONS, StorageUnavailableError, False, id="sessions-ended"),
+    ],
+)
+def test_a_build_whose_page_fails_stops_unswitched_and_the_next_build_gives_the_views(
+    postgres_store_url: str, fault: str, error: type[Exception], restart: bool
 ) -> None:
     with open_runtime(postgres_store_url, embedded_projections=False) as runtime:
         for batch in HistoryGenerator(seed=3, prefix="pages").batches(EVENTS):
@@ -194,24 +178,20 @@ def test_a_build_whose_connection_the_server_ends_fails_and_the_next_build_gives
         active = {state.name: state.slot for state in runtime.views.tracking()}
         pages = 0
 
-        def end_the_sessions() -> None:
-            # The server ends every session of the store's database but this one's, the
-            # build's among them, with a page under way.
+        def break_after_the_first_page() -> None:
             nonlocal pages
             pages += 1
-            if pages == 2:
-                with psycopg.connect(postgres_store_url, autocommit=True) as admin:
-                    admin.execute(
-                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-                    )
+            if pages == 1:
+                with psycopg.connect(postgres_store_url, autocommit=True) as other:
+                    other.execute(fault)
 
         names = runtime.projection_names()
-        with pytest.raises(StorageUnavailableError):
-            runtime.builds.rebuild(names, accept=True, on_page=end_the_sessions)
+        with pytest.raises(error):
+            runtime.builds.rebuild(names, accept=True, on_page=break_after_the_first_page)
 
         assert {state.name: state.slot for state in runtime.views.tracking()} == active
-        runtime.builds.rebuild(names, accept=True, drop_old=True)
+        # A moved slot holds no position to resume from; an ended session's build resumes.
+        runtime.builds.rebuild(names, accept=True, restart=restart, drop_old=True)
         runtime.projector.reload(names)
         assert dump(runtime) == incremental
 
