@@ -282,11 +282,16 @@ def _shape(event_class: EventClass) -> _Shape:
     return shape
 
 
+def _members(hint: Any) -> tuple[Any, ...]:
+    """The types a field's hint names: a union's members, or the hint itself."""
+    return get_args(hint) if get_origin(hint) in (Union, UnionType) else (hint,)
+
+
 def _types_alone(name: str, hint: Any) -> frozenset[type[Any]] | None:
     """The types a field allows, where its check (``_field_check``) is by type alone."""
     if name in _SPECIAL_FIELDS or hint is Any:
         return None
-    members = get_args(hint) if get_origin(hint) in (Union, UnionType) else (hint,)
+    members = _members(hint)
     if any(get_origin(member) is Literal for member in members):
         return None
     return frozenset(
@@ -300,7 +305,7 @@ def _field_check(name: str, hint: Any) -> FieldCheck | None:
         return special
     if hint is Any:
         return None  # any JSON value: orjson produced one
-    members = get_args(hint) if get_origin(hint) in (Union, UnionType) else (hint,)
+    members = _members(hint)
     # A vocabulary (``Literal``) is checked by value: a stored status outside it is corrupt.
     constants = frozenset(
         constant

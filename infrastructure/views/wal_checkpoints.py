@@ -12,12 +12,15 @@ connections (commands, live catch-ups) keep their own automatic checkpoints.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from runledger.infrastructure.views.store import PageCommit
+
+logger = logging.getLogger(__name__)
 
 
 class WalCheckpoints:
@@ -28,9 +31,6 @@ class WalCheckpoints:
         self.busy_timeout = busy_timeout
         self._wanted = threading.Event()
         self._stopping = False
-        self.error: BaseException | None = None
-        """What stopped the checkpoints early; the WAL then grows until a later commit's
-        automatic checkpoint, which costs time, not data."""
         self._thread = threading.Thread(target=self._work, name="runledger-wal-checkpoints")
         self._thread.start()
 
@@ -38,7 +38,7 @@ class WalCheckpoints:
         try:
             connection = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
         except sqlite3.Error as error:
-            self.error = error
+            _stopped(error)
             return
         try:
             while True:
@@ -48,7 +48,7 @@ class WalCheckpoints:
                     return
                 connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
         except sqlite3.Error as error:
-            self.error = error
+            _stopped(error)
         finally:
             connection.close()
 
@@ -60,6 +60,11 @@ class WalCheckpoints:
         self._stopping = True
         self._wanted.set()
         self._thread.join()
+
+
+def _stopped(error: sqlite3.Error) -> None:
+    # Time, not data: the WAL grows until a later commit's automatic checkpoint.
+    logger.warning("a build's WAL checkpoints stopped early: %s", error)
 
 
 class CheckpointedCommits:
