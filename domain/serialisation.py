@@ -1,10 +1,11 @@
 """How events and snapshots become stored bytes, and back.
 
-The wire format is plain JSON (no type tags): ``timestamp`` and the aggregate's declared
-datetime fields are ISO-8601 strings, ids are strings. Decoding trusts nothing stored: the
-class comes from the wire name through the event catalogue and nothing else, and every payload
-is checked against that class before anything is built from it (``decoded_state``). A stored
-event that does not decode is a ``CorruptEventError``, never skipped and never an import.
+The wire format is plain JSON (no type tags), which the log keeps packed (``packed_state``):
+``timestamp`` and the aggregate's declared datetime fields are ISO-8601 strings, ids are
+strings. Decoding trusts nothing stored: the class comes from the wire name through the event
+catalogue and nothing else, and every payload is checked against that class before anything
+is built from it (``decoded_state``). A stored event that does not decode is a
+``CorruptEventError``, never skipped and never an import.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from runledger.domain.events import (
     LedgerSnapshot,
     upcast,
 )
+from runledger.domain.packed_state import UnpackError, packed, unpacked
 from runledger.domain.values import ACTOR_TYPES
 
 
@@ -88,7 +90,7 @@ def encoded(domain_event: DomainEventProtocol[UUID]) -> EncodedEvent:
         run_id = lookup_key = None
         state["state"] = _without_pending(state["state"])
     return EncodedEvent(
-        originator_id, originator_version, topic, orjson.dumps(state), run_id, lookup_key
+        originator_id, originator_version, topic, packed(orjson.dumps(state)), run_id, lookup_key
     )
 
 
@@ -136,7 +138,9 @@ def decoded_state(
             )
         _check_versions(event_class, originator_id, version)
         try:
-            data = orjson.loads(stored.state)
+            data = orjson.loads(unpacked(stored.state))
+        except UnpackError as fault:
+            raise _MalformedError(str(fault)) from None
         except orjson.JSONDecodeError as error:
             raise _MalformedError(f"its payload is not valid JSON ({error})") from None
         if type(data) is not dict:

@@ -20,6 +20,7 @@ import orjson
 from runledger.domain.audit_chain import chain_link, chain_start
 from runledger.domain.canonical import canonical_json
 from runledger.domain.errors import BundleWriteError, InvalidProgressError
+from runledger.domain.packed_state import unpacked
 from runledger.domain.ports import LogEntry
 from runledger.infrastructure.audit.bundle_format import (
     CHAIN,
@@ -92,7 +93,7 @@ def _export(
             "wire_name": notification.topic,
             "aggregate_id": id_text(notification.originator_id),
             "version": notification.originator_version,
-            "state": orjson.loads(notification.state),
+            "state": orjson.loads(unpacked(notification.state)),
         }
         for notification in run_notifications(runtime.storage, runs)
     ]

@@ -21,6 +21,7 @@ import orjson
 from eventsourcing.persistence import StoredEvent
 
 from runledger.domain.errors import RestoreNotVerifiedError, RestoreRefusedError
+from runledger.domain.packed_state import unpacked
 from runledger.domain.ports import LogEntry
 from runledger.domain.records import RestoredTree
 from runledger.domain.run_tree_archives import RunTreeArchive, run_tree_lookup_key
@@ -262,7 +263,7 @@ def _as_bundled(entries: list[LogEntry], bundle: ArchiveBundle) -> bool:
         and entry.topic == bundled.topic
         and aggregate_text(entry.originator_id) == bundled.originator_id
         and entry.originator_version == bundled.originator_version
-        and entry.state == bundled.state
+        and unpacked(entry.state) == bundled.state
         for entry, bundled in zip(entries, map(entry_of, bundle.events), strict=True)
     )
 

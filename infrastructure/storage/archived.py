@@ -34,6 +34,7 @@ from uuid import UUID
 import orjson
 from eventsourcing.persistence import StoredEvent
 
+from runledger.domain.packed_state import unpacked
 from runledger.infrastructure.commits.ports import Fence, VersionFence
 
 ARCHIVED_TABLE: Final = "runledger_archived_ids"
@@ -133,4 +134,4 @@ def same_tree(found: Mapping[UUID, int], removal: TreeRemoval) -> bool:
 
 def created_in_tree(state: bytes, root_run_id: str) -> bool:
     """Whether a ``run.created`` event's state makes a run of the tree rooted there."""
-    return bool(orjson.loads(state).get("root_run_id") == root_run_id)
+    return bool(orjson.loads(unpacked(state)).get("root_run_id") == root_run_id)

@@ -63,6 +63,7 @@ from runledger.infrastructure.storage.archived import (
     TreeRestoral,
     ViewsMovedError,
     ViewsWrite,
+    created_in_tree,
     fenced_ids,
     same_tree,
 )
@@ -1269,13 +1270,14 @@ class PostgresStorage(RecorderBackedStorage[PostgresEventRecorder, PostgresSnaps
                 raise TreeChangedError()
             curs.execute(
                 SQL(
-                    "SELECT 1 FROM {0} WHERE position > %s AND topic = %s "
-                    "AND NOT run_id = ANY(%s) "
-                    "AND convert_from(state, 'UTF8')::jsonb ->> 'root_run_id' = %s LIMIT 1"
+                    "SELECT state FROM {0} WHERE position > %s AND topic = %s "
+                    "AND NOT run_id = ANY(%s)"
                 ).format(table),
-                (removal.judged_at, CREATED_TOPIC, list(removal.run_ids), removal.root_run_id),
+                (removal.judged_at, CREATED_TOPIC, list(removal.run_ids)),
             )
-            if curs.fetchone() is not None:
+            # The log's payloads are packed: each run created since the judgement is asked
+            # for its root here, not by SQL.
+            if any(created_in_tree(row["state"], removal.root_run_id) for row in curs.fetchall()):
                 raise TreeChangedError()
             curs.execute(
                 SQL(

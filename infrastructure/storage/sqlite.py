@@ -40,6 +40,7 @@ from runledger.infrastructure.storage.archived import (
     TreeRestoral,
     ViewsMovedError,
     ViewsWrite,
+    created_in_tree,
     fenced_ids,
     same_tree,
 )
@@ -446,13 +447,14 @@ class SQLiteStorage(RecorderBackedStorage[SQLiteEventRecorder, SQLiteSnapshotRec
             found = {UUID(row[0]): row[1] for row in c.fetchall()}
             if not same_tree(found, removal):
                 raise TreeChangedError()
+            # The log's payloads are packed: a run created since the judgement is read back
+            # and asked for its root here, not by SQL.
             c.execute(
-                f"SELECT 1 FROM {table} WHERE position > ? AND topic = ? "
-                "AND run_id NOT IN (SELECT value FROM json_each(?)) "
-                "AND json_extract(CAST(state AS TEXT), '$.root_run_id') = ? LIMIT 1",
-                (removal.judged_at, CREATED_TOPIC, runs, removal.root_run_id),
+                f"SELECT state FROM {table} WHERE position > ? AND topic = ? "
+                "AND run_id NOT IN (SELECT value FROM json_each(?))",
+                (removal.judged_at, CREATED_TOPIC, runs),
             )
-            if c.fetchone() is not None:
+            if any(created_in_tree(row[0], removal.root_run_id) for row in c.fetchall()):
                 raise TreeChangedError()
             c.execute(
                 f"INSERT OR REPLACE INTO {ARCHIVED_TABLE} (aggregate_id, archive_id) "

@@ -33,6 +33,7 @@ from runledger.domain.errors import (
     StorageUnavailableError,
     UnknownProjectionError,
 )
+from runledger.domain.packed_state import unpacked
 from runledger.domain.ports import LogEntry
 from runledger.infrastructure.commits.ports import EventStorage
 from runledger.infrastructure.storage.archived import TOMBSTONE_TOPICS
@@ -130,7 +131,7 @@ def _just_inserted(stored: StoredEvent, position: int) -> ProjectedEvent:
     reading the log projects; the catalogue checks of ``projected`` are skipped, since the
     mapper made this payload from a valid event a moment ago.
     """
-    data = orjson.loads(stored.state)
+    data = orjson.loads(unpacked(stored.state))
     data.pop("class_version", None)
     return ProjectedEvent(
         position=position,

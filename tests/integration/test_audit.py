@@ -13,6 +13,7 @@ from runledger.domain.errors import (
     InvalidRunIdError,
     RunNotFoundError,
 )
+from runledger.domain.packed_state import unpacked
 from runledger.infrastructure import open_store
 from runledger.infrastructure.runtime import StoreRuntime
 from runledger.infrastructure.store import WorkflowStore
@@ -251,7 +252,9 @@ def test_verify_stops_at_a_stored_event_that_does_not_decode(tmp_path) -> None:
         (position, state) = connection.execute(
             "SELECT position, state FROM runledger_events WHERE topic = 'follow-up.removed'"
         ).fetchone()
-        payload = {key: value for key, value in orjson.loads(state).items() if key != "reason"}
+        payload = {
+            key: value for key, value in orjson.loads(unpacked(state)).items() if key != "reason"
+        }
         connection.execute(
             "UPDATE runledger_events SET state = ? WHERE position = ?",
             (orjson.dumps(payload), position),

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from runledger.infrastructure.cli.bench.baselines import plain_connection
+from runledger.domain.packed_state import ZSTD_V1, unpacked
+from runledger.infrastructure.cli.bench.baselines import payload_bytes, plain_connection
 from runledger.infrastructure.cli.bench.runner import Bench
 from runledger.infrastructure.cli.bench.storage import (
     amplification,
     disk_bytes,
-    payload_bytes,
+    logged_bytes,
     session_history,
 )
 from tests.integration.conftest import BACKENDS
@@ -49,18 +50,37 @@ def test_p13_reports_the_worse_history_as_disk_bytes_over_payload_bytes(bench: B
     assert "640 session records" in row.name
 
 
-def test_the_payload_is_the_stored_events_state_bytes_and_the_disk_holds_more(
-    bench: Bench,
-) -> None:
+def test_the_payload_is_the_events_json_and_the_log_keeps_it_packed(bench: Bench) -> None:
     url = bench.scratch.new_url()
-    disk, payload = session_history(url, 128)
+    disk, payload, logged = session_history(url, 128)
 
     with plain_connection(url) as connection:
-        states = connection.execute("SELECT state FROM runledger_events").fetchall()
-    assert payload == sum(len(bytes(state)) for (state,) in states) == payload_bytes(url)
-    # Each session record carries a 60-character output: the payload holds all 128.
+        states = [
+            bytes(state) for (state,) in connection.execute("SELECT state FROM runledger_events")
+        ]
+    assert payload == sum(len(unpacked(state)) for state in states) == payload_bytes(url)
+    assert logged == sum(map(len, states)) == logged_bytes(url)
+    # Each session record carries a 60-character output: the payload holds all 128, and the
+    # log keeps the batches packed, in fewer bytes than their JSON.
     assert payload > 128 * 60
+    assert any(state[0] == ZSTD_V1 for state in states)
+    assert logged < payload
     assert disk > 0
+
+
+def test_a_store_written_before_packing_counts_its_plain_json_as_payload(bench: Bench) -> None:
+    url = bench.scratch.new_url()
+    session_history(url, 64)
+    with plain_connection(url) as connection:
+        rows = connection.execute("SELECT position, state FROM runledger_events").fetchall()
+        marker = "?" if url.startswith("sqlite") else "%s"
+        for position, state in rows:
+            connection.execute(
+                f"UPDATE runledger_events SET state = {marker} WHERE position = {marker}",
+                (unpacked(bytes(state)), position),
+            )
+
+    assert payload_bytes(url) == logged_bytes(url)
 
 
 def test_sqlite_disk_bytes_are_the_database_file_after_the_wal_is_checkpointed(

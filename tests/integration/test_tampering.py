@@ -29,6 +29,7 @@ from runledger.domain.errors import (
     ProjectionStalledError,
     RebuildFailedError,
 )
+from runledger.domain.packed_state import unpacked
 from runledger.domain.runs import run_aggregate_id
 from runledger.domain.values import Actor
 from runledger.infrastructure.runtime import StoreRuntime, open_runtime
@@ -95,7 +96,10 @@ def payload_change(change: Callable[[Payload], object]) -> Callable[[Row], Row]:
 
     def tampered(row: Row) -> Row:
         return Row(
-            row.position, row.topic, row.version, orjson.dumps(change(orjson.loads(row.state)))
+            row.position,
+            row.topic,
+            row.version,
+            orjson.dumps(change(orjson.loads(unpacked(row.state)))),
         )
 
     return tampered

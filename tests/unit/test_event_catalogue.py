@@ -36,6 +36,7 @@ from runledger.domain.ids import (
     restart_run_id,
     terminal_message_id,
 )
+from runledger.domain.packed_state import packed, unpacked
 from runledger.domain.run_tree_archives import RunTreeArchive
 from runledger.domain.runs import Run
 from runledger.domain.session_segments import SessionSegment, segment_id_for
@@ -957,7 +958,9 @@ def test_each_event_is_stored_as_its_pinned_bytes(wire_name: str) -> None:
     assert stored.topic == wire_name
     assert (str(stored.originator_id), stored.originator_version) == (originator_id, version)
     assert (stored.run_id, stored.lookup_key) == (run_id, lookup_key)
-    assert stored.state == state
+    # The pinned bytes are the payload's JSON; the log keeps it packed (test_packed_state).
+    assert unpacked(stored.state) == state
+    assert stored.state == packed(state)
 
 
 @pytest.mark.parametrize("wire_name", WIRE_NAMES)
@@ -1110,9 +1113,10 @@ def test_a_run_snapshot_round_trip_restores_its_datetimes() -> None:
 def test_a_snapshot_stores_no_aggregate_bookkeeping() -> None:
     stored = MAPPER.to_stored_event(Run.Snapshot.take(ended_waiting_run()))
     assert stored.topic == "run.snapshot"
-    assert b'"topic":"run"' in stored.state
+    payload = unpacked(stored.state)
+    assert b'"topic":"run"' in payload
     for bookkeeping in (b'"_id"', b'"_version"', b'"_pending_events"'):
-        assert bookkeeping not in stored.state
+        assert bookkeeping not in payload
 
 
 def test_a_restored_snapshot_continues_with_the_next_version() -> None:
@@ -1183,7 +1187,7 @@ def test_a_version_1_run_created_reads_back_as_a_run_without_a_receipt() -> None
 def test_a_version_1_run_snapshot_restores_a_run_without_a_receipt() -> None:
     run = ended_waiting_run()
     stored = MAPPER.to_stored_event(Run.Snapshot.take(run))
-    state = orjson.loads(stored.state)
+    state = orjson.loads(unpacked(stored.state))
     assert state["state"].pop("class_version") == 2
     del state["state"]["human_decision"]
     old = StoredEvent(

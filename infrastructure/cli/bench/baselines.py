@@ -29,6 +29,7 @@ import psycopg
 from eventsourcing.application import Application
 from eventsourcing.domain import Aggregate, event
 
+from runledger.domain.packed_state import unpacked
 from runledger.infrastructure.runtime import default_projections, open_runtime
 from runledger.infrastructure.storage.postgres import unavailable_error
 from runledger.infrastructure.storage.urls import libpq_url, read_postgres_url
@@ -57,6 +58,16 @@ def plain_connection(url: str) -> Iterator[Any]:
     else:
         with server_connection(url) as server:
             yield server
+
+
+def payload_bytes(url: str) -> int:
+    """The events' JSON payload bytes: what the history holds, however the log keeps it."""
+    with plain_connection(url) as connection:
+        cursor = connection.execute("SELECT state FROM runledger_events")
+        total = 0
+        while rows := cursor.fetchmany(10_000):
+            total += sum(len(unpacked(row[0])) for row in rows)
+    return total
 
 
 @contextmanager

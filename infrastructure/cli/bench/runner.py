@@ -49,6 +49,7 @@ from runledger.infrastructure.cli.bench.baselines import (
     LibraryBaseline,
     collected,
     in_processes,
+    payload_bytes,
     plain_connection,
     server_connection,
 )
@@ -1027,10 +1028,7 @@ class Bench:
                     raise AssertionError("viewer_deltas returned no page")
 
             samples = self._latencies(queries, page)
-        with plain_connection(url) as connection:
-            events = int(
-                connection.execute("SELECT sum(length(state)) FROM runledger_events").fetchone()[0]
-            )
+        events = payload_bytes(url)
         reads = Raw(url).query_latencies(
             "SELECT * FROM rl_vd_revisions WHERE run_id = {m} AND revision > {m} ORDER BY revision",
             queries,

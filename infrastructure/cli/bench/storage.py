@@ -3,7 +3,8 @@
 The disk side is every file of the database (SQLite: the database file and its WAL, after a
 ``wal_checkpoint(TRUNCATE)`` moved every page home) or every table of the store's schema with
 its indexes and TOAST (PostgreSQL: ``pg_total_relation_size``); the payload side is the
-stored events' own state bytes. Both histories have every read model current:
+events' JSON payloads, the bytes the history holds, whether the log keeps one packed
+(``domain.packed_state``) or as it is. Both histories have every read model current:
 
 - the bench history (``HistoryGenerator``, runs of follow-ups, settings and attempts);
 - a session-recording-heavy one: one run whose session records arrive through
@@ -15,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Final
 
-from runledger.infrastructure.cli.bench.baselines import plain_connection
+from runledger.infrastructure.cli.bench.baselines import payload_bytes, plain_connection
 from runledger.infrastructure.cli.bench.runner import (
     SESSION_BATCH,
     Bench,
@@ -50,8 +51,8 @@ def disk_bytes(url: str) -> int:
     return int(row[0])
 
 
-def payload_bytes(url: str) -> int:
-    """The stored events' state bytes: what the store keeps of the history itself."""
+def logged_bytes(url: str) -> int:
+    """The bytes the log keeps of the events' payloads (packed or as they are)."""
     with plain_connection(url) as connection:
         row = connection.execute(
             "SELECT coalesce(sum(length(state)), 0) FROM runledger_events"
@@ -59,17 +60,22 @@ def payload_bytes(url: str) -> int:
     return int(row[0])
 
 
-def bench_history(url: str, events: int) -> tuple[int, int]:
-    """Disk and payload bytes of the bench history of about ``events`` events."""
+def measured(url: str) -> tuple[int, int, int]:
+    """Disk, payload and logged bytes of the store at ``url``."""
+    return disk_bytes(url), payload_bytes(url), logged_bytes(url)
+
+
+def bench_history(url: str, events: int) -> tuple[int, int, int]:
+    """``measured`` for the bench history of about ``events`` events."""
     with open_runtime(url, embedded_projections=False) as runtime:
         for batch in HistoryGenerator(prefix="p13").batches(events):
             runtime.storage.events.insert_events(batch)
         runtime.rebuild_projections()
-    return disk_bytes(url), payload_bytes(url)
+    return measured(url)
 
 
-def session_history(url: str, records: int) -> tuple[int, int]:
-    """Disk and payload bytes of one run recording ``records`` session records."""
+def session_history(url: str, records: int) -> tuple[int, int, int]:
+    """``measured`` for one run recording ``records`` session records."""
     with open_store(url) as store:
         store.create_run("p13", workflow_name="bench", input={})
         store.record_session_binding(
@@ -83,7 +89,7 @@ def session_history(url: str, records: int) -> tuple[int, int]:
         )
         for first in range(1, records + 1, SESSION_BATCH):
             store.append_session_events("p13", session_records(first))
-    return disk_bytes(url), payload_bytes(url)
+    return measured(url)
 
 
 def amplification(bench: Bench) -> BenchResult:
@@ -96,12 +102,13 @@ def amplification(bench: Bench) -> BenchResult:
         ),
         f"{records:,} session records": session_history(bench.scratch.new_url(), records),
     }
-    ratios = {name: disk / payload for name, (disk, payload) in histories.items()}
+    ratios = {name: disk / payload for name, (disk, payload, _) in histories.items()}
     worst = max(ratios, key=lambda name: ratios[name])
-    disk, payload = histories[worst]
+    disk, payload, _ = histories[worst]
     detail = "; ".join(
         f"{name}: {histories[name][0] / 1e6:,.1f} MB on disk for "
-        f"{histories[name][1] / 1e6:,.1f} MB of payload, {ratio:.2f} x"
+        f"{histories[name][1] / 1e6:,.1f} MB of payload (the log keeps "
+        f"{histories[name][2] / 1e6:,.1f} MB of it), {ratio:.2f} x"
         for name, ratio in ratios.items()
     )
     return BenchResult(

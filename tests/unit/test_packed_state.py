@@ -1,0 +1,164 @@
+"""The log's packed payloads: what is written, what reads back, and what is refused.
+
+A payload is packed with zstd against a frozen dictionary behind the marker byte 0x01, or
+kept as its JSON when packing would not make it smaller. Stores written before packing hold
+plain JSON, which must read back for ever, and so must every packed payload written since:
+the dictionary's digest and one packed sample are pinned here. Damaged or hostile stored
+bytes are a ``CorruptEventError`` on both decode paths, never an allocation they ask for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from concurrent.futures import ThreadPoolExecutor
+from uuid import UUID
+
+import orjson
+import pytest
+import zstandard
+from eventsourcing.persistence import Notification
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from runledger.domain.errors import CorruptEventError
+from runledger.domain.packed_state import (
+    MAX_UNPACKED_BYTES,
+    ZSTD_V1,
+    UnpackError,
+    packed,
+    unpacked,
+)
+from runledger.domain.serialisation import encoded
+from runledger.domain.state_dictionary import DICTIONARY_V1
+from runledger.infrastructure.commits.mapper import LedgerMapper
+from runledger.projections.events import projected
+from tests.unit.test_event_catalogue import EXPECTED
+
+DICTIONARY_V1_SHA256 = "310145d10d82103a1397ea182cb1513e1b124db358ac248a561b12b9be6ad704"
+
+# `follow-up.queued`'s pinned payload as the first packing wrote it (zstd 1.5.7, level 3, with the
+# frame's checksum).
+PACKED_SAMPLE = bytes.fromhex(
+    "0128b52ffd64ab003d0500f2071818803779ab9ac50b194bb93e03b1ab76f73fa308083541070187c01db2"
+    "45d5ed1747258def4f0d8fdd768e8d1d965e2a2acb29e5c6b50f19f933a6c34540320124886120281c4742"
+    "54e1d970f1549cc494bfb9e6936a2eb6a2a9c3b56988aa0a16004ba400f822c0e87c008d82436a01aea494"
+    "445760415317300b023c0fff5505361738b3c1ef43b585c282039d59ff5806553edc5e2a61f1a489bfe100"
+    "e02728320701727f9455"
+)
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(),
+    lambda inner: st.lists(inner, max_size=6) | st.dictionaries(st.text(), inner, max_size=6),
+    max_leaves=30,
+)
+
+
+def test_the_dictionary_never_changes() -> None:
+    assert hashlib.sha256(DICTIONARY_V1).hexdigest() == DICTIONARY_V1_SHA256
+
+
+def test_a_payload_packed_by_the_first_release_still_reads_back() -> None:
+    assert unpacked(PACKED_SAMPLE) == EXPECTED["follow-up.queued"][4]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text(), JSON_VALUES, max_size=8))
+def test_any_json_object_packs_to_a_form_that_reads_back_byte_exact(value: object) -> None:
+    payload = orjson.dumps(value)
+    stored = packed(payload)
+    assert unpacked(stored) == payload
+    if stored == payload:
+        assert stored[:1] == b"{"
+    else:
+        assert stored[0] == ZSTD_V1
+        assert len(stored) < len(payload)
+
+
+def test_a_payload_packing_would_not_shrink_stays_plain_json() -> None:
+    assert packed(b"{}") == b"{}"
+    assert packed(b'{"a":1}') == b'{"a":1}'
+
+
+def test_the_catalogue_samples_pack_to_under_half_their_size() -> None:
+    # The dictionary holds the catalogue's field names and the domain's fixed strings, not
+    # any store's data: the catalogue's own samples are what it must shrink.
+    payloads = [sample[4] for sample in EXPECTED.values()]
+    stored = [packed(payload) for payload in payloads]
+    assert [unpacked(form) for form in stored] == payloads
+    assert sum(map(len, stored)) < 0.5 * sum(map(len, payloads))
+
+
+@pytest.mark.parametrize("wire_name", sorted(EXPECTED))
+def test_every_catalogue_event_is_stored_packed(wire_name: str) -> None:
+    originator_id, version, _, _, state = EXPECTED[wire_name]
+    event = LedgerMapper().to_domain_event(
+        Notification(
+            id=1,
+            originator_id=UUID(originator_id),
+            originator_version=version,
+            topic=wire_name,
+            state=state,
+        )
+    )
+    stored = encoded(event).state
+    assert stored == packed(state)
+    assert stored[0] == ZSTD_V1 or stored == state
+
+
+def _stored(state: bytes) -> Notification:
+    originator_id, version, _, _, _ = EXPECTED["follow-up.queued"]
+    return Notification(
+        id=7,
+        originator_id=UUID(originator_id),
+        originator_version=version,
+        topic="follow-up.queued",
+        state=state,
+    )
+
+
+def _frame_claiming(size: int) -> bytes:
+    """A zstd frame whose header claims ``size`` bytes of content and holds a few."""
+    writer = zstandard.ZstdCompressor(write_content_size=True).compressobj(size=size)
+    return writer.compress(b'{"a":1}') + writer.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)
+
+
+HOSTILE = {
+    "another marker": (b"\x02" + PACKED_SAMPLE[1:], "not valid JSON"),
+    "truncated frame": (PACKED_SAMPLE[:40], "damaged"),
+    "not a frame": (b"\x01garbage that is no zstd frame", "damaged"),
+    "flipped content byte": (
+        PACKED_SAMPLE[:60] + bytes([PACKED_SAMPLE[60] ^ 0xFF]) + PACKED_SAMPLE[61:],
+        "packed payload",
+    ),
+    "a huge claimed size": (b"\x01" + _frame_claiming(MAX_UNPACKED_BYTES + 1), "impossible size"),
+    "a lying claimed size": (b"\x01" + _frame_claiming(4096), "packed payload"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_damaged_or_hostile_packed_bytes_are_corrupt_on_both_decode_paths(case: str) -> None:
+    state, reason = HOSTILE[case]
+    if state[0] == ZSTD_V1:
+        with pytest.raises(UnpackError):
+            unpacked(state)
+    for decode in (LedgerMapper().to_domain_event, projected):
+        with pytest.raises(CorruptEventError) as raised:
+            decode(_stored(state))
+        assert reason in raised.value.reason
+        assert (raised.value.position, raised.value.wire_name) == (7, "follow-up.queued")
+
+
+def test_threads_packing_and_unpacking_at_once_each_get_their_own_payloads_back() -> None:
+    # zstd's contexts are not thread-safe: shared ones garbled concurrent commands' payloads.
+    payloads = [
+        orjson.dumps({"thread": thread, "n": n, "text": f"follow-up {n} of run {thread}" * 8})
+        for thread in range(8)
+        for n in range(300)
+    ]
+
+    def round_trips(chunk: list[bytes]) -> bool:
+        return all(unpacked(packed(payload)) == payload for payload in chunk)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(round_trips, [payloads[i::8] for i in range(8)]))
+    assert results == [True] * 8
