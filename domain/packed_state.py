@@ -22,9 +22,10 @@ import zstandard
 from runledger.domain.state_dictionary import DICTIONARY_V1
 
 ZSTD_V1: Final = 1
-LEVEL: Final = 3
-"""zstd's level: 1.5 µs for a typical 480-byte payload, within 2 % of level 6's size at a
-quarter of its time (measured on the bench history)."""
+LEVEL: Final = 4
+"""zstd's level. On the bench history's 50k payloads (480 bytes on average): level 3 keeps
+39.5 % of the JSON in 3.7 µs a payload, level 4 37.3 % in 5.2 µs, level 6 37.0 % in 6.9 µs;
+a payload is packed once, when its command commits, and read back many times."""
 
 MAX_UNPACKED_BYTES: Final = 256 * 1024 * 1024
 """Far above any payload the domain's input limits admit; a frame claiming more is damage."""
