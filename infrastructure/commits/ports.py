@@ -137,6 +137,12 @@ class EventStorage(Protocol):
         its commits do (SQLite: the reads and logic of every process) may hold only then."""
         ...
 
+    @property
+    def reads_ahead(self) -> bool:
+        """Whether a rebuild reads its next page of the log while it projects one
+        (``views.read_ahead``): where a read waits on a server, not on this process."""
+        ...
+
     def read_log(self, *, after: int, limit: int, settled_through: int = 0) -> Sequence[LogEntry]:
         """The next ``limit`` stored events after ``after``, lean, for projections.
 

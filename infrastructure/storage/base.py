@@ -170,6 +170,10 @@ class RecorderBackedStorage(Generic[EventsT, SnapshotsT]):
     """The ``EventStorage`` every backend is: its event log and snapshot recorders, and the
     queries answered from the event recorder."""
 
+    reads_ahead = False
+    """SQLite reads in this process (its rebuild of 50k events took 1.7-1.85 s reading
+    ahead on a second connection, against 1.25 s without); memory has nothing to wait for."""
+
     def __init__(self, events: EventsT, snapshots: SnapshotsT) -> None:
         self._events = events
         self._snapshots = snapshots

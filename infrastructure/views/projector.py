@@ -21,7 +21,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Final
 
 import orjson
@@ -38,6 +38,7 @@ from runledger.domain.ports import LogEntry
 from runledger.infrastructure.commits.ports import EventStorage
 from runledger.infrastructure.storage.archived import TOMBSTONE_TOPICS
 from runledger.infrastructure.telemetry import TELEMETRY
+from runledger.infrastructure.views.read_ahead import ReadAhead
 from runledger.infrastructure.views.store import (
     EncodedRow,
     PageCommit,
@@ -786,7 +787,14 @@ def run_pages(
     # before it: the next page starts there, so it is not read and fetched again.
     ahead: Sequence[LogEntry] = ()
     ahead_after = -1
-    with TELEMETRY.catch_up() as pages:
+    # A build reads its next page while it projects this one; a live catch-up does not: its
+    # pages are short and mostly the log's end.
+    next_pages = (
+        ReadAhead(lambda after: read_page(storage, after, page_size, until))
+        if build is not None and storage.reads_ahead
+        else None
+    )
+    with TELEMETRY.catch_up() as pages, next_pages or nullcontext():
         while should_stop is None or not should_stop():
             active = [runner for runner in selected if runner.projecting]
             if not active:
@@ -799,8 +807,13 @@ def run_pages(
                 # Cut from a page that was full: the log went on past it.
                 full = True
             else:
-                entries = read_page(storage, start, page_size, until)
+                taken = next_pages.take(start) if next_pages is not None else None
+                entries = (
+                    taken if taken is not None else read_page(storage, start, page_size, until)
+                )
                 full = len(entries) >= page_size
+                if full and next_pages is not None:
+                    next_pages.ask(entries[-1].position)
             if not entries:
                 return read
             try:

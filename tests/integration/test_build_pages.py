@@ -1,5 +1,6 @@
 """A build's pages: long pages, and on PostgreSQL rows copied in and commits sent without
-waiting for each (``views.deferred_commits``), give exactly the views built incrementally;
+waiting for each (``views.deferred_commits``) and the next page read while one is projected
+(``views.read_ahead``), give exactly the views built incrementally;
 a page that fails stops the build, and a stall met half-way is recorded, not lost."""
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from runledger.infrastructure.databases import PIPELINE_MAX_BYTES
 from runledger.infrastructure.runtime import StoreRuntime, open_runtime
 from runledger.infrastructure.store import WorkflowStore
 from runledger.infrastructure.views import postgres as postgres_views
+from runledger.infrastructure.views.read_ahead import ReadAhead
 from runledger.infrastructure.views.rebuild import BUILD_CACHE_ROWS, BUILD_PAGE_SIZE
 from runledger.infrastructure.views.sqlite import VIEW_AUTOCHECKPOINT, SQLiteViewStore
 from runledger.infrastructure.views.store import TrackingConflictError
@@ -58,8 +60,24 @@ def staged(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return pages
 
 
+@pytest.fixture
+def read_ahead(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The size of each page a build took from its read-ahead, as it goes."""
+    pages: list[int] = []
+    original = ReadAhead.take
+
+    def counted(self: ReadAhead, after: int) -> Any:
+        page = original(self, after)
+        if page is not None:
+            pages.append(len(page))
+        return page
+
+    monkeypatch.setattr(ReadAhead, "take", counted)
+    return pages
+
+
 def test_a_build_of_several_pages_gives_the_views_built_incrementally(
-    runtime: StoreRuntime, staged: list[int]
+    runtime: StoreRuntime, staged: list[int], read_ahead: list[int]
 ) -> None:
     assert EVENTS > BUILD_CACHE_ROWS
     runtime.catch_up()
@@ -73,8 +91,12 @@ def test_a_build_of_several_pages_gives_the_views_built_incrementally(
     assert {status.lag for status in runtime.projection_status()} == {0}
     if runtime.backend == "postgresql":  # also through the pooler
         assert len(staged) >= 4, "the build's pages went through the deferred commits"
+        # Each page after the first was read while the one before it was projected.
+        assert len(read_ahead) >= 3
+        assert sum(read_ahead) + BUILD_PAGE_SIZE >= EVENTS
     else:
         assert staged == []
+        assert read_ahead == []
 
 
 def test_a_blue_green_build_compares_equal_and_switches(runtime: StoreRuntime) -> None:
