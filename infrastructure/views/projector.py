@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Final
@@ -38,7 +39,6 @@ from runledger.infrastructure.commits.ports import EventStorage
 from runledger.infrastructure.storage.archived import TOMBSTONE_TOPICS
 from runledger.infrastructure.telemetry import TELEMETRY
 from runledger.infrastructure.views.read_ahead import ReadAhead
-from runledger.infrastructure.views.row_cache import Missing, RowCache
 from runledger.infrastructure.views.store import (
     EncodedRow,
     PageCommit,
@@ -174,7 +174,7 @@ class ProjectionRunner:
         # While rebuilding from an empty view, every row that exists is in the cache, so a
         # miss means "no row" and needs no database round trip.
         self.authoritative = False
-        self._cache = RowCache(cache_rows)
+        self._cache: OrderedDict[tuple[str, Key], Row | None] = OrderedDict()
         self._tables = {table.name: table for table in projection.tables}
         self._page: _PageWriter | None = None
         self._page_start = 0
@@ -216,9 +216,9 @@ class ProjectionRunner:
     def cached(self, table: Table, key: Key) -> Row | None:
         """A row as of the last commit: from the cache, else the view store."""
         cache_key = (table.name, key)
-        held = self._cache.get(table.name, key)
-        if not isinstance(held, Missing):
-            return held
+        if cache_key in self._cache:
+            self._cache.move_to_end(cache_key)
+            return self._cache[cache_key]
         if self.authoritative:
             return None
         in_flight = self._in_flight.get(table.name)
@@ -245,10 +245,11 @@ class ProjectionRunner:
 
     def held(self, table: Table, key: Key) -> Row | None:
         """A row the cache holds, or ``_UncachedError``: never read from the view store."""
-        held = self._cache.get(table.name, key)
-        if isinstance(held, Missing):
-            raise _UncachedError((table.name, key))
-        return held
+        cache_key = (table.name, key)
+        if cache_key not in self._cache:
+            raise _UncachedError(cache_key)
+        self._cache.move_to_end(cache_key)
+        return self._cache[cache_key]
 
     def fast_forward(self, events: Sequence[ProjectedEvent], to: int) -> bool:
         """Move to ``to``, which another process projected and committed, keeping the cache:
@@ -283,17 +284,19 @@ class ProjectionRunner:
     @property
     def holds_rows(self) -> bool:
         """Whether the cache holds any row (a replay into an empty one cannot keep any)."""
-        return len(self._cache) > 0
+        return bool(self._cache)
 
     def _still_active(self) -> bool:
         active = self.views.registry(self.name).active
         return self.slot is not None and active is not None and active.slot == self.slot.slot
 
     def _remember(self, cache_key: tuple[str, Key], row: Row | None) -> None:
-        if self._cache.put(*cache_key, row):
+        self._cache[cache_key] = row
+        if len(self._cache) > self.cache_rows:
             # Every evicted row is committed, so from here a miss must ask the view store:
             # a rebuild of a big model streams through a bounded cache, not all of it.
             self.authoritative = False
+            self._cache.popitem(last=False)
 
     def begin_page(self) -> None:
         """Start collecting one page's row changes."""
@@ -358,7 +361,7 @@ class ProjectionRunner:
                 # A row and its encoding are both None (a delete) or neither.
                 if row is not None
                 and (stored := stored_rows[key]) is not None
-                and (old := self._cache.peek(table_name, key)) is not None
+                and (old := self._cache.get((table_name, key))) is not None
             }
             if known:
                 previous[table_name] = known

@@ -258,29 +258,3 @@ def test_a_page_too_large_to_pipeline_commits_the_ordinary_way(
 
         assert any(size > PIPELINE_MAX_BYTES for size in ordinary)
         assert dump(runtime) == incremental
-
-
-def test_a_build_keeps_a_models_small_tables_whole_while_its_big_ones_stream(
-    runtime: StoreRuntime, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The outbox's few session counters are read for every message; its messages and
-    # follow-ups outnumber the build's cache. A counter is fetched once at most (a session
-    # first met after the cache was full is looked for), never again.
-    fetched: list[tuple[str, Any]] = []
-    views = type(runtime.views)
-    original = views.fetch
-
-    def counted(self: Any, table: Any, key: Any, slot: Any) -> Any:
-        fetched.append((table.name, key))
-        return original(self, table, key, slot)
-
-    monkeypatch.setattr(views, "fetch", counted)
-    runtime.catch_up()
-    incremental = dump(runtime)
-    fetched.clear()
-
-    runtime.rebuild_projections()
-
-    assert dump(runtime) == incremental
-    sessions = [key for name, key in fetched if name == "rl_so_sessions"]
-    assert len(sessions) == len(set(sessions))
