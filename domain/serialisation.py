@@ -137,25 +137,44 @@ def decoded_state(
                 f"wire name {clipped_repr(topic)} is not in the runledger event catalogue"
             )
         _check_versions(event_class, originator_id, version)
-        try:
-            data = orjson.loads(unpacked(stored.state))
-        except UnpackError as fault:
-            raise _MalformedError(str(fault)) from None
-        except orjson.JSONDecodeError as error:
-            raise _MalformedError(f"its payload is not valid JSON ({error})") from None
-        if type(data) is not dict:
-            raise _MalformedError(f"its payload is {_json_kind(data)}, not a JSON object")
+        data = _payload(stored.state)
         _upcast_checked(event_class, data)
         _shape(event_class).check(data)
     except _MalformedError as fault:
-        raise CorruptEventError(
-            str(fault),
-            wire_name=topic,
-            aggregate_id=originator_id,
-            version=version,
-            position=position,
-        ) from None
+        raise _corrupt(stored, position, fault) from None
     return event_class, data
+
+
+def stored_payload(stored: StoredForm, position: int | None = None) -> dict[str, Any]:
+    """The JSON object a stored event's payload holds, unpacked and parsed as stored (no
+    upcast, no catalogue checks: ``decoded_state`` makes those), or ``CorruptEventError``
+    naming the event when the bytes hold no JSON object."""
+    try:
+        return _payload(stored.state)
+    except _MalformedError as fault:
+        raise _corrupt(stored, position, fault) from None
+
+
+def _payload(state: bytes) -> dict[str, Any]:
+    try:
+        data = orjson.loads(unpacked(state))
+    except UnpackError as fault:
+        raise _MalformedError(str(fault)) from None
+    except orjson.JSONDecodeError as error:
+        raise _MalformedError(f"its payload is not valid JSON ({error})") from None
+    if type(data) is not dict:
+        raise _MalformedError(f"its payload is {_json_kind(data)}, not a JSON object")
+    return data
+
+
+def _corrupt(stored: StoredForm, position: int | None, fault: _MalformedError) -> CorruptEventError:
+    return CorruptEventError(
+        str(fault),
+        wire_name=stored.topic,
+        aggregate_id=stored.originator_id,
+        version=stored.originator_version,
+        position=position,
+    )
 
 
 def _check_versions(event_class: EventClass, originator_id: UUID | str, version: int) -> None:

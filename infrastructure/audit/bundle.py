@@ -15,13 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from runledger.domain.audit_chain import chain_link, chain_start
 from runledger.domain.canonical import canonical_json
 from runledger.domain.errors import BundleWriteError, InvalidProgressError
-from runledger.domain.packed_state import unpacked
 from runledger.domain.ports import LogEntry
+from runledger.domain.serialisation import stored_payload
 from runledger.infrastructure.audit.bundle_format import (
     CHAIN,
     FORMAT,
@@ -87,13 +85,13 @@ def _export(
     runs = lineage_runs(runtime, run) if with_lineage else [run.run_id]
     # An aggregate's id is parsed and written out once, however many events it has.
     id_text = functools.cache(aggregate_text)
-    stored = [
+    stored: list[dict[str, Any]] = [
         {
             "position": notification.id,
             "wire_name": notification.topic,
             "aggregate_id": id_text(notification.originator_id),
             "version": notification.originator_version,
-            "state": orjson.loads(unpacked(notification.state)),
+            "state": stored_payload(notification, notification.id),
         }
         for notification in run_notifications(runtime.storage, runs)
     ]

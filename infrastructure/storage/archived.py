@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from typing import Any, Final
 from uuid import UUID
 
-import orjson
 from eventsourcing.persistence import StoredEvent
 
-from runledger.domain.packed_state import unpacked
+from runledger.domain.ports import LogEntry
+from runledger.domain.serialisation import stored_payload
 from runledger.infrastructure.commits.ports import Fence, VersionFence
 
 ARCHIVED_TABLE: Final = "runledger_archived_ids"
@@ -132,6 +132,6 @@ def same_tree(found: Mapping[UUID, int], removal: TreeRemoval) -> bool:
     return dict(found) == dict(removal.versions)
 
 
-def created_in_tree(state: bytes, root_run_id: str) -> bool:
-    """Whether a ``run.created`` event's state makes a run of the tree rooted there."""
-    return bool(orjson.loads(unpacked(state)).get("root_run_id") == root_run_id)
+def created_in_tree(created: LogEntry, root_run_id: str) -> bool:
+    """Whether a ``run.created`` event makes a run of the tree rooted there."""
+    return bool(stored_payload(created, created.position).get("root_run_id") == root_run_id)

@@ -24,6 +24,8 @@ from runledger.infrastructure.commits.ports import Fence, IndexFence, VersionFen
 from runledger.infrastructure.commits.stats import CommitStats
 
 EVENTS_TABLE = "runledger_events"
+LOG_COLUMNS = "position, topic, originator_id, originator_version, state"
+"""The columns of a ``LogEntry``, in its order."""
 SNAPSHOTS_TABLE = "runledger_snapshots"
 
 

@@ -238,7 +238,7 @@ class MemoryEventRecorder(MemoryAggregateRecorder, ApplicationRecorder):
                     notification is not None
                     and notification.topic == CREATED_TOPIC
                     and self._run_of.get(notification.id) not in runs
-                    and created_in_tree(notification.state, removal.root_run_id)
+                    and created_in_tree(_entry(notification), removal.root_run_id)
                 ):
                     raise TreeChangedError()
             ids = set(removal.versions)
@@ -467,10 +467,17 @@ class MemoryStorage(RecorderBackedStorage[MemoryEventRecorder, MemoryAggregateRe
         """The next stored events after ``after``, as lean tuples (every commit is visible
         when it returns: nothing to settle)."""
         del settled_through
-        return [
-            LogEntry(n.id, n.topic, n.originator_id, n.originator_version, n.state)
-            for n in self._events.select_log(after=after, limit=limit, run_id=None)
-        ]
+        return [_entry(n) for n in self._events.select_log(after=after, limit=limit, run_id=None)]
 
     def close(self) -> None:
         """Nothing to release; kept for the ``EventStorage`` contract."""
+
+
+def _entry(notification: Notification) -> LogEntry:
+    return LogEntry(
+        notification.id,
+        notification.topic,
+        notification.originator_id,
+        notification.originator_version,
+        notification.state,
+    )

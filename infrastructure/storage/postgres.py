@@ -69,6 +69,7 @@ from runledger.infrastructure.storage.archived import (
 )
 from runledger.infrastructure.storage.base import (
     EVENTS_TABLE,
+    LOG_COLUMNS,
     SNAPSHOTS_TABLE,
     FenceBrokenError,
     LogCondition,
@@ -1084,8 +1085,8 @@ class PostgresStorage(RecorderBackedStorage[PostgresEventRecorder, PostgresSnaps
         self._gaps: dict[int, list[str]] = {}
         self.gap_wait = 0.05
         self._read_log_statement = SQL(
-            "SELECT position, topic, originator_id, originator_version, state "
-            "FROM {schema}.{table} WHERE position > %s ORDER BY position LIMIT %s"
+            f"SELECT {LOG_COLUMNS} FROM {{schema}}.{{table}} "
+            "WHERE position > %s ORDER BY position LIMIT %s"
         ).format(schema=Identifier(self.schema), table=Identifier(EVENTS_TABLE))
 
     def _check_exists(self, settings: PostgresSettings) -> None:
@@ -1274,14 +1275,15 @@ class PostgresStorage(RecorderBackedStorage[PostgresEventRecorder, PostgresSnaps
                 raise TreeChangedError()
             curs.execute(
                 SQL(
-                    "SELECT state FROM {0} WHERE position > %s AND topic = %s "
+                    f"SELECT {LOG_COLUMNS} FROM {{0}} WHERE position > %s AND topic = %s "
                     "AND NOT run_id = ANY(%s)"
                 ).format(table),
                 (removal.judged_at, CREATED_TOPIC, list(removal.run_ids)),
             )
             # The log's payloads are packed: each run created since the judgement is asked
             # for its root here, not by SQL.
-            if any(created_in_tree(row["state"], removal.root_run_id) for row in curs.fetchall()):
+            created = [LogEntry(**row) for row in curs.fetchall()]
+            if any(created_in_tree(entry, removal.root_run_id) for entry in created):
                 raise TreeChangedError()
             curs.execute(
                 SQL(

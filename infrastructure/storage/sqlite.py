@@ -46,6 +46,7 @@ from runledger.infrastructure.storage.archived import (
 )
 from runledger.infrastructure.storage.base import (
     EVENTS_TABLE,
+    LOG_COLUMNS,
     SNAPSHOTS_TABLE,
     FenceBrokenError,
     LogCondition,
@@ -399,8 +400,8 @@ class SQLiteStorage(RecorderBackedStorage[SQLiteEventRecorder, SQLiteSnapshotRec
         _while_locked(self._events.create_table, timeout=lock_timeout)
         _while_locked(self._snapshots.create_table, timeout=lock_timeout)
         self._read_log_statement = (
-            "SELECT position, topic, originator_id, originator_version, state "
-            f"FROM {self._events.events_table_name} WHERE position > ? ORDER BY position LIMIT ?"
+            f"SELECT {LOG_COLUMNS} FROM {self._events.events_table_name} "
+            "WHERE position > ? ORDER BY position LIMIT ?"
         )
 
     def lock_aggregates(
@@ -450,11 +451,11 @@ class SQLiteStorage(RecorderBackedStorage[SQLiteEventRecorder, SQLiteSnapshotRec
             # The log's payloads are packed: a run created since the judgement is read back
             # and asked for its root here, not by SQL.
             c.execute(
-                f"SELECT state FROM {table} WHERE position > ? AND topic = ? "
+                f"SELECT {LOG_COLUMNS} FROM {table} WHERE position > ? AND topic = ? "
                 "AND run_id NOT IN (SELECT value FROM json_each(?))",
                 (removal.judged_at, CREATED_TOPIC, runs),
             )
-            if any(created_in_tree(row[0], removal.root_run_id) for row in c.fetchall()):
+            if any(created_in_tree(LogEntry(*row), removal.root_run_id) for row in c.fetchall()):
                 raise TreeChangedError()
             c.execute(
                 f"INSERT OR REPLACE INTO {ARCHIVED_TABLE} (aggregate_id, archive_id) "

@@ -10,9 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-import orjson
-
-from runledger.domain.packed_state import unpacked
+from runledger.domain.serialisation import stored_payload
 from runledger.infrastructure.commits.ports import EventStorage
 from runledger.infrastructure.views.store import ViewStore
 
@@ -61,7 +59,7 @@ def _age(storage: EventStorage, position: int, now: datetime) -> float:
     if not entries:
         # PostgreSQL: the next position belongs to a transaction still open; not late yet.
         return 0.0
-    recorded = datetime.fromisoformat(orjson.loads(unpacked(entries[0].state))["timestamp"])
+    recorded = datetime.fromisoformat(stored_payload(entries[0], position)["timestamp"])
     return max(0.0, (now - recorded).total_seconds())
 
 

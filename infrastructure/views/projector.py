@@ -24,7 +24,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Final
 
-import orjson
 from eventsourcing.persistence import StoredEvent
 
 from runledger.domain.errors import (
@@ -33,8 +32,8 @@ from runledger.domain.errors import (
     StorageUnavailableError,
     UnknownProjectionError,
 )
-from runledger.domain.packed_state import unpacked
 from runledger.domain.ports import LogEntry
+from runledger.domain.serialisation import stored_payload
 from runledger.infrastructure.commits.ports import EventStorage
 from runledger.infrastructure.storage.archived import TOMBSTONE_TOPICS
 from runledger.infrastructure.telemetry import TELEMETRY
@@ -132,7 +131,7 @@ def _just_inserted(stored: StoredEvent, position: int) -> ProjectedEvent:
     reading the log projects; the catalogue checks of ``projected`` are skipped, since the
     mapper made this payload from a valid event a moment ago.
     """
-    data = orjson.loads(unpacked(stored.state))
+    data = stored_payload(stored, position)
     data.pop("class_version", None)
     return ProjectedEvent(
         position=position,

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import orjson
 import pytest
 
@@ -79,10 +81,9 @@ def test_a_log_written_before_packing_reads_back_as_the_same_history(
         assert store.get_run("after-packing") is not None
 
 
-@pytest.mark.parametrize("damage", ["truncated", "foreign marker"])
-def test_a_damaged_packed_payload_stops_the_rebuild_naming_its_position(
-    durable_url: str, clock: FakeClock, damage: str
-) -> None:
+def damaged(durable_url: str, clock: FakeClock, damage: str) -> tuple[int, str]:
+    """A demo store whose first ``follow-up.queued`` payload is damaged: its position and the
+    run it belongs to."""
     with open_store(durable_url, clock=clock) as store:
         play_demo(store)
         entry = next(
@@ -92,6 +93,7 @@ def test_a_damaged_packed_payload_stops_the_rebuild_naming_its_position(
         )
     state = bytes(entry.state)
     assert state[0] == ZSTD_V1
+    run_id = orjson.loads(unpacked(state))["run_id"]
     broken = state[: len(state) // 2] if damage == "truncated" else b"\x02" + state[1:]
     marker = "?" if durable_url.startswith("sqlite") else "%s"
     with plain_connection(durable_url) as connection:
@@ -99,7 +101,29 @@ def test_a_damaged_packed_payload_stops_the_rebuild_naming_its_position(
             f"UPDATE runledger_events SET state = {marker} WHERE position = {marker}",
             (broken, entry.position),
         )
+    return entry.position, run_id
+
+
+@pytest.mark.parametrize("damage", ["truncated", "foreign marker"])
+def test_a_damaged_packed_payload_stops_the_rebuild_naming_its_position(
+    durable_url: str, clock: FakeClock, damage: str
+) -> None:
+    position, _ = damaged(durable_url, clock, damage)
 
     with open_store(durable_url, clock=clock) as store, pytest.raises(CorruptEventError) as raised:
         store._runtime.rebuild_projections()
-    assert raised.value.position == entry.position
+    assert raised.value.position == position
+
+
+@pytest.mark.parametrize("damage", ["truncated", "foreign marker"])
+def test_a_damaged_packed_payload_stops_an_export_naming_its_position(
+    durable_url: str, clock: FakeClock, damage: str, tmp_path: Path
+) -> None:
+    position, run_id = damaged(durable_url, clock, damage)
+    bundle = tmp_path / "run.jsonl"
+
+    with open_store(durable_url, clock=clock) as store, pytest.raises(CorruptEventError) as raised:
+        store.export_run(run_id, bundle, lineage=False)
+    assert raised.value.position == position
+    assert raised.value.wire_name == "follow-up.queued"
+    assert not bundle.exists()

@@ -28,7 +28,7 @@ from runledger.domain.packed_state import (
     packed,
     unpacked,
 )
-from runledger.domain.serialisation import encoded
+from runledger.domain.serialisation import encoded, stored_payload
 from runledger.domain.state_dictionary import DICTIONARY_V1
 from runledger.infrastructure.commits.mapper import LedgerMapper
 from runledger.projections.events import projected
@@ -135,16 +135,33 @@ HOSTILE = {
 
 
 @pytest.mark.parametrize("case", sorted(HOSTILE))
-def test_damaged_or_hostile_packed_bytes_are_corrupt_on_both_decode_paths(case: str) -> None:
+def test_damaged_or_hostile_packed_bytes_are_corrupt_on_every_read_path(case: str) -> None:
     state, reason = HOSTILE[case]
     if state[0] == ZSTD_V1:
         with pytest.raises(UnpackError):
             unpacked(state)
-    for decode in (LedgerMapper().to_domain_event, projected):
+
+    def raw(stored: Notification) -> object:
+        return stored_payload(stored, stored.id)
+
+    for decode in (LedgerMapper().to_domain_event, projected, raw):
         with pytest.raises(CorruptEventError) as raised:
             decode(_stored(state))
         assert reason in raised.value.reason
         assert (raised.value.position, raised.value.wire_name) == (7, "follow-up.queued")
+
+
+@pytest.mark.parametrize("payload", [b"[1, 2]", b'"text"', b"null", b""])
+def test_a_payload_that_is_no_json_object_is_corrupt_for_the_raw_readers(payload: bytes) -> None:
+    with pytest.raises(CorruptEventError) as raised:
+        stored_payload(_stored(packed(payload)), 7)
+    assert raised.value.position == 7
+
+
+def test_the_raw_readers_get_the_payload_as_stored() -> None:
+    payload = {"class_version": 1, "run_id": "run-1", "timestamp": "2026-01-01T00:00:00+00:00"}
+    for state in (orjson.dumps(payload), packed(orjson.dumps(payload))):
+        assert stored_payload(_stored(state)) == payload
 
 
 def test_threads_packing_and_unpacking_at_once_each_get_their_own_payloads_back() -> None:
