@@ -744,6 +744,8 @@ class StoreRuntime(ClosedOnExit):
         self._calls.close()
         self._closing.set()
         self._wake.set()
+        if self._leadership is not None:
+            self._leadership.interrupt()
         if self._follower is not None:
             # No timeout: closing connections under a follower still reading is the crash
             # this order exists to prevent.

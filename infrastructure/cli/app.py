@@ -460,7 +460,7 @@ def bench(
             "--events",
             min=1,
             help="Size of the generated history of P3, P7 and P13 (default 50,000; "
-            "200,000 with --full).",
+            "3,000 with --quick; 200,000 with --full).",
         ),
     ] = None,
     seconds: Annotated[
@@ -469,7 +469,7 @@ def bench(
             "--seconds",
             min=0.1,
             help="Duration of each throughput measurement, split into turns with its "
-            "baselines (default 2; 5 with --full).",
+            "baselines (default 2; 0.5 with --quick; 5 with --full).",
         ),
     ] = None,
     only: Annotated[
@@ -501,8 +501,8 @@ def bench(
         raise typer.BadParameter("--quick and --full exclude each other", param_hint="'--full'")
     results = run_bench(
         resolve_url(url),
-        events=events or (200_000 if full else 50_000),
-        seconds=seconds or (5.0 if full else 2.0),
+        events=events or (200_000 if full else 3_000 if quick else 50_000),
+        seconds=seconds or (5.0 if full else 0.5 if quick else 2.0),
         only=chosen,
         quick=quick,
         full=full,

@@ -109,10 +109,14 @@ class ProjectorLeadership:
             connection = self._listener.connection()
         return connection
 
+    def interrupt(self) -> None:
+        """End a ``wait`` now (from any thread)."""
+        self._listener.interrupt()
+
     def close(self) -> None:
         """Give the lead up: the lock ends with the connection."""
         with self._lock:
-            self._listener.close()
+            self._listener.release()
             self.leading = False
 
 

@@ -207,20 +207,20 @@ class PostgresViewStore(SqlViewStore[Query]):
             cursor.execute(self._select_all(table, slot))
             yield from cursor
 
-    def _kind(self, cursor: Cursor | None, name: str) -> str | None:
+    def _kinds(self, cursor: Cursor | None, names: Sequence[str]) -> dict[str, str]:
         statement = SQL(
-            "SELECT c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = %s AND c.relname = %s"
+            "SELECT c.relname, c.relkind FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relname = ANY(%s)"
         )
-        params = (self.datastore.schema, name)
+        params = (self.datastore.schema, list(names))
         rows = (
             self._query(statement, params)
             if cursor is None
             else cursor.execute(statement, params).fetchall()
         )
-        if not rows:
-            return None
-        return {"r": "table", "v": "view", "i": "index"}.get(str(rows[0][0]), "other")
+        kinds = {"r": "table", "v": "view", "i": "index"}
+        return {str(name): kinds.get(str(kind), "other") for name, kind in rows}
 
     def _columns(self, physical: str) -> list[str]:
         rows = self._query(

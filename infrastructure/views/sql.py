@@ -420,8 +420,14 @@ class SqlViewStore(ViewStore, Generic[S]):
         """One read statement's rows."""
 
     @abstractmethod
+    def _kinds(self, cursor: Cursor | None, names: Sequence[str]) -> dict[str, str]:
+        """``table``, ``view`` or ``index`` (``other`` for anything else) of each of ``names``
+        that exists, in one read: opening a store looks for every table and index of every
+        projection, one round trip each was most of a PostgreSQL open."""
+
     def _kind(self, cursor: Cursor | None, name: str) -> str | None:
         """``table``, ``view`` (or ``index``) if an object of this name exists, else None."""
+        return self._kinds(cursor, [name]).get(name)
 
     @abstractmethod
     def _columns(self, physical: str) -> list[str]:
@@ -490,14 +496,13 @@ class SqlViewStore(ViewStore, Generic[S]):
         return self._read_registry(None, name)
 
     def _complete(self, projection: Projection, slot: TrackingState) -> bool:
-        return all(
-            self._exists(self.physical_name(table, slot))
-            and all(
-                self._exists(_index_name(self.physical_name(table, slot), index))
-                for index in table.indexes
-            )
+        names = [
+            name
             for table in projection.tables
-        )
+            for physical in (self.physical_name(table, slot),)
+            for name in (physical, *(_index_name(physical, index) for index in table.indexes))
+        ]
+        return len(self._kinds(None, names)) == len(set(names))
 
     def _create_tables(
         self, cursor: Cursor, projection: Projection, slot: TrackingState, *, indexes: bool
@@ -642,13 +647,14 @@ class SqlViewStore(ViewStore, Generic[S]):
         """Drop the indexes an earlier release made on the slot's tables that no query needs
         now: each costs a page or more of every commit that writes its table. Looked for
         first, so an open takes no schema lock once they are gone."""
-        names = [
+        retired = [
             name
             for table in projection.tables
             if table.name in slot.tables
             for name in _dropped_index_names(table, self.physical_name(table, slot))
-            if self._kind(None, name) == "index"
         ]
+        kinds = self._kinds(None, retired) if retired else {}
+        names = [name for name in retired if kinds.get(name) == "index"]
         if not names:
             return
         with self._transaction() as cursor:

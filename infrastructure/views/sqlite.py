@@ -143,14 +143,18 @@ class SQLiteViewStore(SqlViewStore[str]):
         # follow-ups) held ~10 MB at once, more as history grows.
         yield from self._connection().execute(self._select_all(table, slot))
 
-    def _kind(self, cursor: Cursor | None, name: str) -> str | None:
-        statement = "SELECT type FROM sqlite_master WHERE name = ?"
-        rows = (
-            self._query(statement, (name,))
-            if cursor is None
-            else cursor.execute(statement, (name,)).fetchall()
+    def _kinds(self, cursor: Cursor | None, names: Sequence[str]) -> dict[str, str]:
+        params = tuple(names)
+        statement = (
+            f"SELECT name, type FROM sqlite_master WHERE name IN ({', '.join('?' * len(params))})"
         )
-        return str(rows[0][0]) if rows else None
+        rows = (
+            self._query(statement, params)
+            if cursor is None
+            else cursor.execute(statement, params).fetchall()
+        )
+        kinds = {"table", "view", "index"}
+        return {str(name): str(kind) if kind in kinds else "other" for name, kind in rows}
 
     def _columns(self, physical: str) -> list[str]:
         return [str(row[1]) for row in self._query(f"PRAGMA table_info({_quote(physical)})")]

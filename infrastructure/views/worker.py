@@ -48,6 +48,8 @@ class ProjectionWorker:
     def stop(self, *_: object) -> None:
         """Ask the loop to stop after the page it is committing (safe from signal handlers)."""
         self.stopping.set()
+        if self._listener is not None:
+            self._listener.interrupt()
 
     def run(self) -> None:
         try:
@@ -68,4 +70,4 @@ class ProjectionWorker:
                     self.stopping.wait(self.poll_seconds)
         finally:
             if self._listener is not None:
-                self._listener.close()
+                self._listener.release()

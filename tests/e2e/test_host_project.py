@@ -134,6 +134,7 @@ def fresh(tmp_path: Path) -> tuple[Path, Path]:
     return make_venv(tmp_path), tmp_path
 
 
+@pytest.mark.slow
 def test_the_wheel_installs_one_import_name_and_works_beside_a_host_with_a_domain_package(
     fresh: tuple[Path, Path],
 ) -> None:
@@ -149,6 +150,7 @@ def test_the_wheel_installs_one_import_name_and_works_beside_a_host_with_a_domai
     check_host_and_runledger_work_together(python, cwd=root)
 
 
+@pytest.mark.slow
 def test_an_editable_install_works_beside_a_host_with_a_domain_package(
     fresh: tuple[Path, Path],
 ) -> None:

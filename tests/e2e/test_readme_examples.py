@@ -222,7 +222,9 @@ def test_a_shell_example_runs_as_written(block: Block, tmp_path: Path) -> None:
     if "RUN_ID" in text:
         url, run_id = demo_store(tmp_path, env)
         text = text.replace("RUN_ID", run_id).replace("--url URL", f"--url {url}")
-    text = re.sub(r"(runledger bench [^\n]*)", r"\1 --quick --only P1", text)
+    text = re.sub(
+        r"(runledger bench [^\n]*?)(?: --seconds \S+)?$", r"\1 --quick --only P1", text, flags=re.M
+    )
     if "$API" in text:
         served = env | {"RUNLEDGER_SERVE_TOKEN": "s3cret"}
         with serving("runledger serve --url sqlite:///served.db", tmp_path, served) as port:

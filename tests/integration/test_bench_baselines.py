@@ -138,6 +138,7 @@ def test_an_extra_row_joins_the_bench_and_one_for_another_backend_is_left_out(
     assert result.as_json()["ratios"] == {"raw": 0.5}
 
 
+@pytest.mark.slow
 def test_every_turn_of_four_writers_queues_new_follow_ups(
     bench: Bench, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -476,7 +476,10 @@ class _DeafListener:
         self.stopping.wait(timeout)
         return False
 
-    def close(self) -> None:
+    def interrupt(self) -> None:
+        """Nothing to end: its waits sleep on ``stopping`` itself."""
+
+    def release(self) -> None:
         pass
 
 
@@ -488,7 +491,7 @@ def test_polling_recovers_a_dropped_notification(postgres_store_url: str, deafne
         store = WorkflowStore(writer)
         worker = ProjectionWorker(worker_runtime, poll_seconds=poll)
         assert isinstance(worker._listener, Listener), "a PostgreSQL worker LISTENs"
-        worker._listener.close()
+        worker._listener.release()
         deaf: _DeafListener | None = None
         if deafness == "stub-listener":
             deaf = _DeafListener(worker.stopping)

@@ -16,6 +16,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.pgbouncer]
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_x1_measures_commands_through_the_pooler_and_directly(pgbouncer: PgBouncer) -> None:
     direct = quote(pgbouncer.server.url("postgres"), safe="")
     url = pgbouncer.url("postgres", query=f"pooler=transaction&listen_url={direct}")

@@ -94,6 +94,7 @@ def test_no_prepared_statement_or_session_setting_is_left_on_the_server(
     assert timeout == ("0",)
 
 
+@pytest.mark.slow
 def test_four_processes_queue_two_thousand_follow_ups_on_one_run_without_loss(
     pgbouncer_store_url: str,
 ) -> None:

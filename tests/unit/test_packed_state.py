@@ -60,7 +60,7 @@ def test_a_payload_packed_by_the_first_release_still_reads_back() -> None:
     assert unpacked(PACKED_SAMPLE) == EXPECTED["follow-up.queued"][4]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.dictionaries(st.text(), JSON_VALUES, max_size=8))
 def test_any_json_object_packs_to_a_form_that_reads_back_byte_exact(value: object) -> None:
     payload = orjson.dumps(value)
