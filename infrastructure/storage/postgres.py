@@ -8,7 +8,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any, Final, ParamSpec, TypeVar, cast
 from uuid import UUID
 
@@ -129,6 +129,9 @@ _CAUSES_BY_SQLSTATE: Final = {
     "57P02": CONNECTION_LOST,
     "57P03": SERVER_STARTING_OR_STOPPING,
 }
+SESSIONS_ENDED_SQLSTATES: Final = frozenset({"57P01", "57P02"})
+"""The server ended the session (``pg_terminate_backend``, a shutdown, a crash): it ended
+the pool's idle ones with it, most likely."""
 # libpq reports connection failures without a SQLSTATE: its (English) messages decide.
 _CAUSES_BY_MESSAGE: Final = (
     ("too many clients", SERVER_FULL),
@@ -322,7 +325,18 @@ class _ArrayRowsDatastore(PostgresDatastore):
             fault = None if cause is None else connection_fault(cause)
             if cause is None or fault is None:
                 raise
+            if cause.sqlstate in SESSIONS_ENDED_SQLSTATES:
+                self._discard_ended_sessions()
             raise self._unavailable(cause, fault) from error
+
+    def _discard_ended_sessions(self) -> None:
+        """Test the pool's idle connections now and replace the broken ones: each would
+        otherwise fail the next statement sent on it, so a store whose sessions the server
+        ended failed as many calls as it had idle connections, not one. Only where the
+        server said it ended the session: its sockets are closed, so the test cannot hang
+        the way it could on a network that went silent."""
+        with suppress(Exception):
+            self.pool.check()
 
     def _unavailable(self, error: psycopg.Error, fault: str) -> StorageUnavailableError:
         if fault == POOL_EXHAUSTED:

@@ -231,6 +231,9 @@ class ProjectionRunner:
             raise TrackingConflictError(self.name, self.position, -1)
         try:
             stored = self.views.fetch(table, key, self.slot)
+        except StorageUnavailableError:
+            # The server, not the slot: a lost connection says nothing of who holds it.
+            raise
         except Exception:
             # Another process switched this projection to a new slot and dropped the old
             # tables: that is a moved projection, not a broken one.
