@@ -179,6 +179,7 @@ def test_a_killed_build_shows_as_building_part_way(history: str, tmp_path: Path)
     assert 0 < status.building_position < status.position
 
 
+@pytest.mark.slow
 def test_the_next_rebuild_resumes_a_killed_build_and_switches(history: str, tmp_path: Path) -> None:
     before = answers(history)
     start_paused_build(history, tmp_path).kill()
@@ -194,6 +195,7 @@ def test_the_next_rebuild_resumes_a_killed_build_and_switches(history: str, tmp_
     assert status_of(history).building_version is None
 
 
+@pytest.mark.slow
 def test_a_restart_starts_a_killed_build_afresh(history: str, tmp_path: Path) -> None:
     start_paused_build(history, tmp_path).kill()
     with open_runtime(history, embedded_projections=False) as runtime:

@@ -128,6 +128,7 @@ def test_a_record_over_1_mib_gets_upstreams_earlier_checks_first(
     )
 
 
+@pytest.mark.slow
 def test_a_batch_of_64_records_of_1_mib_is_recorded(recording: WorkflowStore) -> None:
     batch = records(*[MIB] * 64)
     assert sum(len(canonical_json(r).encode()) for r in batch) == MAX_SESSION_BATCH_BYTES

@@ -210,6 +210,7 @@ def assert_killed_with_nothing_switched(url: str) -> None:
     assert any(building is not None for _, building in after.values())
 
 
+@pytest.mark.slow
 def test_killing_a_rebuild_kills_its_group_processes_and_nothing_switches(
     long_history: str,
 ) -> None:
@@ -222,6 +223,7 @@ def test_killed_rebuilds_never_switch_however_often_they_are_killed(long_history
         assert_killed_with_nothing_switched(long_history)
 
 
+@pytest.mark.slow
 def test_the_rebuild_after_a_killed_one_resumes_it_and_switches(long_history: str) -> None:
     kill_rebuild_half_way(long_history)
     killed = {name: building for name, (_, building) in slots(long_history).items() if building}

@@ -105,6 +105,7 @@ def test_the_graph_shows_only_the_last_256_current_updates(store: WorkflowStore)
     assert [item["key"] for item in shown] == [f"key-{n}" for n in range(44, 300)]
 
 
+@pytest.mark.slow
 def test_a_run_holds_at_most_1024_current_updates(store: WorkflowStore) -> None:
     running_run(store)
     for number in range(1024):

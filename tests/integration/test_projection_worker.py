@@ -583,6 +583,7 @@ def test_notifications_wake_the_worker_long_before_its_poll_interval(
         ),
     ],
 )
+@pytest.mark.slow
 def test_a_signal_while_catching_up_leaves_consistent_views(
     backend: str,
     sig: signal.Signals,

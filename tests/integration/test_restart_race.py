@@ -9,6 +9,8 @@ import threading
 from collections import Counter
 from typing import Final
 
+import pytest
+
 from runledger.domain.errors import RepeatedTerminalOutcomeError
 from runledger.infrastructure.store import WorkflowStore, open_store
 from tests.support.scenario import SESSION, present_terminal, running_run
@@ -53,6 +55,7 @@ def verdict(first: Outcome, second: Outcome) -> str:
     return " / ".join(o.describe() for o in (first, second))
 
 
+@pytest.mark.slow
 def test_two_processes_restarting_one_outcome_in_one_tree_never_both_succeed(
     durable_url: str,
 ) -> None:

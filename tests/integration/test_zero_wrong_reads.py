@@ -40,11 +40,15 @@ def test_every_answer_during_blue_green_switches_is_an_answer_of_a_whole_model(
         answers: list[list[Any]] = []
         failures: list[BaseException] = []
         written = threading.Semaphore(0)
+        read_once = threading.Semaphore(0)
         done = threading.Event()
 
         def write() -> None:
             try:
                 for number in range(1, COMMANDS + 1):
+                    # A read between any two commands, however the threads are scheduled (on a
+                    # loaded machine the writer once finished before the reader read twice).
+                    read_once.acquire(timeout=30)
                     queued_id(writer, f"request-{number}", prompt=f"Task {number}")
                     positions[number] = writer_runtime.storage.max_position()
                     written.release()
@@ -58,6 +62,7 @@ def test_every_answer_during_blue_green_switches_is_an_answer_of_a_whole_model(
             try:
                 while not done.is_set():
                     answers.append(plain(reader.session_outbox(SESSION)))
+                    read_once.release()
                 answers.append(plain(reader.session_outbox(SESSION)))
             except BaseException as error:
                 failures.append(error)
