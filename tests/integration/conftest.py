@@ -17,9 +17,13 @@ BACKENDS = [
     pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgres),
 ]
 POOLED = pytest.param(
-    "pgbouncer", id="pgbouncer", marks=[pytest.mark.postgres, pytest.mark.pgbouncer]
+    "pgbouncer",
+    id="pgbouncer",
+    marks=[pytest.mark.postgres, pytest.mark.pgbouncer, pytest.mark.slow],
 )
-"""PostgreSQL through a real PgBouncer in transaction mode (``pooler=transaction``)."""
+"""PostgreSQL through a real PgBouncer in transaction mode (``pooler=transaction``): in the
+slow run, beside the pooler's own tests (the scenarios' fourth leg was an eighth of the
+default run's PostgreSQL time)."""
 POOLED_MODULES = "test_scenarios_"
 """The scenario suites run on the pooled leg too: every upstream rule through the pooler."""
 
