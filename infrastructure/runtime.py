@@ -435,8 +435,11 @@ class StoreRuntime(ClosedOnExit):
                 # Not there yet: the leader may have gone (closed, or lost its session).
                 # Whoever needs the views tries for the lead then, without waiting for its
                 # follower's next look; taking it, the query projects them as the leader.
+                # Else the leader may sit on commits of its own: asked, it looks now.
                 if self._take_part():
                     return False
+                if self._leadership is not None:
+                    self._leadership.nudge()
                 bid_at = now + LEADER_BID_SECONDS
             if now >= deadline:
                 logger.warning(
