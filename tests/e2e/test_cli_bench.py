@@ -29,6 +29,7 @@ ROW_KEYS = {
     "met",
     "baselines",
     "ratios",
+    "seconds",
 }
 COMMAND_BASELINES = {"raw", "ideal", "library"}
 BUILT_IN_ROWS = ["P1", "P2b", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11", "P12"]
@@ -50,6 +51,9 @@ def check_document(stdout: str, backend: str, ids: list[str]) -> dict[str, Any]:
         assert isinstance(row["value"], float | int)
         assert math.isfinite(row["value"])
         assert isinstance(row["met"], bool)
+        # Where the bench's own time went: every row says how long it took.
+        assert isinstance(row["seconds"], float)
+        assert row["seconds"] >= 0
         assert set(row["ratios"]) == set(row["baselines"])
         for kind, baseline in row["baselines"].items():
             assert row["ratios"][kind] == pytest.approx(row["value"] / baseline)

@@ -4,6 +4,7 @@ rows join the bench through its one registration point."""
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -123,6 +124,7 @@ def test_an_extra_row_joins_the_bench_and_one_for_another_backend_is_left_out(
     bench: Bench,
 ) -> None:
     def measured(on: Bench) -> BenchResult:
+        time.sleep(0.05)
         return BenchResult("X1", "an extra row", 1.0, "x", 2.0, 0.5, "report", True)
 
     def elsewhere(on: Bench) -> BenchResult | None:
@@ -136,6 +138,9 @@ def test_an_extra_row_joins_the_bench_and_one_for_another_backend_is_left_out(
     assert result.as_json()["id"] == "X1"
     assert result.as_json()["baselines"] == {"raw": 2.0}
     assert result.as_json()["ratios"] == {"raw": 0.5}
+    # How long the row took, as the run measured it around the row's own work.
+    assert result.seconds is not None
+    assert 0.05 <= result.seconds < 5
 
 
 @pytest.mark.slow

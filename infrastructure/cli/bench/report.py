@@ -67,7 +67,7 @@ def print_bench(outcome: tuple[str, list[BenchResult]], out: Console, *, as_json
         print(json.dumps(document))
         return
     table = Table(title=f"runledger bench on {backend}")
-    for column in ("id", "measure", "value", "baselines (ratio)", "goal", "met"):
+    for column in ("id", "measure", "value", "baselines (ratio)", "goal", "met", "took"):
         table.add_column(column, overflow="fold")
     for result in results:
         table.add_row(
@@ -81,5 +81,6 @@ def print_bench(outcome: tuple[str, list[BenchResult]], out: Console, *, as_json
             ),
             result.goal,
             "yes" if result.met else "NO",
+            "" if result.seconds is None else f"{result.seconds:,.0f} s",
         )
     out.print(table)

@@ -30,7 +30,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, Final
@@ -85,6 +85,10 @@ class BenchResult:
     """Every baseline measured for the row, by kind (``raw``, ``ideal``, ``library``, ...);
     ``baseline`` is the one its goal is about. A row made with ``baseline`` alone reports it
     as its ``raw`` baseline."""
+    seconds: float | None = None
+    """How long the row took, its setup and baselines included (``Bench.run`` sets it): where
+    the bench's own time goes, which its goal of five minutes a backend is about. Rows
+    measured together (A1 and A2) show it on the first of them."""
 
     def all_baselines(self) -> dict[str, float]:
         """``baselines``, or ``baseline`` as the raw one."""
@@ -1185,9 +1189,11 @@ class Bench:
         """Run the chosen measurements, each isolated from the garbage of the earlier ones."""
         try:
             for key, step in self._steps().items():
+                started = time.perf_counter()
                 result = self._isolated(step)
                 if result is not None:
-                    self.measured[result.id] = result
+                    took = time.perf_counter() - started
+                    self.measured[result.id] = replace(result, seconds=took)
                 self.advance(key)
             return list(self.measured.values())
         finally:
