@@ -149,6 +149,20 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+def of_kind(aggregate: BaseAggregate[UUID], cls: type[A]) -> A:
+    """The aggregate, which must be a ``cls``: ids are derived per kind of aggregate, so
+    another kind under this id means the stored rows were changed; answering "not found"
+    would hide them."""
+    if not isinstance(aggregate, cls):
+        raise CorruptEventError(
+            f"it replays to a {type(aggregate).__name__}, not a {cls.__name__}",
+            wire_name=None,
+            aggregate_id=aggregate.id,
+            version=aggregate.version,
+        )
+    return aggregate
+
+
 class WorkflowRuns(Application[UUID]):
     """Runs, their lineage, follow-ups and the workflow-message outbox, event-sourced."""
 
@@ -204,16 +218,7 @@ class WorkflowRuns(Application[UUID]):
             aggregate: BaseAggregate[UUID] = self.repository.get(aggregate_id)
         except AggregateNotFoundError:
             return None
-        if not isinstance(aggregate, cls):
-            # Ids are derived per kind of aggregate, so another kind under this id means the
-            # stored rows were changed; answering "not found" would hide them.
-            raise CorruptEventError(
-                f"it replays to a {type(aggregate).__name__}, not a {cls.__name__}",
-                wire_name=None,
-                aggregate_id=aggregate_id,
-                version=aggregate.version,
-            )
-        return aggregate
+        return of_kind(aggregate, cls)
 
     def now(self) -> datetime:
         moment = self.clock()

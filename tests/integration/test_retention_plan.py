@@ -9,14 +9,18 @@ from pathlib import Path
 
 import pytest
 
+from runledger.domain.application import of_kind
 from runledger.domain.errors import (
     ArchiveNotVerifiedError,
+    CorruptEventError,
     InvalidArchiveFolderError,
     InvalidCutoffError,
     InvalidPageError,
 )
+from runledger.domain.follow_ups import FollowUp
 from runledger.domain.ids import follow_up_message_id
 from runledger.domain.records import ArchivedTree, KeptTree
+from runledger.domain.runs import Run, run_aggregate_id
 from runledger.domain.values import Actor
 from runledger.infrastructure import verify_bundle
 from runledger.infrastructure.audit import retention
@@ -139,6 +143,59 @@ def test_a_delivered_follow_up_does_not_keep_its_tree(
     store.finish_run("asked", status="completed")
 
     assert [tree.root_run_id for tree in settled(runtime)] == ["asked"]
+
+
+def test_judging_a_tree_replays_its_aggregates_from_its_events_read_once(
+    store: WorkflowStore, runtime: StoreRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The run, its follow-up and the follow-up's message: each loaded alone was a query of
+    # its own, most of a prune's judgement on PostgreSQL.
+    store.create_run("asked", workflow_name="review", input={})
+    store.bind_origin_session("asked", "session-1", execution_mode="headless")
+    queued = store.queue_follow_up(
+        "asked",
+        request_id="r1",
+        target_session_id="session-1",
+        actor=HUMAN,
+        source="cli",
+        prompt="and then?",
+    )
+    message_id = follow_up_message_id(queued.follow_up.follow_up_id)
+    store.report_branch("session-1", [(message_id, "entry-1")], allowed_ids=[message_id])
+    store.finish_run("asked", status="completed")
+    loaded: list[object] = []
+    repository = runtime.app.repository
+    get = repository.get
+
+    def counted(aggregate_id: object, **options: object) -> object:
+        loaded.append(aggregate_id)
+        return get(aggregate_id, **options)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(repository, "get", counted)
+
+    verdict = judge_tree(runtime, ["asked"], settled_before=LATER)
+
+    assert isinstance(verdict, SettledTree)
+    assert len(verdict.versions) == 3
+    assert verdict.events == len(store.event_log(run_id="asked"))
+    assert loaded == []
+
+
+def test_an_aggregate_of_another_kind_under_a_runs_id_is_corrupt_loaded_or_replayed(
+    store: WorkflowStore, runtime: StoreRuntime
+) -> None:
+    # Ids are derived per kind: a follow-up's events under a run's id mean changed rows.
+    finished(store, "asked")
+    run = runtime.app.load(Run, run_aggregate_id("asked"))
+    assert run is not None
+
+    with pytest.raises(CorruptEventError) as loaded:
+        runtime.app.load(FollowUp, run_aggregate_id("asked"))
+    with pytest.raises(CorruptEventError) as replayed:
+        of_kind(run, FollowUp)
+
+    for raised in (loaded, replayed):
+        assert "it replays to a Run, not a FollowUp" in raised.value.message
 
 
 def test_an_undelivered_terminal_message_keeps_its_tree(
