@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict
 
@@ -36,6 +36,23 @@ class Record(BaseModel):
     """A frozen pydantic record: read-only, and no field beyond those declared."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @classmethod
+    def trusted(cls, **values: Any) -> Self:
+        """The record of values already checked (rows a projection wrote from checked
+        events), every field given: what ``model_construct`` makes of them, at a fifth of
+        its cost (4.3 -> 0.8 us a follow-up record, which was most of a 256-item page read),
+        since it neither validates nor looks for defaults, aliases or extras."""
+        if values.keys() != cls.__pydantic_fields__.keys():
+            missing = sorted(cls.__pydantic_fields__.keys() - values.keys())
+            unknown = sorted(values.keys() - cls.__pydantic_fields__.keys())
+            raise TypeError(f"{cls.__name__}: missing {missing}, unknown {unknown}")
+        record = cls.__new__(cls)
+        object.__setattr__(record, "__dict__", values)
+        object.__setattr__(record, "__pydantic_fields_set__", set(values))
+        object.__setattr__(record, "__pydantic_extra__", None)
+        object.__setattr__(record, "__pydantic_private__", None)
+        return record
 
 
 class UpdateRecord(Record):

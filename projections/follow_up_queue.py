@@ -207,7 +207,7 @@ def _origin_session(reader: ViewReader, run_id: str) -> str | None:
 
 
 def _queue(run_id: str, origin_session_id: str, rows: list[Row]) -> FollowUpQueue:
-    return FollowUpQueue.model_construct(
+    return FollowUpQueue.trusted(
         run_id=run_id,
         origin_session_id=origin_session_id,
         follow_ups=[_record(row) for row in rows],
@@ -215,7 +215,7 @@ def _queue(run_id: str, origin_session_id: str, rows: list[Row]) -> FollowUpQueu
 
 
 def _record(row: Row) -> FollowUpRecord:
-    return FollowUpRecord.model_construct(
+    return FollowUpRecord.trusted(
         follow_up_id=row["follow_up_id"],
         run_id=row["run_id"],
         request_id=row["request_id"],

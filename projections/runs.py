@@ -184,7 +184,7 @@ def _keyset_page(
     )
     page = rows[:limit]
     more = len(rows) > limit and bool(page)
-    return RunPage.model_construct(
+    return RunPage.trusted(
         runs=[_summary(row) for row in page],
         next_after=page[-1]["run_id"] if more else None,
     )
@@ -196,7 +196,7 @@ def _keyset_page(
 
 def _summary(row: Row) -> RunSummary:
     finished = row["finished_at"]
-    return RunSummary.model_construct(
+    return RunSummary.trusted(
         run_id=row["run_id"],
         workflow_name=row["workflow_name"],
         workflow_ref=row["workflow_ref"],
