@@ -81,6 +81,6 @@ def print_bench(outcome: tuple[str, list[BenchResult]], out: Console, *, as_json
             ),
             result.goal,
             "yes" if result.met else "NO",
-            "" if result.seconds is None else f"{result.seconds:,.0f} s",
+            "" if result.seconds is None else f"{result.seconds:,.1f} s",
         )
     out.print(table)
