@@ -125,13 +125,13 @@ def test_a_queued_follow_up_keeps_its_tree(store: WorkflowStore, runtime: StoreR
     assert kept(runtime)["asked"].reason == "queued-follow-up"
 
 
-def test_a_delivered_follow_up_does_not_keep_its_tree(
-    store: WorkflowStore, runtime: StoreRuntime
-) -> None:
-    store.create_run("asked", workflow_name="review", input={})
-    store.bind_origin_session("asked", "session-1", execution_mode="headless")
+def delivered_and_finished(store: WorkflowStore, run_id: str) -> None:
+    """A run whose one follow-up's message was delivered, finished: a settled tree of a
+    run, a follow-up and a message."""
+    store.create_run(run_id, workflow_name="review", input={})
+    store.bind_origin_session(run_id, "session-1", execution_mode="headless")
     queued = store.queue_follow_up(
-        "asked",
+        run_id,
         request_id="r1",
         target_session_id="session-1",
         actor=HUMAN,
@@ -140,7 +140,13 @@ def test_a_delivered_follow_up_does_not_keep_its_tree(
     )
     message_id = follow_up_message_id(queued.follow_up.follow_up_id)
     store.report_branch("session-1", [(message_id, "entry-1")], allowed_ids=[message_id])
-    store.finish_run("asked", status="completed")
+    store.finish_run(run_id, status="completed")
+
+
+def test_a_delivered_follow_up_does_not_keep_its_tree(
+    store: WorkflowStore, runtime: StoreRuntime
+) -> None:
+    delivered_and_finished(store, "asked")
 
     assert [tree.root_run_id for tree in settled(runtime)] == ["asked"]
 
@@ -150,19 +156,7 @@ def test_judging_a_tree_replays_its_aggregates_from_its_events_read_once(
 ) -> None:
     # The run, its follow-up and the follow-up's message: each loaded alone was a query of
     # its own, most of a prune's judgement on PostgreSQL.
-    store.create_run("asked", workflow_name="review", input={})
-    store.bind_origin_session("asked", "session-1", execution_mode="headless")
-    queued = store.queue_follow_up(
-        "asked",
-        request_id="r1",
-        target_session_id="session-1",
-        actor=HUMAN,
-        source="cli",
-        prompt="and then?",
-    )
-    message_id = follow_up_message_id(queued.follow_up.follow_up_id)
-    store.report_branch("session-1", [(message_id, "entry-1")], allowed_ids=[message_id])
-    store.finish_run("asked", status="completed")
+    delivered_and_finished(store, "asked")
     loaded: list[object] = []
     repository = runtime.app.repository
     get = repository.get
