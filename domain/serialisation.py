@@ -83,15 +83,19 @@ def encoded(domain_event: DomainEventProtocol[UUID]) -> EncodedEvent:
     class_version = getattr(event_class, "class_version", 1)
     if class_version > 1:
         state["class_version"] = class_version
-    if isinstance(domain_event, LedgerEvent):
-        run_id: str | None = domain_event.run_id
-        lookup_key = domain_event.lookup_key()
-    else:
-        run_id = lookup_key = None
+    if not isinstance(domain_event, LedgerEvent):
         state["state"] = _without_pending(state["state"])
+    run_id, lookup_key = event_index(domain_event)
     return EncodedEvent(
         originator_id, originator_version, topic, packed(orjson.dumps(state)), run_id, lookup_key
     )
+
+
+def event_index(domain_event: DomainEventProtocol[UUID]) -> tuple[str | None, str | None]:
+    """The ``(run_id, lookup_key)`` the log indexes an event by (None for a snapshot)."""
+    if isinstance(domain_event, LedgerEvent):
+        return domain_event.run_id, domain_event.lookup_key()
+    return None, None
 
 
 def decoded(stored: StoredForm, position: int | None = None) -> DomainEventProtocol[UUID]:
