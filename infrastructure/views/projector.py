@@ -311,7 +311,8 @@ class ProjectionRunner:
             # largest table gives the row up: a table of a few rows that every event reads (a
             # session's message counter) never does. In one order for all tables the big
             # tables' rows pushed those out, and a rebuild of the bench history on
-            # PostgreSQL fetched them again 193 times, 9 % of its time.
+            # PostgreSQL fetched them again 193 times, a round trip each (the server on this
+            # machine hid them behind the page commits; one across a network would not).
             largest = max(self._cache, key=lambda name: len(self._cache[name]))
             self._cache[largest].popitem(last=False)
             self._cached -= 1

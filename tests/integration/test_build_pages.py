@@ -105,7 +105,7 @@ def test_a_build_over_its_cache_bound_never_fetches_a_small_table_every_event_re
 ) -> None:
     # Each message created reads its session's counter. Over the bound, the big tables
     # give their rows up; in one order for all tables the counters went with them and came
-    # back from the store one round trip each (193 of them on PostgreSQL, 9 % of a build).
+    # back from the store one round trip each (193 of them in a PostgreSQL rebuild).
     runtime.catch_up()
     incremental = dump(runtime)
     fetched: Counter[str] = Counter()
