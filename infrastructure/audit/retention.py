@@ -176,7 +176,7 @@ def judge_tree(
 def _replayed(app: WorkflowRuns, notifications: list[Notification]) -> dict[UUID, Any]:
     """The aggregates whose every event is among ``notifications`` (versions 1 on, none
     missing), replayed from them; any other is left to ``_aggregate``'s load."""
-    events: dict[UUID, list[Any]] = {}
+    events: dict[UUID, list[Notification]] = {}
     for notification in notifications:
         events.setdefault(as_uuid(notification.originator_id), []).append(notification)
     replayed: dict[UUID, Any] = {}

@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
+from functools import cached_property
 from typing import Any, Final, ParamSpec, TypeVar, cast
 from uuid import UUID
 
@@ -396,12 +397,14 @@ class _InSchema(PostgresAggregateRecorder):
     """
 
     def create_table(self) -> None:
-        if self._stamp_found() == self._stamp():
+        if self._stamp_found() == self._stamp:
             return
         super().create_table()
 
+    @cached_property
     def _stamp(self) -> str:
-        """What this release makes: the digest of its statements (and ``_made_besides``)."""
+        """What this release makes: the digest of its statements (and ``_made_besides``);
+        worked out once, by the open's check, and written by the DDL when it runs."""
         made = [statement.as_string() for statement in self.sql_create_statements]
         digest = hashlib.sha256("\n".join([*made, self._made_besides()]).encode())
         return f"runledger schema {digest.hexdigest()[:32]}"
@@ -435,7 +438,7 @@ class _InSchema(PostgresAggregateRecorder):
         # In the same transaction as what it vouches for (a subclass's additions included).
         curs.execute(
             SQL("COMMENT ON TABLE {0}.{1} IS {2}").format(
-                Identifier(schema), Identifier(self.events_table_name), Literal(self._stamp())
+                Identifier(schema), Identifier(self.events_table_name), Literal(self._stamp)
             )
         )
 
