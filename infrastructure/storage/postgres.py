@@ -82,6 +82,14 @@ from runledger.infrastructure.storage.base import (
     index_columns,
     index_fences,
 )
+from runledger.infrastructure.storage.binary_arrays import (
+    BigintArray,
+    BooleanArray,
+    ByteaArray,
+    IntegerArray,
+    TextArray,
+    UuidArray,
+)
 from runledger.infrastructure.storage.replicas import (
     WAL_AFTER_COMMIT,
     ReadPosition,
@@ -892,10 +900,10 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
         """The call, COMMIT (and the WAL position after it) in one round trip, for a command
         holding its aggregates: other writers of them wait for its lock, so its commit must
         not wait for a second trip (and the client's turn on a busy machine) too."""
+        states, values = params[8].items, params[-1].items
         with (
             pipelined(
-                conn,
-                sum(map(len, params[8])) + sum(len(v) for v in params[-1] if v is not None),
+                conn, sum(map(len, states)) + sum(len(v) for v in values if v is not None)
             ) as pipeline,
             conn.cursor(row_factory=tuple_row) as call,
             conn.cursor() as curs,
@@ -927,27 +935,37 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
         indexes = [index_columns(s) for s in stored_events]
         conditions = fence_conditions(fences)
         guarded = index_fences(fences)
+        ids, versions, topics, states = stored_event_arrays(stored_events)
+        names, slots, expected, new, move_states = rows.moves
+        # Typed arrays (``binary_arrays``): psycopg would walk each list to find its type.
         return [
             self.writer_lock_key,
             self.channel_name,
-            [] if wide else keys,
-            [] if wide else shared,
+            BigintArray([] if wide else keys),
+            BooleanArray([] if wide else shared),
             wide,
-            *stored_event_arrays(stored_events),
-            [run_id for run_id, _ in indexes],
-            [lookup_key for _, lookup_key in indexes],
-            [c[0] for c in conditions],
-            [c[1] for c in conditions],
-            [c[2] for c in conditions],
-            [fence.lookup_key for fence in guarded],
+            UuidArray(ids),
+            BigintArray(versions),
+            TextArray(topics),
+            ByteaArray(states),
+            TextArray([run_id for run_id, _ in indexes]),
+            TextArray([lookup_key for _, lookup_key in indexes]),
+            UuidArray([c[0] for c in conditions]),
+            BigintArray([c[1] for c in conditions]),
+            TextArray([c[2] for c in conditions]),
+            TextArray([fence.lookup_key for fence in guarded]),
             json.dumps([[str(i) for i in fence.seen] for fence in guarded]) if guarded else None,
-            fenced_ids(fences),
+            UuidArray(fenced_ids(fences)),
             first,
-            *rows.moves,
-            rows.statements,
-            rows.offsets,
-            rows.counts,
-            rows.values,
+            TextArray(names),
+            BigintArray(slots),
+            BigintArray(expected),
+            BigintArray(new),
+            TextArray(move_states),
+            TextArray(rows.statements),
+            IntegerArray(rows.offsets),
+            IntegerArray(rows.counts),
+            TextArray(rows.values),
         ]
 
     def _after_failure(self, conn: Connection[DictRow], error: psycopg.Error) -> list[int]:
