@@ -27,9 +27,7 @@ from psycopg.pq import Format
 _NULL: Final = b"\xff\xff\xff\xff"
 _HEADER: Final = struct.Struct(">iiiii")
 _EMPTY: Final = struct.Struct(">iii")
-_LENGTH_4: Final = (4).to_bytes(4, "big")
-_LENGTH_8: Final = (8).to_bytes(4, "big")
-_LENGTH_16: Final = (16).to_bytes(4, "big")
+_LENGTHS: Final = {width: width.to_bytes(4, "big") for width in (1, 4, 8, 16)}
 
 
 class BinaryArray:
@@ -65,29 +63,30 @@ class BinaryArray:
         return f"{type(self).__name__}({self.items!r})"
 
 
-class BigintArray(BinaryArray):
+class _Integers(BinaryArray):
     __slots__ = ()
-    element_oid, array_oid = 20, 1016
+    width: ClassVar[int]
 
-    @staticmethod
-    def element(item: int, _encoding: str) -> Iterable[bytes]:
-        return _LENGTH_8, item.to_bytes(8, "big", signed=True)
+    @classmethod
+    def element(cls, item: int, _encoding: str) -> Iterable[bytes]:
+        return _LENGTHS[cls.width], item.to_bytes(cls.width, "big", signed=True)
 
 
-class IntegerArray(BinaryArray):
+class BigintArray(_Integers):
     __slots__ = ()
-    element_oid, array_oid = 23, 1007
+    element_oid, array_oid, width = 20, 1016, 8
 
-    @staticmethod
-    def element(item: int, _encoding: str) -> Iterable[bytes]:
-        return _LENGTH_4, item.to_bytes(4, "big", signed=True)
+
+class IntegerArray(_Integers):
+    __slots__ = ()
+    element_oid, array_oid, width = 23, 1007, 4
 
 
 class BooleanArray(BinaryArray):
     __slots__ = ()
     element_oid, array_oid = 16, 1000
-    _TRUE: Final = ((1).to_bytes(4, "big"), b"\x01")
-    _FALSE: Final = ((1).to_bytes(4, "big"), b"\x00")
+    _TRUE: Final = (_LENGTHS[1], b"\x01")
+    _FALSE: Final = (_LENGTHS[1], b"\x00")
 
     @staticmethod
     def element(item: bool, _encoding: str) -> Iterable[bytes]:
@@ -120,7 +119,7 @@ class UuidArray(BinaryArray):
     @staticmethod
     def element(item: UUID | str, _encoding: str) -> Iterable[bytes]:
         # An id read back from SQLite's log is its hex text.
-        return _LENGTH_16, (item if type(item) is UUID else UUID(str(item))).bytes
+        return _LENGTHS[16], (item if type(item) is UUID else UUID(str(item))).bytes
 
 
 def _dumper(kind: type[BinaryArray]) -> type[Dumper]:
