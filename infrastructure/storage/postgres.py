@@ -625,15 +625,20 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
                 table=table,
             ),
             # Some (aggregate, version, topic) has an event of that topic after that version.
+            # One probe of the aggregate's index per fence, planned at each call: a session
+            # keeps the generic plan it chose while the log was small (a scan of the whole
+            # log) until the table is analyzed again, so a fenced command's check grew with
+            # the log, 0.05 -> 0.44 ms over 5,000 events in one P10 run. Planning costs a
+            # call about 13 us.
             SQL(
                 "CREATE OR REPLACE FUNCTION {schema}.runledger_check_fences"
                 "(p_ids uuid[], p_versions bigint[], p_topics text[]) RETURNS void "
-                "LANGUAGE plpgsql AS $$ BEGIN IF EXISTS (SELECT 1 FROM "
-                "unnest(p_ids, p_versions, p_topics) AS f(id, version, topic) "
-                "JOIN {schema}.{table} AS e ON e.originator_id = f.id "
-                "AND e.originator_version > f.version AND e.topic = f.topic) THEN "
+                "LANGUAGE plpgsql SET plan_cache_mode = force_custom_plan AS $$ BEGIN "
+                "FOR i IN 1 .. coalesce(array_length(p_ids, 1), 0) LOOP "
+                "IF EXISTS (SELECT 1 FROM {schema}.{table} WHERE originator_id = p_ids[i] "
+                "AND originator_version > p_versions[i] AND topic = p_topics[i]) THEN "
                 "RAISE EXCEPTION 'a fence of the insert is broken' "
-                f"USING ERRCODE = '{FENCE_BROKEN_SQLSTATE}'; END IF; END $$"
+                f"USING ERRCODE = '{FENCE_BROKEN_SQLSTATE}'; END IF; END LOOP; END $$"
             ).format(schema=schema, table=table),
             SQL(
                 "CREATE OR REPLACE FUNCTION {schema}.runledger_check_index_fence"
