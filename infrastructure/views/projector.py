@@ -303,10 +303,7 @@ class ProjectionRunner:
         except Exception:
             self.abandon(to)
             return False
-        for table_name, changes in replay.changes.items():
-            for key, row in changes.items():
-                self._keep(table_name, key, row)
-        self._trim()
+        self._remember_all(replay.changes)
         self.position = to
         return True
 
@@ -321,6 +318,13 @@ class ProjectionRunner:
 
     def _remember(self, table_name: str, key: Key, row: Row | None) -> None:
         self._keep(table_name, key, row)
+        self._trim()
+
+    def _remember_all(self, changes: Mapping[str, Mapping[Key, Row | None]]) -> None:
+        """Cache a page's rows, then trim once to the bound."""
+        for table_name, rows in changes.items():
+            for key, row in rows.items():
+                self._keep(table_name, key, row)
         self._trim()
 
     def _keep(self, table_name: str, key: Key, row: Row | None) -> None:
@@ -434,10 +438,7 @@ class ProjectionRunner:
 
     def committed(self) -> None:
         """The page committed: its rows are now what the cache holds."""
-        for table_name, changes in self._uncommitted.items():
-            for key, row in changes.items():
-                self._keep(table_name, key, row)
-        self._trim()
+        self._remember_all(self._uncommitted)
         self._uncommitted = {}
 
     def committing(self) -> None:

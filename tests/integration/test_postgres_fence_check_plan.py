@@ -20,18 +20,25 @@ CHECK = "SELECT runledger_check_fences(ARRAY[%s]::uuid[], ARRAY[%s]::bigint[], A
 ROWS_SCANNED = "SELECT pg_stat_get_xact_tuples_returned('runledger_events'::regclass)"
 
 
-def test_the_fence_check_probes_the_index_after_the_log_grew(postgres_store_url: str) -> None:
-    with open_store(postgres_store_url) as store:
+def first_event(url: str) -> tuple[Any, str]:
+    """A store's one run created: its first event's aggregate id and wire name."""
+    with open_store(url) as store:
         store.create_run("run-1", workflow_name="echo", input={})
+    with psycopg.connect(url) as connection:
+        row = connection.execute(
+            "SELECT originator_id, topic FROM runledger_events ORDER BY position LIMIT 1"
+        ).fetchone()
+    assert row is not None
+    return row[0], row[1]
+
+
+def test_the_fence_check_probes_the_index_after_the_log_grew(postgres_store_url: str) -> None:
+    aggregate_id, topic = first_event(postgres_store_url)
     with (
         psycopg.connect(postgres_store_url, autocommit=True) as session,
         psycopg.connect(postgres_store_url, autocommit=True) as writer,
     ):
-        row = session.execute(
-            "SELECT originator_id, topic FROM runledger_events ORDER BY position LIMIT 1"
-        ).fetchone()
-        assert row is not None
-        fence: tuple[Any, ...] = (row[0], 1_000, row[1])
+        fence = (aggregate_id, 1_000, topic)
         # Plans made (and a generic one chosen) while the log holds one event.
         for _ in range(12):
             session.execute(CHECK, fence)
@@ -50,14 +57,9 @@ def test_the_fence_check_probes_the_index_after_the_log_grew(postgres_store_url:
 
 
 def test_a_broken_fence_is_still_found(postgres_store_url: str) -> None:
-    with open_store(postgres_store_url) as store:
-        store.create_run("run-1", workflow_name="echo", input={})
+    aggregate_id, topic = first_event(postgres_store_url)
     with psycopg.connect(postgres_store_url, autocommit=True) as session:
-        row = session.execute(
-            "SELECT originator_id, topic FROM runledger_events ORDER BY position LIMIT 1"
-        ).fetchone()
-        assert row is not None
-        session.execute(CHECK, (row[0], 5, "run.claimed"))  # no such event after 5: holds
+        session.execute(CHECK, (aggregate_id, 5, "run.claimed"))  # none after 5: it holds
         with pytest.raises(psycopg.Error, match="a fence of the insert is broken") as broken:
-            session.execute(CHECK, (row[0], 0, row[1]))
+            session.execute(CHECK, (aggregate_id, 0, topic))
         assert broken.value.sqlstate == "RLFN1"
