@@ -17,6 +17,7 @@ from runledger.infrastructure.cli.bench.baselines import (
     EVENTS_TABLE,
     IdealCommand,
     LibraryBaseline,
+    at_once,
     plain_connection,
 )
 from runledger.infrastructure.cli.bench.runner import Bench, BenchResult
@@ -151,14 +152,14 @@ def test_every_turn_of_four_writers_queues_new_follow_ups(
     from runledger.infrastructure.store import open_store
 
     counts: list[int] = []
-    outcomes = runner._parallel_outcomes
+    outcomes = at_once
 
     def counted(target: Any, args: list[tuple[Any, ...]]) -> list[Any]:
         found = outcomes(target, args)
         counts.extend(outcome[0] for outcome in found)
         return found
 
-    monkeypatch.setattr(runner, "_parallel_outcomes", counted)
+    monkeypatch.setattr(runner, "at_once", counted)
     url = bench.scratch.new_url()
     with open_store(url) as store:
         store.create_run("turns", workflow_name="bench", input={})
@@ -200,3 +201,25 @@ def test_four_ideal_writers_at_once_never_deadlock_and_every_tracking_move_lands
     assert all(rate > 0 for rate in rates)
     assert after - before == written * ideal.tracked * slots
     assert sum(writer.deadlocks for writer in writers) == 0
+
+
+def test_p4_measures_the_worker_only_once_it_projects_and_gives_up_on_a_worker_that_never_does(
+    bench: Bench, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runledger.infrastructure.cli.bench import runner
+    from runledger.infrastructure.store import open_store
+
+    result = bench.p4_visibility()
+    # Every sample of each mode found its follow-up: none waited for a worker still starting.
+    assert result.value < 1000
+    modes = ("embedded", "worker") if bench.backend == "postgresql" else ("embedded",)
+    assert [mode for mode in modes if f"{mode} p50" in result.name] == list(modes)
+
+    monkeypatch.setattr(runner, "WORKER_START_SECONDS", 0.5)
+    url = bench.scratch.new_url()
+    with (
+        open_store(url, embedded_projections=False) as writer,
+        open_store(url, embedded_projections=False) as reader,
+        pytest.raises(TimeoutError, match="never projected"),
+    ):
+        runner._await_worker(writer, reader)

@@ -343,25 +343,60 @@ class LibraryBaseline:
             app.close()
 
 
-def _measured(measure: Callable[[], float], start: Any, results: Any) -> None:
+def _measured(measure: Callable[[], float], start: StartLine, results: Any) -> None:
     start.wait()
     results.put(measure())
 
 
-def in_processes(measures: Sequence[Callable[[], float]]) -> float:
-    """The summed rate of ``measures`` (picklable callables), each in its own process, at once."""
+class StartLine:
+    """Where processes that measure together wait for each other. Each comes to it once its
+    imports and setup are done; ``release`` lets them all go when every one is there.
+
+    A fixed wait instead (a second) let each go as soon as it was ready: on a slow machine
+    the writers of P2 came after 1.6-2.0 s, so their windows of 0.67 s overlapped by half and
+    the sum of their rates was not that of four processes at once."""
+
+    def __init__(self, context: Any) -> None:
+        self._there = context.Semaphore(0)
+        self._go = context.Event()
+
+    def wait(self) -> None:
+        """In a process: say it is ready, and wait for the others."""
+        self._there.release()
+        self._go.wait()
+
+    def release(self, processes: Sequence[Any]) -> None:
+        """Let ``processes`` go once each is at the line (one that died first fails it)."""
+        for _ in processes:
+            while not self._there.acquire(timeout=1.0):
+                _raise_if_failed(processes)
+        self._go.set()
+
+
+def at_once(target: Callable[..., None], args: Sequence[tuple[Any, ...]]) -> list[Any]:
+    """One process per args tuple, each running ``target(*args, start, results)`` and
+    beginning together at ``start`` (a ``StartLine``); what each put on ``results``."""
     context = multiprocessing.get_context("spawn")
-    start = context.Event()
+    start = StartLine(context)
     results = context.Queue()
-    processes = [
-        context.Process(target=_measured, args=(measure, start, results)) for measure in measures
-    ]
+    processes = [context.Process(target=target, args=(*a, start, results)) for a in args]
     for process in processes:
         process.start()
-    time.sleep(1.0)
-    start.set()
-    rates: list[float] = collected(results, processes)
+    start.release(processes)
+    return collected(results, processes)
+
+
+def in_processes(measures: Sequence[Callable[[], float]]) -> float:
+    """The summed rate of ``measures`` (picklable callables), each in its own process, at once."""
+    rates: list[float] = at_once(_measured, [(measure,) for measure in measures])
     return sum(rates)
+
+
+def _raise_if_failed(processes: Sequence[Any]) -> None:
+    failed = [p.exitcode for p in processes if p.exitcode not in (None, 0)]
+    if failed:
+        msg = f"a bench process failed (exit codes {failed}); see its traceback above"
+        raise RuntimeError(msg) from None
 
 
 def collected(results: Any, processes: Sequence[Any]) -> list[Any]:
@@ -372,10 +407,7 @@ def collected(results: Any, processes: Sequence[Any]) -> list[Any]:
         try:
             outcomes.append(results.get(timeout=1.0))
         except queue.Empty:
-            failed = [p.exitcode for p in processes if p.exitcode not in (None, 0)]
-            if failed:
-                msg = f"a bench process failed (exit codes {failed}); see its traceback above"
-                raise RuntimeError(msg) from None
+            _raise_if_failed(processes)
     for process in processes:
         process.join(timeout=30)
     return outcomes

@@ -14,11 +14,11 @@ import statistics
 from typing import Final
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
+from runledger.infrastructure.cli.bench.baselines import at_once
 from runledger.infrastructure.cli.bench.runner import (
     Bench,
     BenchResult,
     _counted_rate,
-    _parallel_outcomes,
     _queueing_worker,
 )
 from runledger.infrastructure.store import open_store
@@ -49,7 +49,7 @@ def _four_writers(url: str, prefix: str, seconds: float) -> float:
         for run_id in run_ids:
             store.create_run(run_id, workflow_name="bench", input={"n": 1})
             store.bind_origin_session(run_id, f"{run_id}-session")
-    outcomes: list[tuple[int, float, int, list[str]]] = _parallel_outcomes(
+    outcomes: list[tuple[int, float, int, list[str]]] = at_once(
         _queueing_worker,
         [
             (url, run_id, f"{run_id}-session", writer, seconds)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import multiprocessing
 import os
 import random
 import secrets
@@ -47,7 +46,8 @@ from runledger.domain.values import Actor
 from runledger.infrastructure.cli.bench.baselines import (
     IdealCommand,
     LibraryBaseline,
-    collected,
+    StartLine,
+    at_once,
     in_processes,
     payload_bytes,
     plain_connection,
@@ -452,7 +452,13 @@ WARM_UP_COMMANDS: Final = 20
 
 
 def _queueing_worker(
-    url: str, run_id: str, session_id: str, writer: int, seconds: float, start: Any, results: Any
+    url: str,
+    run_id: str,
+    session_id: str,
+    writer: int,
+    seconds: float,
+    start: StartLine,
+    results: Any,
 ) -> None:
     errors: list[str] = []
     with open_store(url) as store:
@@ -482,7 +488,7 @@ def _queueing_worker(
         results.put((count, time.perf_counter() - began, len(errors), errors[:3]))
 
 
-def _raw_insert_worker(url: str, seconds: float, start: Any, results: Any) -> None:
+def _raw_insert_worker(url: str, seconds: float, start: StartLine, results: Any) -> None:
     raw = Raw(url)
     with raw.connection() as connection:
         start.wait()
@@ -494,22 +500,29 @@ def _raw_insert_worker(url: str, seconds: float, start: Any, results: Any) -> No
         results.put((count, time.perf_counter() - began))
 
 
-def _parallel_outcomes(target: Callable[..., None], args: list[tuple[Any, ...]]) -> list[Any]:
-    """Start one process per args tuple at once; what each put on the results queue."""
-    context = multiprocessing.get_context("spawn")
-    start = context.Event()
-    results = context.Queue()
-    processes = [context.Process(target=target, args=(*a, start, results)) for a in args]
-    for process in processes:
-        process.start()
-    time.sleep(1.0)
-    start.set()
-    return collected(results, processes)
+WORKER_START_SECONDS: Final = 120.0
+"""How long P4 waits for its ``projections run`` worker to project a first command."""
+
+
+def _await_worker(writer: WorkflowStore, reader: WorkflowStore) -> None:
+    """Return once a worker process projects a probe command that ``writer`` queues, as
+    ``reader`` sees it: the samples begin with the worker running, however long it took to
+    start (a fixed two seconds was less than a slow machine's start-up)."""
+    writer.create_run("p4-probe", workflow_name="bench", input={"n": 1})
+    writer.bind_origin_session("p4-probe", "p4-probe-session")
+    _queue(writer, "p4-probe", "p4-probe-session", 0)
+    deadline = time.perf_counter() + WORKER_START_SECONDS
+    while not (page := reader.follow_up_queue_range("p4-probe", start=0, limit=1)) or not (
+        page.follow_ups
+    ):
+        if time.perf_counter() > deadline:
+            raise TimeoutError("the projection worker never projected a command")
+        time.sleep(0.01)
 
 
 def _parallel(target: Callable[..., None], args: list[tuple[Any, ...]]) -> float:
     """Start one process per args tuple at once; the summed rate of their work."""
-    outcomes: list[tuple[int, float]] = _parallel_outcomes(target, args)
+    outcomes: list[tuple[int, float]] = at_once(target, args)
     return sum(count for count, _ in outcomes) / max(elapsed for _, elapsed in outcomes)
 
 
@@ -693,7 +706,7 @@ class Bench:
                 for run_id in dict.fromkeys(run_ids):
                     self._prepared_run(store, run_id, f"{run_id}-session")
         flushes = _wal_flushes(url)
-        outcomes: list[tuple[int, float, int, list[str]]] = _parallel_outcomes(
+        outcomes: list[tuple[int, float, int, list[str]]] = at_once(
             _queueing_worker,
             [
                 (url, run_id, f"{run_id}-session", writer, seconds or self.seconds)
@@ -896,7 +909,7 @@ class Bench:
                 stderr=subprocess.DEVNULL,
             )
             try:
-                time.sleep(2.0)
+                _await_worker(writer, reader)
                 return self._visible_latencies(writer, reader, self.samples)
             finally:
                 worker.terminate()
