@@ -511,13 +511,30 @@ def _await_worker(writer: WorkflowStore, reader: WorkflowStore) -> None:
     writer.create_run("p4-probe", workflow_name="bench", input={"n": 1})
     writer.bind_origin_session("p4-probe", "p4-probe-session")
     _queue(writer, "p4-probe", "p4-probe-session", 0)
-    deadline = time.perf_counter() + WORKER_START_SECONDS
-    while not (page := reader.follow_up_queue_range("p4-probe", start=0, limit=1)) or not (
-        page.follow_ups
-    ):
+    _until_visible(
+        reader,
+        "p4-probe",
+        0,
+        seconds=WORKER_START_SECONDS,
+        pause=0.01,
+        never="the projection worker never projected a command",
+    )
+
+
+def _until_visible(
+    reader: WorkflowStore, run_id: str, index: int, *, seconds: float, pause: float, never: str
+) -> None:
+    """Return once follow-up ``index`` of ``run_id`` shows in ``reader``'s queue, asking
+    every ``pause`` seconds; ``TimeoutError(never)`` after ``seconds``. A one-item read of
+    exactly that follow-up: the probe costs the same for the first and the 200th."""
+    deadline = time.perf_counter() + seconds
+    while True:
+        page = reader.follow_up_queue_range(run_id, start=index, limit=1)
+        if page is not None and page.follow_ups:
+            return
         if time.perf_counter() > deadline:
-            raise TimeoutError("the projection worker never projected a command")
-        time.sleep(0.01)
+            raise TimeoutError(never)
+        time.sleep(pause)
 
 
 def _parallel(target: Callable[..., None], args: list[tuple[Any, ...]]) -> float:
@@ -842,16 +859,14 @@ class Bench:
         for index in range(count):
             started = time.perf_counter()
             _queue(writer, "p4", "p4-session", index)
-            deadline = started + 5.0
-            while True:
-                # A one-item read of exactly the new follow-up: the probe costs the same for
-                # the first and the 200th command.
-                page = reader.follow_up_queue_range("p4", start=index, limit=1)
-                if page is not None and page.follow_ups:
-                    break
-                if time.perf_counter() > deadline:
-                    raise TimeoutError("a queued follow-up never became visible")
-                time.sleep(0.0002)
+            _until_visible(
+                reader,
+                "p4",
+                index,
+                seconds=5.0,
+                pause=0.0002,
+                never="a queued follow-up never became visible",
+            )
             samples.append((time.perf_counter() - started) * 1000)
         return samples
 
