@@ -49,6 +49,7 @@ from runledger.domain.errors import (
     ProjectionBuildLockedError,
     ProjectionVersionError,
     RebuildFailedError,
+    StorageUnavailableError,
 )
 from runledger.infrastructure.collector import collector_paused
 from runledger.infrastructure.commits.ports import EventStorage
@@ -303,8 +304,22 @@ class _Lock:
         self._renewed = time.monotonic()
 
     def release(self) -> None:
+        """Give every lock back. A build that failed because the server ended its sessions
+        may meet one more ended session here (the server ends them a moment after it says
+        so); unlocking is idempotent, so each lock is tried again once, and the others are
+        released whatever one of them does. A lock left held would refuse the next build,
+        even this process's, until its lease ran out."""
+        failed: StorageUnavailableError | None = None
         for name in self.names:
-            self.views.unlock(name, self.owner)
+            try:
+                try:
+                    self.views.unlock(name, self.owner)
+                except StorageUnavailableError:
+                    self.views.unlock(name, self.owner)
+            except StorageUnavailableError as error:
+                failed = failed or error
+        if failed is not None:
+            raise failed
 
 
 class Builds:

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from runledger.domain.errors import StorageUnavailableError
 from runledger.infrastructure.runtime import open_runtime
+from runledger.infrastructure.views.rebuild import _Lock
 from runledger.infrastructure.views.store import ViewStore
 
 NAME = "runs"
@@ -108,3 +110,52 @@ def test_a_lock_held_by_a_live_process_of_another_host_holds(
     views.try_lock(NAME, "elsewhere:1:first", lease_seconds=600)
 
     assert views.try_lock(NAME, "host:2:second", lease_seconds=60) == "elsewhere:1:first"
+
+
+class _EndedSessions:
+    """The view store as a build meets it after the server ended its sessions: the first
+    unlock of each name named in ``failing`` (every one of ``twice`` fails twice) meets an
+    ended session, as a pooled connection can once the server ended it."""
+
+    def __init__(self, views: ViewStore, failing: set[str], twice: set[str]) -> None:
+        self.release = views.unlock
+        self.failures = {name: 2 if name in twice else 1 for name in failing}
+
+    def unlock(self, name: str, owner: str) -> None:
+        if self.failures.get(name, 0) > 0:
+            self.failures[name] -= 1
+            raise StorageUnavailableError("the server ended the session", "test")
+        self.release(name, owner)
+
+
+BUILT = ["runs", "session_outbox", "terminal_data"]
+
+
+def test_a_build_releases_its_locks_past_a_session_the_server_ended(
+    views: ViewStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lock = _Lock(views, BUILT, lease_seconds=60)
+    lock.take(wait=False)
+    monkeypatch.setattr(views, "unlock", _EndedSessions(views, set(BUILT), set()).unlock)
+
+    lock.release()
+
+    # The next build, of another owner in this very process, takes every lock at once.
+    _Lock(views, BUILT, lease_seconds=60).take(wait=False)
+
+
+def test_a_lock_that_cannot_be_released_leaves_the_others_free_and_says_so(
+    views: ViewStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lock = _Lock(views, BUILT, lease_seconds=60)
+    lock.take(wait=False)
+    ended = _EndedSessions(views, {"runs"}, {"runs"})
+    monkeypatch.setattr(views, "unlock", ended.unlock)
+
+    with pytest.raises(StorageUnavailableError):
+        lock.release()
+
+    assert ended.failures == {"runs": 0}
+    assert views.try_lock("runs", "host:2:second", lease_seconds=60) == lock.owner
+    for name in ("session_outbox", "terminal_data"):
+        assert views.try_lock(name, "host:2:second", lease_seconds=60) is None
