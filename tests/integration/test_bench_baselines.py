@@ -223,3 +223,38 @@ def test_p4_measures_the_worker_only_once_it_projects_and_gives_up_on_a_worker_t
         pytest.raises(TimeoutError, match="never projected"),
     ):
         runner._await_worker(writer, reader)
+
+
+def test_p5_times_each_late_follow_up_beside_an_early_one_of_a_young_run(
+    bench: Bench, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runledger.infrastructure.cli.bench import runner
+
+    timed: list[tuple[str, int]] = []
+    measure = runner._timed
+
+    def recorded(command: Any) -> float:
+        _, run_id, _, number = command.args
+        timed.append((run_id, number))
+        return measure(command)
+
+    monkeypatch.setattr(runner, "_timed", recorded)
+    result = bench.p5_history_cost()
+
+    total, window = bench.history_follow_ups, 100
+    assert len(timed) == 2 * window
+    pairs = [timed[index : index + 2] for index in range(0, len(timed), 2)]
+    # Each pair holds one command of each kind, and the order alternates.
+    assert all(sorted(run == "p5" for run, _ in pair) == [False, True] for pair in pairs)
+    assert [pair[0][0] == "p5" for pair in pairs[:4]] == [False, True, False, True]
+    late = [number for run, number in timed if run == "p5"]
+    assert late == list(range(total - window, total))
+    # Young run r numbers its follow-ups from total + 15 r; the 6th to 15th are timed.
+    early = [(run, number) for run, number in timed if run != "p5"]
+    assert early == [
+        (f"p5-young-{run}", total + 15 * run + index)
+        for run in range(window // 10)
+        for index in range(5, 15)
+    ]
+    assert result.value > 0
+    assert f"medians of {window} pairs" in result.name

@@ -20,6 +20,7 @@ An extra row whose id is a built-in one replaces it. ``runledger bench`` passes
 from __future__ import annotations
 
 import gc
+import itertools
 import logging
 import os
 import random
@@ -371,6 +372,34 @@ def _queue(store: WorkflowStore, run_id: str, session_id: str, number: int) -> N
         source="pi-session",
         prompt=f"Follow-up {number}: check the edge cases.",
     )
+
+
+YOUNG_FOLLOW_UPS: Final = range(5, 15)
+"""The follow-ups P5 times on each young run (by their index): about its 10th."""
+
+
+def _timed(command: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    command()
+    return time.perf_counter() - started
+
+
+def _young_commands(
+    store: WorkflowStore, prepare: Callable[[WorkflowStore, str, str], None], first_number: int
+) -> Iterator[Callable[[], None]]:
+    """P5's early commands: follow-ups ``YOUNG_FOLLOW_UPS`` of one young run after another,
+    each run prepared, and given its first follow-ups, untimed when its turn comes."""
+    number = first_number
+    for run in itertools.count():
+        run_id, session_id = f"p5-young-{run}", f"p5-young-{run}-session"
+        prepare(store, run_id, session_id)
+        for index in range(YOUNG_FOLLOW_UPS.stop):
+            command = partial(_queue, store, run_id, session_id, number)
+            number += 1
+            if index in YOUNG_FOLLOW_UPS:
+                yield command
+            else:
+                command()
 
 
 # -- session recording and leases (P10, P11) ------------------------------------------------
@@ -931,25 +960,38 @@ class Bench:
                 worker.wait(timeout=30)
 
     def p5_history_cost(self) -> BenchResult:
-        """P5: the cost of a late follow-up on a long-lived run against an early one."""
+        """P5: the cost of a late follow-up on a long-lived run against an early one.
+
+        Measured in pairs once the long run holds all but its last ``window`` follow-ups: a
+        command on a young run (its 6th to 15th follow-up, ``YOUNG_FOLLOW_UPS``) and one on
+        the long run, side by side, first one then the other. Timed apart, at the start and
+        at the end of the history, a machine whose speed drifted over those seconds moved
+        the ratio by itself (0.89x to 1.70x for the same code, on one afternoon)."""
         url = self.scratch.new_url()
         total = self.history_follow_ups
-        latencies = []
+        window = min(100, total // 4)
+        early: list[float] = []
+        late: list[float] = []
         with open_store(url) as store:
             self._prepared_run(store, "p5", "p5-session")
-            for index in range(total):
-                started = time.perf_counter()
+            for index in range(total - window):
                 _queue(store, "p5", "p5-session", index)
-                latencies.append(time.perf_counter() - started)
-        # Medians over 100 commands each: single commands are noisy next to the follower.
-        window = min(100, total // 4)
-        early = statistics.median(latencies[5 : 5 + window])
-        late = statistics.median(latencies[total - window :])
-        ratio = late / early
+            young = _young_commands(store, self._prepared_run, total)
+            for pair in range(window):
+                queue_young = next(young)
+                queue_late = partial(_queue, store, "p5", "p5-session", total - window + pair)
+                if pair % 2:
+                    late.append(_timed(queue_late))
+                    early.append(_timed(queue_young))
+                else:
+                    early.append(_timed(queue_young))
+                    late.append(_timed(queue_late))
+        ratio = statistics.median(late) / statistics.median(early)
         return BenchResult(
             "P5",
             f"cost of the {total:,}th follow-up on one run vs the 10th "
-            f"({late * 1000:.2f} vs {early * 1000:.2f} ms)",
+            f"({statistics.median(late) * 1000:.2f} vs {statistics.median(early) * 1000:.2f} ms,"
+            f" medians of {window} pairs)",
             ratio,
             "x",
             None,
