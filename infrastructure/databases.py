@@ -103,4 +103,6 @@ def as_text(value: Any) -> str | None:
         return "t" if value else "f"
     if kind is float:
         return repr(value)
+    if kind is bytes:
+        return "\\x" + bytes(value).hex()  # bytea's hex input form
     return str(value)

@@ -14,7 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Protocol
 from uuid import UUID
 
-ColumnType = Literal["text", "int", "bool", "json"]
+ColumnType = Literal["text", "int", "bool", "json", "packed"]
+"""``json`` holds a JSON value as its text; ``packed`` one kept packed (``domain.packed_state``:
+zstd against the log's dictionary), for large values written once and read seldom, which a
+backend would otherwise store as they are (PostgreSQL compresses only rows over 2 kB)."""
 Row = dict[str, Any]
 Key = tuple[Any, ...]
 
@@ -73,6 +76,8 @@ class Table:
     column_names: tuple[str, ...] = field(init=False)
     column_set: frozenset[str] = field(init=False, repr=False)
     json_columns: frozenset[str] = field(init=False)
+    """The columns holding JSON values, packed ones included."""
+    packed_columns: frozenset[str] = field(init=False)
     bool_columns: frozenset[str] = field(init=False)
     _key_getter: Callable[[Mapping[str, Any]], Any] = field(init=False, repr=False)
 
@@ -81,8 +86,12 @@ class Table:
         object.__setattr__(self, "column_names", names)
         object.__setattr__(self, "column_set", frozenset(names))
         object.__setattr__(
-            self, "json_columns", frozenset(name for name, kind in self.columns if kind == "json")
+            self,
+            "json_columns",
+            frozenset(name for name, kind in self.columns if kind in ("json", "packed")),
         )
+        packed = frozenset(name for name, kind in self.columns if kind == "packed")
+        object.__setattr__(self, "packed_columns", packed)
         object.__setattr__(
             self, "bool_columns", frozenset(name for name, kind in self.columns if kind == "bool")
         )
@@ -150,6 +159,11 @@ class Projection(Protocol):
 
     name: ClassVar[str]
     version: ClassVar[int]
+    same_rows_since: ClassVar[int | None]
+    """The earliest version whose rows this version's equal value for value, or None when
+    they are this version's own. A version that changes only how rows are stored (a column
+    kept packed) keeps its rows: its digest stays that version's (``rows_version``), so
+    bundles digested since then still verify."""
     tables: ClassVar[Sequence[Table]]
     topics: ClassVar[frozenset[str]]
     """Wire names this projection consumes; it still tracks past every other event."""
@@ -160,6 +174,11 @@ class Projection(Protocol):
     def apply(self, event: ProjectedEvent, view: ViewWriter) -> None:
         """Change the view for one event. Deterministic: times come from the event only."""
         ...
+
+
+def rows_version(projection: Projection) -> int:
+    """The version whose rows the projection's are (``Projection.same_rows_since``)."""
+    return projection.same_rows_since or projection.version
 
 
 Handler = Callable[[ProjectedEvent, ViewWriter], None]
@@ -175,6 +194,7 @@ class HandledProjection:
     handlers: ClassVar[Mapping[str, Handler]]
     topics: ClassVar[frozenset[str]]
     rebuild_weight: ClassVar[int] = 1
+    same_rows_since: ClassVar[int | None] = None
 
     def __init_subclass__(cls) -> None:
         super().__init_subclass__()

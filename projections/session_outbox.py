@@ -72,7 +72,9 @@ MESSAGES: Final = Table(
         ("run_id", "text"),
         ("kind", "text"),
         ("source_id", "text"),
-        ("content", "json"),
+        # Kept packed: half a kilobyte of JSON a message, written once and read when the
+        # message is delivered; on PostgreSQL it was 5.8 of a 55.6 MB store of 50k events.
+        ("content", "packed"),
         ("content_digest", "text"),
         ("status", "text"),
         ("pi_session_entry_id", "text"),
@@ -286,7 +288,9 @@ class SessionOutboxProjection(HandledProjection):
     """Workflow messages per target session, in session order, with eligibility facts."""
 
     name: ClassVar[str] = "session_outbox"
-    version: ClassVar[int] = 1
+    version: ClassVar[int] = 2
+    # Version 2 keeps each message's content packed; its rows are version 1's.
+    same_rows_since: ClassVar[int | None] = 1
     tables: ClassVar[Sequence[Table]] = (RUNS, FOLLOW_UPS, MESSAGES, SESSIONS)
     rebuild_weight: ClassVar[int] = 2
     handlers = _HANDLERS

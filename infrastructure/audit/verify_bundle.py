@@ -41,6 +41,7 @@ from runledger.infrastructure.audit.bundle_format import (
 from runledger.infrastructure.audit.reprojection import reproject
 from runledger.infrastructure.collector import collector_paused
 from runledger.infrastructure.runtime import default_projections
+from runledger.projections.base import rows_version
 
 
 class Detail:
@@ -84,7 +85,7 @@ class Detail:
     MODELS: Final = "the bundle's read models are not this runledger's"
     MODEL_VERSION: Final = (
         "{model} was digested at version {declared!r}, "
-        "but this runledger projects version {version}"
+        "but this runledger checks the digests of {readable}"
     )
     MODEL_DIGEST: Final = (
         "re-projecting the events gives {model} {ours}, but the bundle says {theirs}"
@@ -407,21 +408,27 @@ def _seed(header: _Header, line: _Line, canonical: bytes) -> str:
 
 def _check_digests(lines: list[_Line], digests: dict[str, Any]) -> None:
     expected = digests.get("read_models")
-    projections = default_projections()
-    fresh = reproject((entry_of(line.event) for line in lines), projections).digests()
+    projections = {projection.name: projection for projection in default_projections()}
+    fresh = reproject(
+        (entry_of(line.event) for line in lines), list(projections.values())
+    ).digests()
     if not isinstance(expected, dict) or sorted(expected) != sorted(fresh):
         raise _ProblemFoundError("digest", Detail.MODELS)
     for name in sorted(fresh):
         theirs, mine = expected[name], fresh[name]
-        if not isinstance(theirs, dict) or theirs.get("version") != mine["version"]:
+        since, version = rows_version(projections[name]), projections[name].version
+        declared = _version_of(theirs)
+        # A bundle of an earlier version whose rows this one keeps has the same digest.
+        if type(declared) is not int or not since <= declared <= version:
+            readable = (
+                f"version {version}" if since == version else f"versions {since} to {version}"
+            )
             raise _ProblemFoundError(
                 "digest",
-                Detail.MODEL_VERSION.format(
-                    model=name, declared=_version_of(theirs), version=mine["version"]
-                ),
+                Detail.MODEL_VERSION.format(model=name, declared=declared, readable=readable),
                 model=name,
             )
-        if theirs != mine:
+        if {**theirs, "version": version} != mine:
             raise _ProblemFoundError(
                 "digest",
                 Detail.MODEL_DIGEST.format(

@@ -19,8 +19,8 @@ import orjson
 
 from runledger.domain.canonical import canonical_json
 from runledger.infrastructure.views.digest import digest_rows
-from runledger.infrastructure.views.store import EncodedRow
-from runledger.projections.base import Projection, Row, Table, ViewReader
+from runledger.infrastructure.views.store import EncodedRow, comparable
+from runledger.projections.base import Projection, Row, Table, ViewReader, rows_version
 
 Dump = dict[str, dict[str, Row]]
 """Table name -> canonical JSON of the primary key -> the decoded row."""
@@ -58,7 +58,7 @@ def dump_digest(projection: Projection, rows: Dump) -> str:
     """The digest (``digest.digest_rows``) of a dump of the projection at its version."""
     return digest_rows(
         projection.name,
-        projection.version,
+        rows_version(projection),
         ((table, rows.get(table.name, {}).values()) for table in projection.tables),
     )
 
@@ -104,6 +104,7 @@ class RowHashes:
 
     def __init__(self, table: Table) -> None:
         self._positions = _key_positions(table)
+        self._packed = bool(table.packed_columns)
         self._db = sqlite3.connect("", isolation_level=None)
         for pragma in (
             f"cache_size=-{SPILL_CACHE_KIB}",
@@ -122,7 +123,8 @@ class RowHashes:
         positions = self._positions
         for row in rows:
             key = orjson.dumps([row[index] for index in positions])
-            yield _hash(key), _hash(orjson.dumps(row)), key
+            stored = [comparable(value) for value in row] if self._packed else row
+            yield _hash(key), _hash(orjson.dumps(stored)), key
 
     def add(self, rows: Iterable[tuple[Any, ...]]) -> None:
         """Hash the live copy's rows."""
@@ -250,7 +252,12 @@ def raw_summary(
 
 
 def _keyed(rows: Sequence[EncodedRow], columns: Sequence[str]) -> dict[str, EncodedRow]:
-    return {canonical_json([row.get(column) for column in columns]): row for row in rows}
+    return {
+        canonical_json([row.get(column) for column in columns]): {
+            name: comparable(value) for name, value in row.items()
+        }
+        for row in rows
+    }
 
 
 def _count(table: str, before: Mapping[Any, Any], after: Mapping[Any, Any]) -> TableDiff:

@@ -1,6 +1,7 @@
 """Read-model digests: one SHA-256 that says whether two read models hold the same rows.
 
-A digest covers the projection's name and version and every row of each of its tables,
+A digest covers the projection's name and the version of its rows (``rows_version``: a
+version that changed only how rows are stored keeps the digest) and every row of each of its tables,
 as canonical JSON (decoded, so a JSON column counts by value, not by its stored text). It
 does not depend on the order a backend returns rows in: rows are sorted by the canonical
 JSON of their primary key, in Python, since SQL collations differ between backends. The
@@ -13,7 +14,7 @@ import hashlib
 from collections.abc import Iterable
 
 from runledger.domain.canonical import canonical_json
-from runledger.projections.base import Projection, Row, Table, ViewReader
+from runledger.projections.base import Projection, Row, Table, ViewReader, rows_version
 
 
 def digest_rows(name: str, version: int, tables: Iterable[tuple[Table, Iterable[Row]]]) -> str:
@@ -34,6 +35,6 @@ def view_digest(projection: Projection, reader: ViewReader) -> str:
     """The digest of the rows ``reader`` sees in the projection's tables."""
     return digest_rows(
         projection.name,
-        projection.version,
+        rows_version(projection),
         ((table, reader.scan(table)) for table in projection.tables),
     )

@@ -42,6 +42,7 @@ _TYPES: Final = {
     "int": "BIGINT",
     "bool": "BOOLEAN",
     "json": "TEXT",
+    "packed": "BYTEA",
     "real": "DOUBLE PRECISION",
 }
 Query = SQL | Composed

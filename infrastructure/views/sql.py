@@ -43,6 +43,7 @@ from runledger.infrastructure.views.store import (
     TrackingState,
     ViewReaderBase,
     ViewStore,
+    comparable,
 )
 from runledger.projections.base import Key, Projection, Table
 
@@ -902,18 +903,12 @@ class SqlViewStore(ViewStore, Generic[S]):
             " AND ",
             (d.sql("r.{} = l.{}", d.identifier(c), d.identifier(c)) for c in table.key),
         )
-        values = [c for c in table.column_names if c not in table.key]
-        same = (
-            d.join(
-                " AND ",
-                (
-                    d.same_value(d.sql("r.{}", d.identifier(c)), d.sql("l.{}", d.identifier(c)))
-                    for c in values
-                ),
-            )
-            if values
-            else d.sql("1 = 1")
-        )
+        # Packed values are compared by the JSON they hold, in Python (``_repacked``): the
+        # same row packed by another zstd release may be other bytes.
+        values = [
+            c for c in table.column_names if c not in table.key and c not in table.packed_columns
+        ]
+        same = self._all_same(values)
         # One pass over the rebuilt copy joined to the live one gives what it adds and
         # changes; what it lacks is the live rows it did not match (keys are unique). Three
         # passes (one NOT EXISTS each way, one join) took 0.09 s of a 0.8 s blue/green
@@ -935,8 +930,10 @@ class SqlViewStore(ViewStore, Generic[S]):
         )
         ((rebuilt_rows, added, changed, live_rows),) = self._query(counts)
         removed = live_rows - (rebuilt_rows - added)
-        found: list[list[Any]] = []
-        if (added or changed) and limit > 0:
+        repacked = self._repacked(table, rebuilt_table, live_table, keys, same)
+        changed += len(repacked)
+        found: list[list[Any]] = repacked[:limit]
+        if (added or changed > len(repacked)) and len(found) < limit:
             statement = d.sql(
                 "SELECT {} FROM {} r LEFT JOIN {} l ON {} WHERE l.{} IS NULL OR NOT ({}) LIMIT {}",
                 _sided(d, "r", table.key),
@@ -945,7 +942,7 @@ class SqlViewStore(ViewStore, Generic[S]):
                 keys,
                 d.identifier(table.key[0]),
                 same,
-                d.number(limit),
+                d.number(limit - len(found)),
             )
             found += [list(row) for row in self._query(statement)]
         if removed and len(found) < limit:
@@ -959,6 +956,45 @@ class SqlViewStore(ViewStore, Generic[S]):
             )
             found += [list(row) for row in self._query(statement)]
         return SlotDifferences(int(added), int(removed), int(changed), found)
+
+    def _all_same(self, columns: Sequence[str]) -> S:
+        """True where the rebuilt (``r``) and live (``l``) rows hold the same ``columns``."""
+        d = self.dialect
+        if not columns:
+            return d.sql("1 = 1")
+        return d.join(
+            " AND ",
+            (
+                d.same_value(d.sql("r.{}", d.identifier(c)), d.sql("l.{}", d.identifier(c)))
+                for c in columns
+            ),
+        )
+
+    def _repacked(self, table: Table, rebuilt: S, live: S, keys: S, same: S) -> list[list[Any]]:
+        """The keys of rows that are the same in both copies but for packed values whose
+        bytes differ and whose JSON does too (nothing to read when no bytes differ)."""
+        packed = sorted(table.packed_columns)
+        if not packed:
+            return []
+        d = self.dialect
+        statement = d.sql(
+            "SELECT {}, {}, {} FROM {} r JOIN {} l ON {} WHERE {} AND NOT ({})",
+            _sided(d, "r", table.key),
+            _sided(d, "r", packed),
+            _sided(d, "l", packed),
+            rebuilt,
+            live,
+            keys,
+            same,
+            self._all_same(packed),
+        )
+        width = len(table.key)
+        return [
+            list(row[:width])
+            for row in self._query(statement)
+            if [comparable(value) for value in row[width : width + len(packed)]]
+            != [comparable(value) for value in row[width + len(packed) :]]
+        ]
 
     def raw_rows(self, name: str, slot: TrackingState) -> list[EncodedRow] | None:
         physical = self.physical_name(name, slot)

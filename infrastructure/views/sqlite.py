@@ -24,6 +24,7 @@ _TYPES: Final = {
     "int": "INTEGER",
     "bool": "INTEGER",
     "json": "TEXT",
+    "packed": "BLOB",
     "real": "REAL",
 }
 

@@ -25,6 +25,7 @@ from typing import Any, Literal, Protocol
 import orjson
 from eventsourcing.persistence import IntegrityError
 
+from runledger.domain.packed_state import packed, unpacked
 from runledger.projections.base import Key, Projection, Row, Table
 
 EncodedRow = dict[str, Any]
@@ -93,22 +94,33 @@ class TrackingConflictError(IntegrityError):
 
 
 def encode_row(table: Table, row: Row) -> EncodedRow:
-    """A row as stored (JSON columns as text), refusing missing or unknown columns."""
+    """A row as stored (JSON columns as text, packed ones as ``packed_state`` bytes),
+    refusing missing or unknown columns."""
     if row.keys() != table.column_set:
         missing = table.column_set - row.keys()
         extra = row.keys() - table.column_set
         raise ValueError(f"{table.name} row: missing {sorted(missing)}, unknown {sorted(extra)}")
     encoded = dict(row)
     for name in table.json_columns:
-        encoded[name] = orjson.dumps(encoded[name]).decode()
+        text = orjson.dumps(encoded[name])
+        encoded[name] = packed(text) if name in table.packed_columns else text.decode()
     return encoded
+
+
+def comparable(value: Any) -> Any:
+    """A stored value, a packed one as the JSON text it holds: how two copies compare as
+    stored, whichever of them packs the column, and whatever zstd made of it."""
+    return unpacked(value).decode() if type(value) is bytes else value
 
 
 def decode_row(table: Table, row: dict[str, Any]) -> Row:
     """Decode a row as stored, in place (callers pass a fresh dict of their own)."""
     for name in table.json_columns:
         value = row[name]
-        row[name] = orjson.loads(value) if value is not None else None
+        if value is not None:
+            # A packed column's bytes are unpacked first (``UnpackError`` for bytes in
+            # neither of ``packed_state``'s forms); a JSON column holds the text.
+            row[name] = orjson.loads(unpacked(value) if type(value) is bytes else value)
     for name in table.bool_columns:
         if row[name] is not None:
             row[name] = bool(row[name])

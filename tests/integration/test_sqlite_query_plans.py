@@ -185,11 +185,11 @@ def test_the_reads_that_had_an_index_of_their_own_use_the_key_or_another_index(
         ]
     # The outbox is read whole: its sort is of the rows it returns anyway.
     assert lines("session_outbox", "rl_so_messages") == [
-        "SEARCH rl_so_messages_v1_1 USING INDEX "
-        "rl_so_messages_v1_1_target_session_id_status_session_order_idx (target_session_id=?)",
+        "SEARCH rl_so_messages_v2_1 USING INDEX "
+        "rl_so_messages_v2_1_target_session_id_status_session_order_idx (target_session_id=?)",
         "USE TEMP B-TREE FOR ORDER BY",
     ]
     assert {
         "rl_vd_revisions_v4_1_run_id_revision_idx",
-        "rl_so_messages_v1_1_target_session_id_session_order_idx",
+        "rl_so_messages_v2_1_target_session_id_session_order_idx",
     } & indexes == set()

@@ -58,3 +58,32 @@ def test_a_value_stored_as_another_type_is_a_change() -> None:
         hashes.close()
 
     assert compared.diff.changed == 1
+
+
+PACKED = Table(
+    "messages",
+    (("id", "text"), ("content", "packed")),
+    ("id",),
+    owner=None,
+)
+
+
+def test_a_packed_value_compares_as_the_json_it_holds_and_a_changed_one_still_differs() -> None:
+    from runledger.domain.packed_state import packed
+
+    content = (
+        b'{"schema":"pi-workflows.workflow-message-content.v1","content":"' + b"x" * 300 + b'"}'
+    )
+    frame = packed(content)
+    assert frame[0] == 1, "the content is packed"
+    # The live copy of an earlier version kept the JSON as text, the rebuilt one packs it.
+    hashes = row_hashes(PACKED, [("m1", content.decode()), ("m2", content.decode())])
+    try:
+        compared = compare_hashes(
+            PACKED, hashes, [("m1", frame), ("m2", packed(content.replace(b"x", b"y")))], limit=5
+        )
+    finally:
+        hashes.close()
+
+    assert (compared.diff.added, compared.diff.removed, compared.diff.changed) == (0, 0, 1)
+    assert compared.differing == [["m2"]]
