@@ -499,7 +499,7 @@ def bench(
     chosen = _bench_rows(only, ROW_IDS)
     if quick and full:
         raise typer.BadParameter("--quick and --full exclude each other", param_hint="'--full'")
-    results = run_bench(
+    outcome = run_bench(
         resolve_url(url),
         events=events or (200_000 if full else 3_000 if quick else 50_000),
         seconds=seconds or (5.0 if full else 0.5 if quick else 2.0),
@@ -507,7 +507,7 @@ def bench(
         quick=quick,
         full=full,
     )
-    print_bench(results, console(), as_json=as_json)
+    print_bench(outcome, console(), as_json=as_json)
 
 
 @app.command()

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from runledger.infrastructure.cli.bench.calibration import ADDITIONS
 from tests.support.cli import bench
 from tests.support.postgres import PostgresServer
 
@@ -43,8 +44,14 @@ POSTGRES_ROWS = ["P1", "P2", *SQLITE_ROWS[1:]]
 def check_document(stdout: str, backend: str, ids: list[str]) -> dict[str, Any]:
     """The rows by id, once the document has exactly the promised shape."""
     document = json.loads(stdout)  # exactly one JSON document, nothing else on stdout
-    assert set(document) == {"backend", "results"}
+    assert set(document) == {"backend", "machine", "results"}
     assert document["backend"] == backend
+    # The machine's speed before the first row and after the last, to read absolute rows by.
+    machine = document["machine"]
+    assert set(machine) == {"additions", "start_seconds", "end_seconds"}
+    assert machine["additions"] == ADDITIONS
+    assert 0 < machine["start_seconds"] < 60
+    assert 0 < machine["end_seconds"] < 60
     assert [row["id"] for row in document["results"]] == ids
     for row in document["results"]:
         assert set(row) == ROW_KEYS

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Final
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from runledger.infrastructure.cli.bench.calibration import ADDITIONS, Calibration, loop_seconds
 from runledger.infrastructure.cli.bench.extra_rows import EXTRA_ROWS
 from runledger.infrastructure.cli.bench.runner import Bench, BenchResult, check_reachable
 
@@ -20,6 +22,15 @@ ROW_IDS: Final = (
 """Every row ``runledger bench`` may measure (P2 on PostgreSQL only), in the order it runs."""
 
 
+@dataclass(frozen=True)
+class BenchOutcome:
+    """What one ``runledger bench`` measured: its backend, its rows, the machine's speed."""
+
+    backend: str
+    results: list[BenchResult]
+    machine: Calibration
+
+
 def run_bench(
     url: str,
     *,
@@ -28,7 +39,7 @@ def run_bench(
     only: Sequence[str] = (),
     quick: bool = False,
     full: bool = False,
-) -> tuple[str, list[BenchResult]]:
+) -> BenchOutcome:
     """Every measurement on the URL's backend; progress goes to stderr."""
     # A URL the bench cannot measure, or a server it cannot reach, is refused before the
     # progress bar starts.
@@ -56,17 +67,24 @@ def run_bench(
             extra_rows=EXTRA_ROWS,
         )
         progress.update(task, total=len(bench.planned()), description=bench.backend)
-        return bench.backend, bench.run()
+        start = loop_seconds()
+        results = bench.run()
+        machine = Calibration(ADDITIONS, start, loop_seconds())
+        return BenchOutcome(bench.backend, results, machine)
 
 
-def print_bench(outcome: tuple[str, list[BenchResult]], out: Console, *, as_json: bool) -> None:
+def print_bench(outcome: BenchOutcome, out: Console, *, as_json: bool) -> None:
     """The results as a table, or with ``as_json`` as one JSON object on stdout."""
-    backend, results = outcome
+    results = outcome.results
     if as_json:
-        document = {"backend": backend, "results": [result.as_json() for result in results]}
+        document = {
+            "backend": outcome.backend,
+            "machine": outcome.machine.as_json(),
+            "results": [result.as_json() for result in results],
+        }
         print(json.dumps(document))
         return
-    table = Table(title=f"runledger bench on {backend}")
+    table = Table(title=f"runledger bench on {outcome.backend}", caption=outcome.machine.describe())
     for column in ("id", "measure", "value", "baselines (ratio)", "goal", "met", "took"):
         table.add_column(column, overflow="fold")
     for result in results:

@@ -1,0 +1,50 @@
+"""The bench reports the machine's speed beside its rows: a fixed loop's time before the
+first row and after the last, in the JSON document and under the table."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from rich.console import Console
+
+from runledger.infrastructure.cli.bench import calibration
+from runledger.infrastructure.cli.bench.calibration import Calibration, loop_seconds
+from runledger.infrastructure.cli.bench.report import BenchOutcome, print_bench
+from runledger.infrastructure.cli.bench.runner import BenchResult
+
+ROW = BenchResult("P7", "a row", 1.0, "MB", 2.0, 0.5, "<= 1 x", True)
+MACHINE = Calibration(2_000_000, 0.125, 0.25)
+
+
+def test_the_loop_is_timed_by_its_fastest_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    ticks = iter([0.0, 3.0, 10.0, 11.0, 20.0, 22.0])
+    monkeypatch.setattr(calibration, "ADDITIONS", 10)
+
+    assert loop_seconds(lambda: next(ticks)) == 1.0
+    assert next(ticks, None) is None, "three runs, two readings each"
+
+
+def test_the_json_document_carries_the_machine(capsys: pytest.CaptureFixture[str]) -> None:
+    print_bench(BenchOutcome("sqlite", [ROW], MACHINE), Console(), as_json=True)
+
+    document = json.loads(capsys.readouterr().out)
+
+    assert document["machine"] == {
+        "additions": 2_000_000,
+        "start_seconds": 0.125,
+        "end_seconds": 0.25,
+    }
+    assert [row["id"] for row in document["results"]] == ["P7"]
+
+
+def test_the_table_says_how_fast_the_machine_ran() -> None:
+    out = io.StringIO()
+
+    print_bench(BenchOutcome("sqlite", [ROW], MACHINE), Console(file=out, width=200), as_json=False)
+
+    assert (
+        "machine: a pure-Python loop of 2,000,000 additions took 0.125 s before the first row "
+        "and 0.250 s after the last"
+    ) in " ".join(out.getvalue().split())
