@@ -2,8 +2,8 @@
 the first row and after the last.
 
 Rows with absolute goals (P3's events/s, P4/P6/P8/P9's milliseconds) move with the machine:
-on one two-core machine the same code rebuilt the bench history at 42.5k and at 17-22k
-events/s on two days, when a loop of 10M additions took about 0.6 and 1.1 s. Ratios against
+on one two-core machine the same code rebuilt the bench history at 42.5k events/s one day
+and at 17-22k two days later, when a loop of 10M additions took 1.1-1.2 s. Ratios against
 baselines measured in the same turns absorb that; an absolute figure needs the machine's
 speed beside it to be read, and a start and an end far apart say the machine drifted.
 """
