@@ -477,7 +477,14 @@ def claim_renew_rate(url: str, seconds: float) -> float:
 
 
 WARM_UP_COMMANDS: Final = 20
-"""Commands each of P2's and P2b's worker processes runs before its measured turn."""
+"""Commands each of P2's and P2b's writers runs before its measured turn."""
+
+
+def _warm_up(store: WorkflowStore, run_id: str, session_id: str, first: int) -> None:
+    """A writer's untimed commands before its turn, numbered apart from the measured ones
+    (from ``first + 9,000,000``): a request id queued again would be adopted, not queued."""
+    for number in range(WARM_UP_COMMANDS):
+        _queue(store, run_id, session_id, first + 9_000_000 + number)
 
 
 def _queueing_worker(
@@ -495,8 +502,7 @@ def _queueing_worker(
         # of a second, and a new process's first commands (its pool, its prepared
         # statements, its cache of the run) made P2 count 200/s in turns of 0.67 s against
         # 476/s in turns of 2 s.
-        for number in range(WARM_UP_COMMANDS):
-            _queue(store, run_id, session_id, writer * 10_000_000 + 9_000_000 + number)
+        _warm_up(store, run_id, session_id, writer * 10_000_000)
         start.wait()
         count = 0
         began = time.perf_counter()
@@ -828,12 +834,11 @@ class Bench:
             errors += failed
             summaries.append(summary)
             with open_store(url) as store:
-                queue = partial(_queue, store, "p2b", "p2b-session")
                 first = (100 + turn) * 10_000_000
                 # Warmed as each of the four is (its pool, its cache of the run), so that the
                 # ratio compares warm processes on both sides.
-                for number in range(WARM_UP_COMMANDS):
-                    queue(first + 9_000_000 + number)
+                _warm_up(store, "p2b", "p2b-session", first)
+                queue = partial(_queue, store, "p2b", "p2b-session")
                 one.append(_counted_rate(queue, seconds, first=first)[0])
         rate, matched = matched_turns(four, {"p1": one})
         baselines = {**matched, **self._command_baselines(4, one_run=True)}
@@ -1124,12 +1129,7 @@ class Bench:
     @staticmethod
     def _latencies(queries: Sequence[Any], query: Callable[[Any], None]) -> list[float]:
         """Milliseconds for ``query`` on each of ``queries`` (it checks its own answer)."""
-        samples = []
-        for each in queries:
-            started = time.perf_counter()
-            query(each)
-            samples.append((time.perf_counter() - started) * 1000)
-        return samples
+        return [_timed(partial(query, each)) * 1000 for each in queries]
 
     def _p99_result(
         self, key: str, name: str, samples: list[float], baseline_samples: list[float]
