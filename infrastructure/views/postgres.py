@@ -53,6 +53,8 @@ of their text (``PostgresViewStore._set_statement``)."""
 STAGED_ROWS: Final = 64
 """The fewest upserts of a table a build's page copies through a staging table rather than
 sends one statement each (``stage_page``): below it the staging table costs more."""
+ANALYZE_TARGET: Final = Literal(10)
+"""``default_statistics_target`` of the ``ANALYZE`` after a build: 3,000 sampled rows."""
 MOVE_FUNCTION: Final = "runledger_move_view_slots"
 """The function that moves a page's tracking rows or raises ``MOVED_SQLSTATE``."""
 
@@ -261,8 +263,13 @@ class PostgresViewStore(SqlViewStore[Query]):
     def create_indexes(self, projection: Projection, slot: TrackingState) -> None:
         super().create_indexes(projection, slot)
         # After a bulk load the planner knows nothing of the new rows: without statistics it
-        # may scan a whole table where an index answers in a millisecond.
+        # may scan a whole table where an index answers in a millisecond. What it needs here
+        # is row and distinct counts, which a sample of 3,000 rows gives; the default target
+        # reads 30,000 rows, most tables whole, and took 8 % of a rebuild of the bench
+        # history (183 ms of 1.8 s against 42 ms). Autovacuum analyses again at the server's
+        # target once the tables change.
         with self._transaction() as cursor:
+            cursor.execute(SQL("SET LOCAL default_statistics_target = {}").format(ANALYZE_TARGET))
             for table in projection.tables:
                 cursor.execute(
                     SQL("ANALYZE {}").format(self.dialect.table(self.physical_name(table, slot)))
