@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from runledger.infrastructure.cli.bench.calibration import ADDITIONS
+from runledger.infrastructure.cli.bench.calibration import ADDITIONS, COMMITS
 from tests.support.cli import bench
 from tests.support.postgres import PostgresServer
 
@@ -46,12 +46,17 @@ def check_document(stdout: str, backend: str, ids: list[str]) -> dict[str, Any]:
     document = json.loads(stdout)  # exactly one JSON document, nothing else on stdout
     assert set(document) == {"backend", "machine", "results"}
     assert document["backend"] == backend
-    # The machine's speed before the first row and after the last, to read absolute rows by.
+    # The machine's speed before the first row and after the last, to read absolute rows by:
+    # the processor's (a loop) and the database's (commits).
     machine = document["machine"]
-    assert set(machine) == {"additions", "start_seconds", "end_seconds"}
+    assert set(machine) == {
+        *("additions", "start_seconds", "end_seconds"),
+        *("commits", "commit_start_seconds", "commit_end_seconds"),
+    }
     assert machine["additions"] == ADDITIONS
-    assert 0 < machine["start_seconds"] < 60
-    assert 0 < machine["end_seconds"] < 60
+    assert machine["commits"] == COMMITS
+    for key in ("start_seconds", "end_seconds", "commit_start_seconds", "commit_end_seconds"):
+        assert 0 < machine[key] < 60
     assert [row["id"] for row in document["results"]] == ids
     for row in document["results"]:
         assert set(row) == ROW_KEYS

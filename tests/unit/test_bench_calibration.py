@@ -1,5 +1,6 @@
-"""The bench reports the machine's speed beside its rows: a fixed loop's time before the
-first row and after the last, in the JSON document and under the table."""
+"""The bench reports the machine's speed beside its rows: a fixed loop's and a fixed run of
+database commits' times before the first row and after the last, in the JSON document and
+under the table."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from runledger.infrastructure.cli.bench.report import BenchOutcome, print_bench
 from runledger.infrastructure.cli.bench.runner import BenchResult
 
 ROW = BenchResult("P7", "a row", 1.0, "MB", 2.0, 0.5, "<= 1 x", True)
-MACHINE = Calibration(2_000_000, 0.125, 0.25)
+MACHINE = Calibration(2_000_000, 0.125, 0.25, 1_000, 0.5, 0.75)
 
 
 def test_the_loop_is_timed_by_its_fastest_run(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -35,6 +36,9 @@ def test_the_json_document_carries_the_machine(capsys: pytest.CaptureFixture[str
         "additions": 2_000_000,
         "start_seconds": 0.125,
         "end_seconds": 0.25,
+        "commits": 1_000,
+        "commit_start_seconds": 0.5,
+        "commit_end_seconds": 0.75,
     }
     assert [row["id"] for row in document["results"]] == ["P7"]
 
@@ -46,5 +50,5 @@ def test_the_table_says_how_fast_the_machine_ran() -> None:
 
     assert (
         "machine: a pure-Python loop of 2,000,000 additions took 0.125 s before the first row "
-        "and 0.250 s after the last"
+        "and 0.250 s after the last; 1,000 single-row commits took 0.500 s and 0.750 s"
     ) in " ".join(out.getvalue().split())

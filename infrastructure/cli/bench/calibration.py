@@ -1,11 +1,16 @@
-"""How fast the machine ran while the bench did: a fixed pure-Python workload timed before
-the first row and after the last.
+"""How fast the machine ran while the bench did: a fixed pure-Python workload and a fixed
+database workload, each timed before the first row and after the last.
 
 Rows with absolute goals (P3's events/s, P4/P6/P8/P9's milliseconds) move with the machine:
 on one two-core machine the same code rebuilt the bench history at 42.5k events/s one day
 and at 17-22k two days later, when a loop of 10M additions took 1.1-1.2 s. Ratios against
 baselines measured in the same turns absorb that; an absolute figure needs the machine's
 speed beside it to be read, and a start and an end far apart say the machine drifted.
+
+The loop measures the processor alone. Rows bound by the database drifted while it held
+steady (P6 on SQLite gave a p99 of 3.8 ms, then 6.5-8.0 ms within the hour, the loop's time
+unchanged), so the bench also times single-row commits to a scratch database of its backend:
+each waits for the disk (SQLite) or for a round trip and the server's WAL flush (PostgreSQL).
 """
 
 from __future__ import annotations
@@ -15,9 +20,15 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
+from runledger.infrastructure.cli.bench.baselines import plain_connection
+from runledger.infrastructure.cli.bench.runner import Scratch
+
 ADDITIONS: Final = 2_000_000
 """The loop's additions: about 0.2 s a run on the machines this bench was written on."""
 RUNS: Final = 3
+COMMITS: Final = 1_000
+"""Single-row commits of the database workload: a run took 0.13 s on SQLite and 0.19 s on
+PostgreSQL on the two-core machine this bench was written on."""
 
 
 def loop_seconds(clock: Callable[[], float] = time.perf_counter) -> float:
@@ -33,13 +44,42 @@ def loop_seconds(clock: Callable[[], float] = time.perf_counter) -> float:
     return best
 
 
+def commit_seconds(url: str, clock: Callable[[], float] = time.perf_counter) -> float:
+    """The fastest of ``RUNS`` runs of ``COMMITS`` single-row commits into a new table of the
+    database at ``url``, connected as the baselines are (``plain_connection``)."""
+    mark = "?" if url.startswith("sqlite:///") else "%s"
+    insert = f"INSERT INTO runledger_calibration VALUES ({mark}, {mark}, {mark})"
+    body = "x" * 200
+    best = float("inf")
+    with plain_connection(url) as connection:
+        connection.execute("CREATE TABLE runledger_calibration (run integer, n integer, body text)")
+        for run in range(RUNS):
+            started = clock()
+            for number in range(COMMITS):
+                connection.execute(insert, (run, number, body))
+            best = min(best, clock() - started)
+    return best
+
+
+def database_seconds(url: str) -> float:
+    """``commit_seconds`` in a scratch database of the bench URL's backend, dropped after."""
+    scratch = Scratch(url)
+    try:
+        return commit_seconds(scratch.new_url())
+    finally:
+        scratch.close()
+
+
 @dataclass(frozen=True)
 class Calibration:
-    """The loop's time before the first row and after the last."""
+    """The loop's and the commits' times before the first row and after the last."""
 
     additions: int
     start_seconds: float
     end_seconds: float
+    commits: int
+    commit_start_seconds: float
+    commit_end_seconds: float
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -48,5 +88,6 @@ class Calibration:
         return (
             f"machine: a pure-Python loop of {self.additions:,} additions took "
             f"{self.start_seconds:.3f} s before the first row and {self.end_seconds:.3f} s "
-            "after the last"
+            f"after the last; {self.commits:,} single-row commits took "
+            f"{self.commit_start_seconds:.3f} s and {self.commit_end_seconds:.3f} s"
         )

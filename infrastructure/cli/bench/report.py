@@ -11,7 +11,13 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from runledger.infrastructure.cli.bench.calibration import ADDITIONS, Calibration, loop_seconds
+from runledger.infrastructure.cli.bench.calibration import (
+    ADDITIONS,
+    COMMITS,
+    Calibration,
+    database_seconds,
+    loop_seconds,
+)
 from runledger.infrastructure.cli.bench.extra_rows import EXTRA_ROWS
 from runledger.infrastructure.cli.bench.runner import Bench, BenchResult, check_reachable
 
@@ -67,9 +73,11 @@ def run_bench(
             extra_rows=EXTRA_ROWS,
         )
         progress.update(task, total=len(bench.planned()), description=bench.backend)
-        start = loop_seconds()
+        start, commit_start = loop_seconds(), database_seconds(url)
         results = bench.run()
-        machine = Calibration(ADDITIONS, start, loop_seconds())
+        machine = Calibration(
+            ADDITIONS, start, loop_seconds(), COMMITS, commit_start, database_seconds(url)
+        )
         return BenchOutcome(bench.backend, results, machine)
 
 
