@@ -15,6 +15,7 @@ two forms, and never make the reader allocate what they claim.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import Final
 
 import zstandard
@@ -81,3 +82,30 @@ def unpacked(stored: bytes) -> bytes:
     if len(payload) != size:
         raise UnpackError(f"its packed payload holds {len(payload)} bytes, not {size}")
     return payload
+
+
+def unpacked_all(stored: Sequence[bytes]) -> list[bytes]:
+    """``unpacked`` of each stored form, the page's frames decompressed by one call that lets
+    go of the GIL while it works (a reader on a thread of its own then costs the projecting
+    thread nothing). Any frame ``unpacked`` would refuse leaves the whole page as stored, so
+    that each form meets ``unpacked`` again where it is decoded, and the damaged one is
+    refused there, naming its event."""
+    frames: list[bytes | bytearray | memoryview[int]] = [
+        form[1:] for form in stored if form[:1] == _MARKER_V1
+    ]
+    if not frames:
+        return list(stored)
+    try:
+        for frame in frames:
+            size = zstandard.frame_content_size(bytes(frame))
+            if size < 0 or size > MAX_UNPACKED_BYTES:
+                return list(stored)
+        # Each frame declares its size (``write_content_size``); the call refuses a frame
+        # that holds other than it declares, or fails its checksum.
+        segments = _CODECS.decompressor.multi_decompress_to_buffer(frames)
+    except (zstandard.ZstdError, NotImplementedError):
+        # NotImplementedError: zstandard's cffi backend (PyPy) has no such call; the forms
+        # are then unpacked one by one where they are decoded, as without this.
+        return list(stored)
+    payloads = iter([segments[index].tobytes() for index in range(len(segments))])
+    return [next(payloads) if form[:1] == _MARKER_V1 else form for form in stored]

@@ -7,6 +7,12 @@ is read; the build takes it when it gets there, if it starts where the build goe
 conflict or a moved runner goes on elsewhere: the read is waited for and dropped). One read
 is under way at a time and each is waited for before the next, so the storage is never
 read by two threads at once.
+
+The thread also unpacks the page's payloads (``packed_state.unpacked_all``): the page's zstd
+frames go to one call that lets go of the GIL, so the projecting thread goes on meanwhile and
+only parses JSON. It took a one-process rebuild of the bench history on PostgreSQL from 28.1k
+to 31.4k events/s (three alternated pairs of three turns). Unpacking each entry on its own
+there gained nothing: between its short calls the thread waited for the GIL.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 
+from runledger.domain.packed_state import unpacked_all
 from runledger.domain.ports import LogEntry
 
 Reader = Callable[[int], Sequence[LogEntry]]
@@ -32,7 +39,15 @@ class ReadAhead:
     def ask(self, after: int) -> None:
         """Start reading the page after ``after`` (after the read under way ends)."""
         self._drop()
-        self._pending = (after, self._threads.submit(self._read, after))
+        self._pending = (after, self._threads.submit(self._read_unpacked, after))
+
+    def _read_unpacked(self, after: int) -> Sequence[LogEntry]:
+        entries = self._read(after)
+        states = unpacked_all([entry.state for entry in entries])
+        return [
+            entry if state is entry.state else entry._replace(state=state)
+            for entry, state in zip(entries, states, strict=True)
+        ]
 
     def take(self, after: int) -> Sequence[LogEntry] | None:
         """The page after ``after`` if that is the one being read (its error if it failed);

@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 from runledger.domain.errors import CorruptEventError, StorageUnavailableError
+from runledger.domain.packed_state import ZSTD_V1
 from runledger.infrastructure.cli.bench.runner import SESSION_BATCH, session_records
 from runledger.infrastructure.cli.generated_history import HistoryGenerator
 from runledger.infrastructure.databases import PIPELINE_MAX_BYTES
@@ -26,6 +27,7 @@ from runledger.infrastructure.views.sqlite import VIEW_AUTOCHECKPOINT, SQLiteVie
 from runledger.infrastructure.views.store import TrackingConflictError
 from tests.integration.test_parallel_rebuild import dump
 from tests.integration.test_tampering import RawTable, raw
+from tests.unit.test_packed_state import _frame_claiming
 
 EVENTS = 3 * BUILD_PAGE_SIZE + 500
 """Four pages of a build, more rows than its cache keeps (``BUILD_CACHE_ROWS``)."""
@@ -157,6 +159,35 @@ def test_a_stall_met_pages_into_a_build_is_recorded_with_its_position(durable_ur
             assert state.position < last.position
             assert state.last_error is not None
             assert f"at position {last.position}" in state.last_error
+
+
+@pytest.mark.parametrize("damage", ["truncated frame", "lying claimed size"])
+def test_a_damaged_packed_payload_pages_into_a_build_stops_it_naming_its_position(
+    durable_url: str, damage: str
+) -> None:
+    # On PostgreSQL that page was read, and its frames unpacked, by the read-ahead thread.
+    with open_runtime(durable_url, embedded_projections=False) as runtime:
+        for batch in HistoryGenerator(seed=3, prefix="pages").batches(EVENTS):
+            runtime.storage.events.insert_events(batch)
+    table = RawTable(durable_url)
+    last = table.last("run.created")
+    assert last.position > 2 * BUILD_PAGE_SIZE
+    assert last.state[0] == ZSTD_V1
+    broken = (
+        last.state[: len(last.state) // 2]
+        if damage == "truncated frame"
+        else b"\x01" + _frame_claiming(4096)
+    )
+    table.replace(raw(state=broken)(last))
+
+    with (
+        open_runtime(durable_url, embedded_projections=False) as runtime,
+        pytest.raises(CorruptEventError) as raised,
+    ):
+        runtime.rebuild_projections()
+
+    assert raised.value.position == last.position
+    assert "packed payload" in raised.value.reason
 
 
 def test_a_sqlite_build_leaves_its_checkpoints_to_a_thread_and_restores_its_connection(

@@ -27,6 +27,7 @@ from runledger.domain.packed_state import (
     UnpackError,
     packed,
     unpacked,
+    unpacked_all,
 )
 from runledger.domain.serialisation import encoded, stored_payload
 from runledger.domain.state_dictionary import DICTIONARY_V1
@@ -149,6 +150,39 @@ def test_damaged_or_hostile_packed_bytes_are_corrupt_on_every_read_path(case: st
             decode(_stored(state))
         assert reason in raised.value.reason
         assert (raised.value.position, raised.value.wire_name) == (7, "follow-up.queued")
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.dictionaries(st.text(), JSON_VALUES, max_size=8), max_size=12))
+def test_a_page_unpacks_to_what_each_of_its_forms_unpacks_to(values: list[object]) -> None:
+    # A read-ahead unpacks a build's page at once: packed and plain forms side by side.
+    page = [packed(orjson.dumps(value)) for value in values]
+    page.insert(len(page) // 2, orjson.dumps({"written": "before packing"}))
+
+    assert unpacked_all(page) == [unpacked(form) for form in page]
+
+
+PAGE_HOSTILE = {
+    **{case: state for case, (state, _) in HOSTILE.items()},
+    # More than this machine could allocate: claimed, it must be refused unread.
+    "an enormous claimed size": b"\x01" + _frame_claiming(2**40),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PAGE_HOSTILE))
+def test_a_page_holding_a_hostile_form_leaves_it_for_its_decoder_to_refuse(case: str) -> None:
+    state = PAGE_HOSTILE[case]
+    page = [PACKED_SAMPLE, state, orjson.dumps({"plain": True}), PACKED_SAMPLE]
+
+    result = unpacked_all(page)
+
+    # Never read as something else: the hostile form is left as stored, where the decode
+    # of its event refuses it (above) and names the event.
+    assert result[1] == state
+    if state[0] == ZSTD_V1:
+        assert result == page
+    else:
+        assert result == [unpacked(PACKED_SAMPLE), state, page[2], unpacked(PACKED_SAMPLE)]
 
 
 @pytest.mark.parametrize("payload", [b"[1, 2]", b'"text"', b"null", b""])

@@ -7,9 +7,11 @@ import threading
 import time
 from collections.abc import Sequence
 
+import orjson
 import pytest
 
 from runledger.domain.errors import StorageUnavailableError
+from runledger.domain.packed_state import ZSTD_V1, packed
 from runledger.domain.ports import LogEntry
 from runledger.infrastructure.views.read_ahead import ReadAhead
 
@@ -93,3 +95,20 @@ def test_reads_never_overlap_and_closing_waits_for_the_last() -> None:
         # Each ask waited for the read before it: ten reads, one at a time.
     assert log.reads == list(range(0, 100, 10))
     assert not log.overlapped
+
+
+def test_a_page_taken_holds_its_payloads_unpacked_and_its_entries_otherwise_as_read() -> None:
+    payloads = [orjson.dumps({"n": n, "text": "check the edge cases " * 8}) for n in range(3)]
+    stored = [packed(payload) for payload in payloads]
+    assert {form[0] for form in stored} == {ZSTD_V1}
+    entries = [
+        LogEntry(position, "follow-up.queued", f"id-{position}", 1, form)
+        for position, form in enumerate([*stored, b'{"plain": true}'], start=1)
+    ]
+    with ReadAhead(lambda after: entries) as pages:
+        pages.ask(0)
+        page = pages.take(0)
+
+    assert page is not None
+    assert [entry.state for entry in page] == [*payloads, b'{"plain": true}']
+    assert [entry[:4] for entry in page] == [entry[:4] for entry in entries]
