@@ -92,7 +92,11 @@ def print_bench(outcome: BenchOutcome, out: Console, *, as_json: bool) -> None:
         }
         print(json.dumps(document))
         return
-    table = Table(title=f"runledger bench on {outcome.backend}", caption=outcome.machine.describe())
+    table = Table(
+        title=f"runledger bench on {outcome.backend}",
+        caption=outcome.machine.describe(),
+        caption_justify="left",
+    )
     for column in ("id", "measure", "value", "baselines (ratio)", "goal", "met", "took"):
         table.add_column(column, overflow="fold")
     for result in results:
