@@ -84,22 +84,31 @@ def unpacked(stored: bytes) -> bytes:
     return payload
 
 
-def unpacked_all(stored: Sequence[bytes]) -> list[bytes]:
-    """``unpacked`` of each stored form, the page's frames decompressed by one call that lets
-    go of the GIL while it works (a reader on a thread of its own then costs the projecting
-    thread nothing). Any frame ``unpacked`` would refuse leaves the whole page as stored, so
-    that each form meets ``unpacked`` again where it is decoded, and the damaged one is
-    refused there, naming its event."""
-    frames: list[bytes | bytearray | memoryview[int]] = [
-        form[1:] for form in stored if form[:1] == _MARKER_V1
-    ]
-    if not frames:
-        return list(stored)
+def unpacked_all(stored: Sequence[bytes], *, max_bytes: int) -> list[bytes]:
+    """``unpacked`` of the stored forms, their frames decompressed by one call that lets go of
+    the GIL while it works (a reader on a thread of its own then costs the projecting thread
+    nothing), up to ``max_bytes`` of payload: the forms after that are left as stored, so a
+    page of large payloads is never held unpacked whole. Any frame ``unpacked`` would refuse
+    leaves the whole page as stored, so that each form meets ``unpacked`` again where it is
+    decoded, and the damaged one is refused there, naming its event."""
+    chosen: list[int] = []
+    frames: list[bytes | bytearray | memoryview[int]] = []
+    total = 0
     try:
-        for frame in frames:
-            size = zstandard.frame_content_size(bytes(frame))
+        for index, form in enumerate(stored):
+            if form[:1] != _MARKER_V1:
+                continue
+            frame = form[1:]
+            size = zstandard.frame_content_size(frame)
             if size < 0 or size > MAX_UNPACKED_BYTES:
                 return list(stored)
+            total += size
+            if total > max_bytes:
+                break
+            chosen.append(index)
+            frames.append(frame)
+        if not frames:
+            return list(stored)
         # Each frame declares its size (``write_content_size``); the call refuses a frame
         # that holds other than it declares, or fails its checksum.
         segments = _CODECS.decompressor.multi_decompress_to_buffer(frames)
@@ -107,5 +116,7 @@ def unpacked_all(stored: Sequence[bytes]) -> list[bytes]:
         # NotImplementedError: zstandard's cffi backend (PyPy) has no such call; the forms
         # are then unpacked one by one where they are decoded, as without this.
         return list(stored)
-    payloads = iter([segments[index].tobytes() for index in range(len(segments))])
-    return [next(payloads) if form[:1] == _MARKER_V1 else form for form in stored]
+    forms = list(stored)
+    for segment, index in enumerate(chosen):
+        forms[index] = segments[segment].tobytes()
+    return forms

@@ -10,9 +10,11 @@ read by two threads at once.
 
 The thread also unpacks the page's payloads (``packed_state.unpacked_all``): the page's zstd
 frames go to one call that lets go of the GIL, so the projecting thread goes on meanwhile and
-only parses JSON. It took a one-process rebuild of the bench history on PostgreSQL from 28.1k
-to 31.4k events/s (three alternated pairs of three turns). Unpacking each entry on its own
-there gained nothing: between its short calls the thread waited for the GIL.
+only parses JSON. It took a one-process rebuild of the bench history on PostgreSQL from 28.2k
+to 31.8k events/s (three alternated pairs of three turns). Unpacking each entry on its own
+there gained nothing: between its short calls the thread waited for the GIL. A page holds at
+most ``UNPACKED_BYTES`` unpacked (the bench history's pages of 4,000 events hold about 2 MB);
+the payloads after that stay packed, for the decode to unpack one at a time as before.
 """
 
 from __future__ import annotations
@@ -20,9 +22,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
+from typing import Final
 
 from runledger.domain.packed_state import unpacked_all
 from runledger.domain.ports import LogEntry
+
+UNPACKED_BYTES: Final = 16 * 1024 * 1024
+"""The most payload bytes a page read ahead holds unpacked."""
 
 Reader = Callable[[int], Sequence[LogEntry]]
 """The page of the log after a position."""
@@ -43,7 +49,7 @@ class ReadAhead:
 
     def _read_unpacked(self, after: int) -> Sequence[LogEntry]:
         entries = self._read(after)
-        states = unpacked_all([entry.state for entry in entries])
+        states = unpacked_all([entry.state for entry in entries], max_bytes=UNPACKED_BYTES)
         return [
             entry if state is entry.state else entry._replace(state=state)
             for entry, state in zip(entries, states, strict=True)

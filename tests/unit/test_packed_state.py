@@ -159,7 +159,7 @@ def test_a_page_unpacks_to_what_each_of_its_forms_unpacks_to(values: list[object
     page = [packed(orjson.dumps(value)) for value in values]
     page.insert(len(page) // 2, orjson.dumps({"written": "before packing"}))
 
-    assert unpacked_all(page) == [unpacked(form) for form in page]
+    assert unpacked_all(page, max_bytes=MAX_UNPACKED_BYTES) == [unpacked(form) for form in page]
 
 
 PAGE_HOSTILE = {
@@ -174,7 +174,7 @@ def test_a_page_holding_a_hostile_form_leaves_it_for_its_decoder_to_refuse(case:
     state = PAGE_HOSTILE[case]
     page = [PACKED_SAMPLE, state, orjson.dumps({"plain": True}), PACKED_SAMPLE]
 
-    result = unpacked_all(page)
+    result = unpacked_all(page, max_bytes=MAX_UNPACKED_BYTES)
 
     # Never read as something else: the hostile form is left as stored, where the decode
     # of its event refuses it (above) and names the event.
@@ -183,6 +183,18 @@ def test_a_page_holding_a_hostile_form_leaves_it_for_its_decoder_to_refuse(case:
         assert result == page
     else:
         assert result == [unpacked(PACKED_SAMPLE), state, page[2], unpacked(PACKED_SAMPLE)]
+
+
+def test_a_page_unpacks_only_as_many_bytes_as_it_may_hold_the_rest_stays_packed() -> None:
+    payloads = [orjson.dumps({"n": n, "text": "check the edge cases " * 20}) for n in range(6)]
+    page = [packed(payload) for payload in payloads]
+    size = len(payloads[0])
+    assert {len(payload) for payload in payloads} == {size}
+
+    result = unpacked_all(page, max_bytes=3 * size + size // 2)
+
+    assert result == [*payloads[:3], *page[3:]]
+    assert unpacked_all(page, max_bytes=size - 1) == page
 
 
 @pytest.mark.parametrize("payload", [b"[1, 2]", b'"text"', b"null", b""])
