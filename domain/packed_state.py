@@ -69,12 +69,7 @@ def unpacked(stored: bytes) -> bytes:
     if not stored or stored[0] != ZSTD_V1:
         return stored
     frame = stored[1:]
-    try:
-        size = zstandard.frame_content_size(frame)
-    except zstandard.ZstdError as error:
-        raise UnpackError(f"its packed payload is damaged ({error})") from None
-    if size < 0 or size > MAX_UNPACKED_BYTES:
-        raise UnpackError(f"its packed payload claims an impossible size ({size})")
+    size = _claimed_size(frame)
     try:
         payload = _CODECS.decompressor.decompress(frame, max_output_size=MAX_UNPACKED_BYTES)
     except zstandard.ZstdError as error:
@@ -82,6 +77,17 @@ def unpacked(stored: bytes) -> bytes:
     if len(payload) != size:
         raise UnpackError(f"its packed payload holds {len(payload)} bytes, not {size}")
     return payload
+
+
+def _claimed_size(frame: bytes) -> int:
+    """The size a frame's header says it holds, if a payload may be that large."""
+    try:
+        size = zstandard.frame_content_size(frame)
+    except zstandard.ZstdError as error:
+        raise UnpackError(f"its packed payload is damaged ({error})") from None
+    if size < 0 or size > MAX_UNPACKED_BYTES:
+        raise UnpackError(f"its packed payload claims an impossible size ({size})")
+    return size
 
 
 def unpacked_all(stored: Sequence[bytes], *, max_bytes: int) -> list[bytes]:
@@ -99,10 +105,7 @@ def unpacked_all(stored: Sequence[bytes], *, max_bytes: int) -> list[bytes]:
             if form[:1] != _MARKER_V1:
                 continue
             frame = form[1:]
-            size = zstandard.frame_content_size(frame)
-            if size < 0 or size > MAX_UNPACKED_BYTES:
-                return list(stored)
-            total += size
+            total += _claimed_size(frame)
             if total > max_bytes:
                 break
             chosen.append(index)
@@ -112,7 +115,7 @@ def unpacked_all(stored: Sequence[bytes], *, max_bytes: int) -> list[bytes]:
         # Each frame declares its size (``write_content_size``); the call refuses a frame
         # that holds other than it declares, or fails its checksum.
         segments = _CODECS.decompressor.multi_decompress_to_buffer(frames)
-    except (zstandard.ZstdError, NotImplementedError):
+    except (UnpackError, zstandard.ZstdError, NotImplementedError):
         # NotImplementedError: zstandard's cffi backend (PyPy) has no such call; the forms
         # are then unpacked one by one where they are decoded, as without this.
         return list(stored)
