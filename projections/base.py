@@ -14,10 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Protocol
 from uuid import UUID
 
-ColumnType = Literal["text", "int", "bool", "json", "packed"]
+ColumnType = Literal["text", "int", "bool", "json", "packed", "compact"]
 """``json`` holds a JSON value as its text; ``packed`` one kept packed (``domain.packed_state``:
 zstd against the log's dictionary), for large values written once and read seldom, which a
-backend would otherwise store as they are (PostgreSQL compresses only rows over 2 kB)."""
+backend would otherwise store as they are (PostgreSQL compresses only rows over 2 kB).
+``compact`` holds text as ``text`` does, stored as bytes where it is an id or a time the
+domain makes (``infrastructure.views.compact_text``): for the ids and times of tables with a
+row per message or follow-up. Its stored order is not the text's, so no query orders by it."""
 Row = dict[str, Any]
 Key = tuple[Any, ...]
 
@@ -78,6 +81,9 @@ class Table:
     json_columns: frozenset[str] = field(init=False)
     """The columns holding JSON values, packed ones included."""
     packed_columns: frozenset[str] = field(init=False)
+    compact_columns: frozenset[str] = field(init=False)
+    compact_key: bool = field(init=False)
+    """Whether a column of the key is ``compact``: its stored key is not the row's."""
     bool_columns: frozenset[str] = field(init=False)
     _key_getter: Callable[[Mapping[str, Any]], Any] = field(init=False, repr=False)
 
@@ -92,6 +98,9 @@ class Table:
         )
         packed = frozenset(name for name, kind in self.columns if kind == "packed")
         object.__setattr__(self, "packed_columns", packed)
+        compact = frozenset(name for name, kind in self.columns if kind == "compact")
+        object.__setattr__(self, "compact_columns", compact)
+        object.__setattr__(self, "compact_key", bool(compact.intersection(self.key)))
         object.__setattr__(
             self, "bool_columns", frozenset(name for name, kind in self.columns if kind == "bool")
         )

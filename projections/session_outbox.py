@@ -50,11 +50,11 @@ RUNS: Final = Table(
 FOLLOW_UPS: Final = Table(
     "rl_so_follow_ups",
     columns=(
-        ("follow_up_id", "text"),
+        ("follow_up_id", "compact"),
         ("run_id", "text"),
         ("follow_up_order", "int"),
         ("state", "text"),
-        ("workflow_message_id", "text"),
+        ("workflow_message_id", "compact"),
     ),
     key=("follow_up_id",),
     indexes=(("run_id", "state", "follow_up_order"),),
@@ -66,21 +66,21 @@ FOLLOW_UPS: Final = Table(
 MESSAGES: Final = Table(
     "rl_so_messages",
     columns=(
-        ("workflow_message_id", "text"),
+        ("workflow_message_id", "compact"),
         ("target_session_id", "text"),
         ("session_order", "int"),
         ("run_id", "text"),
         ("kind", "text"),
-        ("source_id", "text"),
+        ("source_id", "compact"),
         # Kept packed: half a kilobyte of JSON a message, written once and read when the
         # message is delivered; on PostgreSQL it was 5.8 of a 55.6 MB store of 50k events.
         ("content", "packed"),
-        ("content_digest", "text"),
+        ("content_digest", "compact"),
         ("status", "text"),
         ("pi_session_entry_id", "text"),
-        ("created_at", "text"),
-        ("updated_at", "text"),
-        ("latest_turn_id", "text"),
+        ("created_at", "compact"),
+        ("updated_at", "compact"),
+        ("latest_turn_id", "compact"),
         ("latest_turn_state", "text"),
     ),
     key=("workflow_message_id",),
@@ -288,8 +288,9 @@ class SessionOutboxProjection(HandledProjection):
     """Workflow messages per target session, in session order, with eligibility facts."""
 
     name: ClassVar[str] = "session_outbox"
-    version: ClassVar[int] = 2
-    # Version 2 keeps each message's content packed; its rows are version 1's.
+    version: ClassVar[int] = 3
+    # Version 2 keeps each message's content packed, version 3 its ids and times compact;
+    # their rows are version 1's.
     same_rows_since: ClassVar[int | None] = 1
     tables: ClassVar[Sequence[Table]] = (RUNS, FOLLOW_UPS, MESSAGES, SESSIONS)
     rebuild_weight: ClassVar[int] = 2

@@ -129,7 +129,7 @@ REVISIONS = Table(
         ("run_id", "text"),
         ("slot", "int"),
         ("revision", "int"),
-        ("recorded_at", "text"),
+        ("recorded_at", "compact"),
         ("deltas", "json"),
         ("undo", "json"),
     ),
@@ -668,7 +668,9 @@ class ViewerDeltasProjection(HandledProjection):
     deltas."""
 
     name: ClassVar[str] = "viewer_deltas"
-    version: ClassVar[int] = 4
+    version: ClassVar[int] = 5
+    # Version 5 keeps each revision's time compact; its rows are version 4's.
+    same_rows_since: ClassVar[int | None] = 4
     tables: ClassVar[Sequence[Table]] = (RUNS, REVISIONS)
     rebuild_weight: ClassVar[int] = 3
     handlers = _HANDLERS

@@ -56,6 +56,7 @@ from runledger.infrastructure.views.store import (
     TableChanges,
     TrackingState,
     ViewStore,
+    encode_key,
     encode_row,
 )
 from runledger.projections import session_outbox
@@ -300,7 +301,7 @@ def tree_changes(
         rows = reader.scan(table, within={table.owner: list(run_ids)})
         if not rows:
             continue
-        gone: TableChanges = {table.key_of(row): None for row in rows}
+        gone: TableChanges = {encode_key(table, table.key_of(row)): None for row in rows}
         changes[table.name] = gone
         if table.session_order is None:
             continue
@@ -313,14 +314,14 @@ def tree_changes(
                 for row in reader.scan(
                     table, equals={session_column: session}, order_by=order_column
                 )
-                if table.key_of(row) not in gone
+                if encode_key(table, table.key_of(row)) not in gone
             ]
             for order, row in enumerate(left, start=1):
                 if row[order_column] != order:
                     row[order_column] = order
-                    gone_or_kept: Key = table.key_of(row)
+                    gone_or_kept: Key = encode_key(table, table.key_of(row))
                     changes[table.name][gone_or_kept] = encode_row(table, row)
-            counter_key: Key = (session,)
+            counter_key: Key = encode_key(counter_table, (session,))
             counters[counter_key] = (
                 encode_row(counter_table, {session_column: session, counter_column: len(left)})
                 if left

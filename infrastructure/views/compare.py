@@ -19,7 +19,7 @@ import orjson
 
 from runledger.domain.canonical import canonical_json
 from runledger.infrastructure.views.digest import digest_rows
-from runledger.infrastructure.views.store import EncodedRow, comparable
+from runledger.infrastructure.views.store import EncodedRow, comparable, comparable_values
 from runledger.projections.base import Projection, Row, Table, ViewReader, rows_version
 
 Dump = dict[str, dict[str, Row]]
@@ -103,8 +103,9 @@ class RowHashes:
     """
 
     def __init__(self, table: Table) -> None:
+        self._table = table
         self._positions = _key_positions(table)
-        self._packed = bool(table.packed_columns)
+        self._decoded = bool(table.packed_columns or table.compact_columns)
         self._db = sqlite3.connect("", isolation_level=None)
         for pragma in (
             f"cache_size=-{SPILL_CACHE_KIB}",
@@ -120,10 +121,10 @@ class RowHashes:
         )
 
     def _hashed(self, rows: Iterable[tuple[Any, ...]]) -> Iterator[tuple[int, int, bytes]]:
-        positions = self._positions
+        positions, table, decoded = self._positions, self._table, self._decoded
         for row in rows:
-            key = orjson.dumps([row[index] for index in positions])
-            stored = [comparable(value) for value in row] if self._packed else row
+            stored = comparable_values(table, row) if decoded else row
+            key = orjson.dumps([stored[index] for index in positions])
             yield _hash(key), _hash(orjson.dumps(stored)), key
 
     def add(self, rows: Iterable[tuple[Any, ...]]) -> None:
@@ -213,7 +214,8 @@ def keys_of(
     found: list[list[Any]] = []
     # Read to the end: a statement left half-read would hold the snapshot's transaction.
     for row in rows:
-        key = [row[index] for index in positions]
+        stored = comparable_values(table, row) if table.compact_key else row
+        key = [stored[index] for index in positions]
         if len(found) < limit and _hash(orjson.dumps(key)) in hashes:
             found.append(key)
     return found
@@ -230,34 +232,35 @@ def summary(live: Dump, rebuilt: Dump) -> list[TableDiff]:
 def raw_summary(
     live: Mapping[str, Sequence[EncodedRow]],
     rebuilt: Mapping[str, Sequence[EncodedRow]],
-    keys: Mapping[str, Sequence[str]],
+    tables: Mapping[str, Table],
 ) -> list[TableDiff]:
     """Added, removed and changed rows per table between copies of two versions, as stored.
 
-    ``keys`` gives each table's primary key in the rebuilt version; a table of the live
-    version only counts as removed in full.
+    ``tables`` gives each table in the rebuilt version: its primary key, and which bytes are
+    compact text (the kinds of the version before are not known; a column it kept otherwise
+    is compared by the rebuilt version's kind). A table of the live version only counts as
+    removed in full.
     """
     diffs = []
-    for table in sorted(set(live) | set(rebuilt)):
-        columns = keys.get(table)
-        if columns is None:
-            diffs.append(TableDiff(table, 0, len(live.get(table, ())), 0))
+    for name in sorted(set(live) | set(rebuilt)):
+        table = tables.get(name)
+        if table is None:
+            diffs.append(TableDiff(name, 0, len(live.get(name, ())), 0))
             continue
         diffs.append(
-            _count(
-                table, _keyed(live.get(table, ()), columns), _keyed(rebuilt.get(table, ()), columns)
-            )
+            _count(name, _keyed(live.get(name, ()), table), _keyed(rebuilt.get(name, ()), table))
         )
     return diffs
 
 
-def _keyed(rows: Sequence[EncodedRow], columns: Sequence[str]) -> dict[str, EncodedRow]:
-    return {
-        canonical_json([row.get(column) for column in columns]): {
-            name: comparable(value) for name, value in row.items()
+def _keyed(rows: Sequence[EncodedRow], table: Table) -> dict[str, EncodedRow]:
+    keyed = {}
+    for row in rows:
+        values = {
+            name: comparable(value, name in table.compact_columns) for name, value in row.items()
         }
-        for row in rows
-    }
+        keyed[canonical_json([values.get(column) for column in table.key])] = values
+    return keyed
 
 
 def _count(table: str, before: Mapping[Any, Any], after: Mapping[Any, Any]) -> TableDiff:

@@ -43,6 +43,7 @@ _TYPES: Final = {
     "bool": "BOOLEAN",
     "json": "TEXT",
     "packed": "BYTEA",
+    "compact": "BYTEA",
     "real": "DOUBLE PRECISION",
 }
 Query = SQL | Composed

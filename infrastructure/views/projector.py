@@ -47,6 +47,7 @@ from runledger.infrastructure.views.store import (
     TrackingState,
     ViewStore,
     decode_row,
+    encode_key,
     encode_row,
 )
 from runledger.projections.base import Key, ProjectedEvent, Projection, Row, Table
@@ -91,9 +92,12 @@ class _PageWriter:
         self.changes.setdefault(table.name, {})[tuple(key)] = None
 
     def encoded(self, tables: dict[str, Table]) -> dict[str, TableChanges]:
+        """The page's changes as stored, keyed by their stored keys (``encode_key``)."""
         return {
             name: {
-                key: None if row is None else encode_row(tables[name], row)
+                encode_key(tables[name], key): None
+                if row is None
+                else encode_row(tables[name], row)
                 for key, row in changes.items()
             }
             for name, changes in self.changes.items()
@@ -109,9 +113,7 @@ REWRITTEN: Final = object()
 value (``views.sql._same`` compares types first), so the column is written."""
 
 
-def _as_stored(
-    old: Row, new: Row, new_stored: EncodedRow, json_columns: frozenset[str]
-) -> EncodedRow:
+def _as_stored(old: Row, new: Row, new_stored: EncodedRow, table: Table) -> EncodedRow:
     """A committed row as stored, for comparing column by column with the page's row, without
     encoding its JSON: a JSON value the page kept is the very object (projections copy what
     they change, as the cache requires), so its stored text is the new row's; any other is
@@ -119,8 +121,11 @@ def _as_stored(
     was a third of the read-model step of an ``append_session_events``, whose revision row
     holds the batch's records (py-spy, P10 on SQLite)."""
     stored = dict(old)
-    for name in json_columns:
+    for name in table.json_columns:
         stored[name] = new_stored[name] if old[name] is new[name] else REWRITTEN
+    # A compact value is text in the row: an equal one is stored as the new row's is.
+    for name in table.compact_columns:
+        stored[name] = new_stored[name] if old[name] == new[name] else REWRITTEN
     return stored
 
 
@@ -256,7 +261,7 @@ class ProjectionRunner:
         if self.slot is None:
             raise TrackingConflictError(self.name, self.position, -1)
         try:
-            stored = self.views.fetch(table, key, self.slot)
+            stored = self.views.fetch(table, encode_key(table, key), self.slot)
         except StorageUnavailableError:
             # The server, not the slot: a lost connection says nothing of who holds it.
             raise
@@ -421,16 +426,16 @@ class ProjectionRunner:
         and a projection reads a row before it rewrites it, so most changed rows are here."""
         previous: dict[str, dict[Key, EncodedRow]] = {}
         for table_name, changes in page.changes.items():
-            json_columns = self._tables[table_name].json_columns
-            stored_rows = encoded[table_name]
+            table = self._tables[table_name]
             cached: Mapping[Key, Row | None] = self._cache.get(table_name, {})
+            # ``encoded`` holds the same changes in the same order, by their stored keys.
             known = {
-                key: _as_stored(old, row, stored, json_columns)
-                for key, row in changes.items()
+                stored_key: _as_stored(old, row, stored, table)
+                for (key, row), (stored_key, stored) in zip(
+                    changes.items(), encoded[table_name].items(), strict=True
+                )
                 # A row and its encoding are both None (a delete) or neither.
-                if row is not None
-                and (stored := stored_rows[key]) is not None
-                and (old := cached.get(key)) is not None
+                if row is not None and stored is not None and (old := cached.get(key)) is not None
             }
             if known:
                 previous[table_name] = known

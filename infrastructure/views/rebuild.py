@@ -620,7 +620,7 @@ class Builds:
             table.name: self.views.raw_rows(table.name, building) or []
             for table in projection.tables
         }
-        return raw_summary(old, new, {table.name: table.key for table in projection.tables})
+        return raw_summary(old, new, {table.name: table for table in projection.tables})
 
     def verify(self, name: str, *, progress: Progress | None = None) -> VerifyOutcome:
         """Replay the projection into memory up to the live slot's position and compare."""

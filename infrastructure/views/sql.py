@@ -44,6 +44,7 @@ from runledger.infrastructure.views.store import (
     ViewReaderBase,
     ViewStore,
     comparable,
+    decode_key,
 )
 from runledger.projections.base import Key, Projection, Table
 
@@ -955,7 +956,9 @@ class SqlViewStore(ViewStore, Generic[S]):
                 d.number(limit - len(found)),
             )
             found += [list(row) for row in self._query(statement)]
-        return SlotDifferences(int(added), int(removed), int(changed), found)
+        return SlotDifferences(
+            int(added), int(removed), int(changed), [decode_key(table, key) for key in found]
+        )
 
     def _all_same(self, columns: Sequence[str]) -> S:
         """True where the rebuilt (``r``) and live (``l``) rows hold the same ``columns``."""

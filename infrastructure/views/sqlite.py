@@ -25,6 +25,7 @@ _TYPES: Final = {
     "bool": "INTEGER",
     "json": "TEXT",
     "packed": "BLOB",
+    "compact": "BLOB",
     "real": "REAL",
 }
 

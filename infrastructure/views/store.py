@@ -26,6 +26,7 @@ import orjson
 from eventsourcing.persistence import IntegrityError
 
 from runledger.domain.packed_state import packed, unpacked
+from runledger.infrastructure.views.compact_text import compact, expanded
 from runledger.projections.base import Key, Projection, Row, Table
 
 EncodedRow = dict[str, Any]
@@ -94,8 +95,8 @@ class TrackingConflictError(IntegrityError):
 
 
 def encode_row(table: Table, row: Row) -> EncodedRow:
-    """A row as stored (JSON columns as text, packed ones as ``packed_state`` bytes),
-    refusing missing or unknown columns."""
+    """A row as stored (JSON columns as text, packed ones as ``packed_state`` bytes, compact
+    ones as ``compact_text`` bytes), refusing missing or unknown columns."""
     if row.keys() != table.column_set:
         missing = table.column_set - row.keys()
         extra = row.keys() - table.column_set
@@ -104,13 +105,54 @@ def encode_row(table: Table, row: Row) -> EncodedRow:
     for name in table.json_columns:
         text = orjson.dumps(encoded[name])
         encoded[name] = packed(text) if name in table.packed_columns else text.decode()
+    for name in table.compact_columns:
+        value = encoded[name]
+        if value is not None:
+            if type(value) is not str:
+                msg = f"{table.name} row: {name} holds text, not {type(value).__name__}"
+                raise ValueError(msg)
+            encoded[name] = compact(value)
     return encoded
 
 
-def comparable(value: Any) -> Any:
-    """A stored value, a packed one as the JSON text it holds: how two copies compare as
+def encode_key(table: Table, key: Key) -> Key:
+    """A primary key as stored: what a store's rows, deletes and fetches are keyed by."""
+    if not table.compact_key:
+        return key
+    compacts = table.compact_columns
+    return tuple(
+        compact(value) if name in compacts and type(value) is str else value
+        for name, value in zip(table.key, key, strict=True)
+    )
+
+
+def decode_key(table: Table, key: Sequence[Any]) -> list[Any]:
+    """A primary key as stored, as the row's: what a difference or a report names."""
+    if not table.compact_key:
+        return list(key)
+    compacts = table.compact_columns
+    return [
+        expanded(value) if name in compacts and type(value) is bytes else value
+        for name, value in zip(table.key, key, strict=True)
+    ]
+
+
+def comparable(value: Any, compact_text: bool = False) -> Any:
+    """A stored value, a packed one as the JSON text it holds and a compact one
+    (``compact_text``: the column's kind says which) as its text: how two copies compare as
     stored, whichever of them packs the column, and whatever zstd made of it."""
-    return unpacked(value).decode() if type(value) is bytes else value
+    if type(value) is not bytes:
+        return value
+    return expanded(value) if compact_text else unpacked(value).decode()
+
+
+def comparable_values(table: Table, values: Sequence[Any]) -> list[Any]:
+    """A row as stored, its values in column order, each one ``comparable``."""
+    compacts = table.compact_columns
+    return [
+        comparable(value, name in compacts)
+        for name, value in zip(table.column_names, values, strict=True)
+    ]
 
 
 def decode_row(table: Table, row: dict[str, Any]) -> Row:
@@ -121,6 +163,12 @@ def decode_row(table: Table, row: dict[str, Any]) -> Row:
             # A packed column's bytes are unpacked first (``UnpackError`` for bytes in
             # neither of ``packed_state``'s forms); a JSON column holds the text.
             row[name] = orjson.loads(unpacked(value) if type(value) is bytes else value)
+    for name in table.compact_columns:
+        value = row[name]
+        # Bytes are a stored form (``CompactTextError`` for bytes of none); text is itself,
+        # as a table written before the column was compact holds it.
+        if type(value) is bytes:
+            row[name] = expanded(value)
     for name in table.bool_columns:
         if row[name] is not None:
             row[name] = bool(row[name])
@@ -307,13 +355,39 @@ def _could_be_stored(table: Table, values: Mapping[str, Any]) -> bool:
     must find nothing, not reach the backend (unhashable in memory, unbindable in SQL).
     """
     kinds = dict(table.columns)
-    for column, value in values.items():
-        kind = kinds.get(column)
-        if kind == "text" and not isinstance(value, str):
-            return False
-        if kind == "int" and not (type(value) is int and -(2**63) <= value < 2**63):
-            return False
+    return all(_storable(kinds.get(column), value) for column, value in values.items())
+
+
+def _storable(kind: str | None, value: Any) -> bool:
+    """Whether a column of ``kind`` could hold ``value`` (``_could_be_stored``)."""
+    if kind in ("text", "compact"):
+        return isinstance(value, str)
+    if kind == "int":
+        return type(value) is int and -(2**63) <= value < 2**63
     return True
+
+
+def _as_stored(table: Table, equals: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A scan's ``equals`` as stored: a compact column's text as its stored form."""
+    compacts = table.compact_columns.intersection(equals)
+    if not compacts:
+        return equals
+    return {name: compact(v) if name in compacts else v for name, v in equals.items()}
+
+
+def _as_stored_within(
+    table: Table, within: Mapping[str, Collection[Any]]
+) -> Mapping[str, Collection[Any]]:
+    """A scan's ``within`` as stored: values no row could hold left out (they match
+    nothing, and a backend would refuse to compare them: ``bytea = smallint``), a compact
+    column's text as its stored form."""
+    kinds = dict(table.columns)
+    stored: dict[str, Collection[Any]] = {}
+    for name, values in within.items():
+        kind = kinds.get(name)
+        kept = [value for value in values if _storable(kind, value)]
+        stored[name] = [compact(value) for value in kept] if name in table.compact_columns else kept
+    return stored
 
 
 class ViewReaderBase(ABC):
@@ -334,7 +408,7 @@ class ViewReaderBase(ABC):
         """The committed row with this primary key, decoded."""
         if not _could_be_stored(table, dict(zip(table.key, key, strict=True))):
             return None
-        row = self._get(table, tuple(key))
+        row = self._get(table, encode_key(table, tuple(key)))
         return None if row is None else decode_row(table, row)
 
     def scan(
@@ -351,13 +425,15 @@ class ViewReaderBase(ABC):
         """Committed rows, decoded (see ``projections.base.ViewReader.scan``)."""
         if equals and not _could_be_stored(table, equals):
             return []
-        rows = self._scan(
-            Scan(table, equals or {}, within or {}, order_by, descending, after, limit)
-        )
+        if order_by in table.compact_columns:
+            msg = f"{table.name}.{order_by} is compact: its stored order is not its text's"
+            raise ValueError(msg)
+        equals, within = _as_stored(table, equals or {}), _as_stored_within(table, within or {})
+        rows = self._scan(Scan(table, equals, within, order_by, descending, after, limit))
         return [decode_row(table, row) for row in rows]
 
     def count(self, table: Table, *, equals: Mapping[str, Any] | None = None) -> int:
         """How many committed rows hold the ``equals`` values."""
         if equals and not _could_be_stored(table, equals):
             return 0
-        return self._count(Scan(table, equals or {}, {}))
+        return self._count(Scan(table, _as_stored(table, equals or {}), {}))

@@ -19,6 +19,7 @@ from runledger.infrastructure.runtime import StoreRuntime, open_runtime
 from runledger.infrastructure.store import WorkflowStore
 from runledger.infrastructure.views.store import decode_row
 from runledger.projections import session_outbox
+from runledger.projections.base import Table
 from runledger.projections.session_outbox import MESSAGES, SessionOutboxProjection
 from tests.support.audit import read_lines, write_lines
 
@@ -40,12 +41,12 @@ def queue(store: WorkflowStore, run_id: str, count: int) -> None:
         )
 
 
-def stored_contents(runtime: StoreRuntime) -> list[Any]:
+def stored_contents(runtime: StoreRuntime, column: str = "content") -> list[Any]:
     slot = runtime.views.registry(SessionOutboxProjection.name).active
     assert slot is not None
     rows = runtime.views.raw_rows(MESSAGES.name, slot)
     assert rows is not None
-    return [row["content"] for row in rows]
+    return [row[column] for row in rows]
 
 
 def test_message_content_is_stored_packed_and_reads_back_as_written(
@@ -83,19 +84,26 @@ def test_a_value_packing_would_not_shrink_is_kept_as_its_json_and_reads_back() -
 
 
 def _version_1(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The session outbox as version 1 declared it: content as JSON text."""
-    columns = tuple(
-        (name, "json" if name == "content" else kind) for name, kind in MESSAGES.columns
-    )
-    messages = dataclasses.replace(MESSAGES, columns=columns)
-    monkeypatch.setattr(session_outbox, "MESSAGES", messages)
-    monkeypatch.setattr(
-        SessionOutboxProjection,
-        "tables",
-        tuple(messages if table is MESSAGES else table for table in SessionOutboxProjection.tables),
-    )
+    """The session outbox as version 1 declared it: content as JSON text, ids and times as
+    text."""
+    tables = []
+    for table in SessionOutboxProjection.tables:
+        columns = tuple(
+            (name, "json" if kind == "packed" else "text" if kind == "compact" else kind)
+            for name, kind in table.columns
+        )
+        earlier = dataclasses.replace(table, columns=columns)
+        monkeypatch.setattr(session_outbox, _declared_name(table), earlier)
+        tables.append(earlier)
+    monkeypatch.setattr(SessionOutboxProjection, "tables", tuple(tables))
     monkeypatch.setattr(SessionOutboxProjection, "version", 1)
     monkeypatch.setattr(SessionOutboxProjection, "same_rows_since", None)
+
+
+def _declared_name(table: Table) -> str:
+    """The name ``session_outbox`` declares ``table`` under."""
+    [name] = [name for name, value in vars(session_outbox).items() if value is table]
+    return name
 
 
 @pytest.fixture(
@@ -131,16 +139,20 @@ def test_an_outbox_of_version_1_upgrades_on_open_and_keeps_its_digest_and_bundle
             store.export_run("run-1", bundle)
         with open_runtime(durable_url) as runtime:
             assert all(type(value) is str for value in stored_contents(runtime))
+            ids = stored_contents(runtime, "workflow_message_id")
+            assert all(type(value) is str for value in ids)
 
     with open_runtime(durable_url) as runtime:
         status = {state.name: state for state in runtime.projection_status()}
         contents = stored_contents(runtime)
+        ids_after = stored_contents(runtime, "workflow_message_id")
         store = WorkflowStore(runtime)
         after = store.read_model_digest(SessionOutboxProjection.name)
         outbox_after = store.session_outbox(SESSION)
 
-    assert (status["session_outbox"].version, status["session_outbox"].lag) == (2, 0)
+    assert (status["session_outbox"].version, status["session_outbox"].lag) == (3, 0)
     assert all(type(value) is bytes for value in contents)
+    assert all(type(value) is bytes for value in ids_after)
     assert after == before
     assert outbox_after == outbox_before
     assert read_lines(bundle)[-1]["read_models"]["session_outbox"]["version"] == 1
@@ -150,10 +162,10 @@ def test_an_outbox_of_version_1_upgrades_on_open_and_keeps_its_digest_and_bundle
 @pytest.mark.parametrize(
     ("declared", "readable"),
     [
-        (0, "versions 1 to 2"),
-        (3, "versions 1 to 2"),
-        ("2", "versions 1 to 2"),
-        (True, "versions 1 to 2"),
+        (0, "versions 1 to 3"),
+        (4, "versions 1 to 3"),
+        ("2", "versions 1 to 3"),
+        (True, "versions 1 to 3"),
     ],
 )
 def test_a_bundle_digested_at_a_version_whose_rows_differ_is_refused(
@@ -163,10 +175,11 @@ def test_a_bundle_digested_at_a_version_whose_rows_differ_is_refused(
     path = tmp_path / "run-1.jsonl"
     store.export_run("run-1", path)
     lines = read_lines(path)
-    assert lines[-1]["read_models"]["session_outbox"]["version"] == 2
-    lines[-1]["read_models"]["session_outbox"]["version"] = 1
-    write_lines(path, lines)
-    assert verify_bundle(path).ok, "version 1's rows are version 2's"
+    assert lines[-1]["read_models"]["session_outbox"]["version"] == 3
+    for earlier in (1, 2):
+        lines[-1]["read_models"]["session_outbox"]["version"] = earlier
+        write_lines(path, lines)
+        assert verify_bundle(path).ok, f"version {earlier}'s rows are version 3's"
 
     lines[-1]["read_models"]["session_outbox"]["version"] = declared
     write_lines(path, lines)

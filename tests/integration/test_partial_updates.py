@@ -9,8 +9,11 @@ from __future__ import annotations
 
 from runledger.infrastructure.runtime import open_runtime
 from runledger.infrastructure.store import WorkflowStore
+from runledger.infrastructure.views.compact_text import compact
 from runledger.infrastructure.views.projector import REWRITTEN, _as_stored
 from runledger.infrastructure.views.sql import _same
+from runledger.infrastructure.views.store import encode_row
+from runledger.projections.base import Table
 from runledger.projections.viewer_deltas import VIEWER_DELTA_RETENTION
 from tests.support.sessions import session_binding, session_events
 
@@ -40,13 +43,31 @@ def test_a_reopened_store_rewrites_the_revision_ring_as_a_rebuild_does(
         assert store.viewer_deltas("run-1", after_revision=VIEWER_DELTA_RETENTION) == live
 
 
+ROWS = Table(
+    "rows",
+    columns=(
+        ("run_id", "text"),
+        ("revision", "int"),
+        ("graph", "json"),
+        ("deltas", "json"),
+        ("undo", "json"),
+        ("created_at", "compact"),
+        ("updated_at", "compact"),
+    ),
+    key=("run_id",),
+    owner="run_id",
+)
+
+
 def test_a_committed_row_as_stored_keeps_the_json_the_page_kept_and_marks_the_rest() -> None:
     kept, replaced = {"nodes": [1]}, {"records": [1, 2]}
+    first, later = "2026-01-01T00:00:00+00:00", "2026-01-02T00:00:00+00:00"
     old = {"run_id": "r", "revision": 1, "graph": kept, "deltas": replaced, "undo": {}}
-    new = {**old, "revision": 2, "deltas": {"records": [1, 2]}, "undo": {}}
-    new_stored = {**new, "graph": '{"nodes":[1]}', "deltas": '{"records":[1,2]}', "undo": "{}"}
+    old |= {"created_at": first, "updated_at": first}
+    new = {**old, "revision": 2, "deltas": {"records": [1, 2]}, "undo": {}, "updated_at": later}
+    new_stored = encode_row(ROWS, new)
 
-    stored = _as_stored(old, new, new_stored, frozenset({"graph", "deltas", "undo"}))
+    stored = _as_stored(old, new, new_stored, ROWS)
 
     # The very object: its text is the new row's, so the column is left alone.
     assert stored["graph"] == new_stored["graph"]
@@ -55,6 +76,11 @@ def test_a_committed_row_as_stored_keeps_the_json_the_page_kept_and_marks_the_re
     assert stored["undo"] is REWRITTEN
     assert not _same(new_stored["deltas"], stored["deltas"])
     assert (stored["run_id"], stored["revision"]) == ("r", 1)
+    # A compact value is text in the row and bytes as stored: an equal one is the new row's
+    # bytes (left alone), another is written.
+    assert stored["created_at"] == compact(first)
+    assert _same(new_stored["created_at"], stored["created_at"])
+    assert stored["updated_at"] is REWRITTEN
     # The committed row itself is left as it was.
     assert stored is not old
     assert old["graph"] is kept

@@ -1,0 +1,107 @@
+"""How a ``compact`` view column keeps its text: the ids and times the domain makes, as the
+bytes they stand for.
+
+A read model of the bench history spent a third of its PostgreSQL bytes on text that is
+mostly hex or a time: ``workflow-message-`` and 64 hex digits is 81 bytes, where the digest
+it names is 32; ``2026-01-01T00:00:00.005000+00:00`` is 32, where its microseconds are 8.
+Each stored value is one marker byte and then:
+
+- ``TEXT`` (0): the text's UTF-8, for any text the other forms do not hold;
+- ``TIME`` (1): a UTC time, as ``datetime.isoformat`` writes it, in 8 bytes (microseconds
+  since 1970, signed, big-endian);
+- ``HEX`` (2): one byte naming a prefix of ``PREFIXES`` and the bytes of the lowercase hex
+  after it (a digest, or an id the domain derives from one).
+
+A text takes the first of TIME and HEX that gives it back exactly, else TEXT, so each text
+has one stored form: equal texts are equal bytes, and a key or an ``equals`` of a query
+matches by its stored form. The order of stored forms is not the texts' order: a compact
+column is never a query's ``order_by``. The forms and the prefixes' numbers are stored
+data: a change to either is a new projection version.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Final
+
+TEXT: Final = 0
+TIME: Final = 1
+HEX: Final = 2
+
+PREFIXES: Final = (
+    "",
+    "workflow-message-",
+    "follow-up-",
+    "workflow-turn-",
+    "decision-",
+    "continuation-",
+    "restart-",
+)
+"""The prefixes a ``HEX`` value may have, by their stored number: ``domain.ids``'s."""
+
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND: Final = timedelta(microseconds=1)
+_TIME_LENGTHS: Final = frozenset((25, 32))
+"""``isoformat``'s lengths for a UTC time with and without microseconds."""
+
+
+class CompactTextError(ValueError):
+    """Stored bytes that are none of the forms: refused, never read as some other text."""
+
+
+def compact(text: str) -> bytes:
+    """The stored form of ``text``."""
+    stored = _as_time(text) or _as_hex(text)
+    if stored is not None and expanded(stored) == text:
+        return stored
+    return b"\x00" + text.encode("utf-8", "surrogatepass")
+
+
+def expanded(stored: bytes) -> str:
+    """The text a stored form holds; ``CompactTextError`` for bytes of no form."""
+    if not stored:
+        raise CompactTextError("an empty compact value")
+    marker = stored[0]
+    if marker == TEXT:
+        try:
+            return stored[1:].decode("utf-8", "surrogatepass")
+        except UnicodeDecodeError as error:
+            raise CompactTextError(f"compact text that is not UTF-8: {error}") from None
+    if marker == TIME:
+        if len(stored) != 9:
+            raise CompactTextError(f"a compact time of {len(stored) - 1} bytes, not 8")
+        micros = int.from_bytes(stored[1:], "big", signed=True)
+        try:
+            return (_EPOCH + micros * _MICROSECOND).isoformat()
+        except OverflowError:
+            raise CompactTextError(f"a compact time out of range: {micros}") from None
+    if marker == HEX:
+        if len(stored) < 3 or stored[1] >= len(PREFIXES):
+            raise CompactTextError("a compact hex value without a known prefix or digits")
+        return PREFIXES[stored[1]] + stored[2:].hex()
+    raise CompactTextError(f"a compact value of unknown form {marker}")
+
+
+def _as_time(text: str) -> bytes | None:
+    if len(text) not in _TIME_LENGTHS or not text.endswith("+00:00"):
+        return None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        return None
+    micros = (moment - _EPOCH) // _MICROSECOND
+    return bytes((TIME,)) + micros.to_bytes(8, "big", signed=True)
+
+
+def _as_hex(text: str) -> bytes | None:
+    number = next((n for n, prefix in enumerate(PREFIXES) if n and text.startswith(prefix)), 0)
+    digits = text[len(PREFIXES[number]) :]
+    if len(digits) < 2 or len(digits) % 2:
+        return None
+    try:
+        value = bytes.fromhex(digits)
+    except ValueError:
+        return None
+    return bytes((HEX, number)) + value

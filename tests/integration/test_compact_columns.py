@@ -1,0 +1,161 @@
+"""View columns kept compact (``compact``: the outbox's ids and times, a viewer revision's
+time) store the bytes the text stands for and read back the text, on memory, SQLite and
+PostgreSQL: looked up by key, compared by a blue/green rebuild, named in its differences,
+and refused when damaged, never read as something else."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from runledger.domain.records import ViewerDeltas
+from runledger.domain.values import Actor
+from runledger.infrastructure.runtime import StoreRuntime
+from runledger.infrastructure.store import WorkflowStore
+from runledger.infrastructure.views.compact_text import HEX, TIME, CompactTextError, expanded
+from runledger.projections.session_outbox import (
+    FOLLOW_UPS,
+    MESSAGES,
+    SessionOutboxProjection,
+)
+from runledger.projections.viewer_deltas import REVISIONS, ViewerDeltasProjection
+from tests.support.sessions import session_binding, session_events
+
+SESSION = "pi-compact"
+
+
+def queue(store: WorkflowStore, count: int) -> None:
+    store.create_run("run-1", workflow_name="compact", input={})
+    store.bind_origin_session("run-1", SESSION)
+    for number in range(count):
+        store.queue_follow_up(
+            "run-1",
+            request_id=f"request-{number}",
+            target_session_id=SESSION,
+            actor=Actor("session", SESSION),
+            source="pi-session",
+            prompt=f"follow-up {number}",
+        )
+
+
+def raw_rows(runtime: StoreRuntime, name: str, table_name: str) -> list[dict[str, Any]]:
+    slot = runtime.views.registry(name).active
+    assert slot is not None
+    rows = runtime.views.raw_rows(table_name, slot)
+    assert rows is not None
+    return rows
+
+
+def test_outbox_ids_and_times_are_stored_compact_and_read_back_as_text(
+    store: WorkflowStore, runtime: StoreRuntime
+) -> None:
+    queue(store, 3)
+
+    outbox = store.session_outbox(SESSION)
+    messages = raw_rows(runtime, SessionOutboxProjection.name, MESSAGES.name)
+    follow_ups = raw_rows(runtime, SessionOutboxProjection.name, FOLLOW_UPS.name)
+
+    assert len(outbox) == len(messages) == len(follow_ups) == 3
+    for row in messages:
+        # ``workflow-message-`` and 64 hex digits (81 characters) as 34 bytes; a time as 9.
+        assert (row["workflow_message_id"][0], len(row["workflow_message_id"])) == (HEX, 34)
+        assert (row["created_at"][0], len(row["created_at"])) == (TIME, 9)
+        assert len(row["content_digest"]) == 34
+    by_id = {message.workflow_message_id: message for message in outbox}
+    assert sorted(by_id) == sorted(expanded(row["workflow_message_id"]) for row in messages)
+    for row in messages:
+        message = by_id[expanded(row["workflow_message_id"])]
+        assert message.created_at.isoformat() == expanded(row["created_at"])
+        assert message.source_id == expanded(row["source_id"])
+
+
+def test_a_revision_time_is_stored_compact_and_the_deltas_keep_it(
+    store: WorkflowStore, runtime: StoreRuntime
+) -> None:
+    store.create_run("run-1", workflow_name="compact", input={})
+    store.record_session_binding("run-1", session_binding("run-1", SESSION))
+    for batch in range(3):
+        store.append_session_events("run-1", session_events(batch * 4 + 1, 4))
+
+    rows = raw_rows(runtime, ViewerDeltasProjection.name, REVISIONS.name)
+    deltas = store.viewer_deltas("run-1", after_revision=1)
+
+    assert isinstance(deltas, ViewerDeltas)
+    assert rows
+    assert all(len(row["recorded_at"]) == 9 for row in rows)
+    later = {expanded(row["recorded_at"]) for row in rows if row["revision"] > 1}
+    assert later == {delta.recorded_at.isoformat() for delta in deltas.deltas}
+
+
+def test_a_compact_column_is_never_an_order(runtime: StoreRuntime) -> None:
+    reader = runtime.views.reader()
+
+    with pytest.raises(ValueError, match="compact"):
+        reader.scan(MESSAGES, order_by="created_at")
+
+
+def test_a_query_by_a_compact_column_finds_the_row_and_a_wrong_type_finds_none(
+    store: WorkflowStore, runtime: StoreRuntime
+) -> None:
+    queue(store, 2)
+    reader = runtime.views.reader()
+    [first, second] = store.session_outbox(SESSION)
+
+    found = reader.scan(MESSAGES, equals={"source_id": second.source_id})
+    within = reader.scan(FOLLOW_UPS, within={"workflow_message_id": [first.workflow_message_id, 7]})
+
+    assert [row["workflow_message_id"] for row in found] == [second.workflow_message_id]
+    assert [row["workflow_message_id"] for row in within] == [first.workflow_message_id]
+    assert reader.get(MESSAGES, (first.workflow_message_id,)) is not None
+    assert reader.get(MESSAGES, (["not", "text"],)) is None
+    assert reader.scan(MESSAGES, equals={"source_id": 7}) == []
+
+
+def _set_live(runtime: StoreRuntime, table_name: str, column: str, value: bytes) -> None:
+    """Store ``value`` in ``column`` of every live row of the outbox table, as stored."""
+    views: Any = runtime.views
+    slot = views.registry(SessionOutboxProjection.name).active
+    physical = views.physical_name(table_name, slot)
+    if hasattr(views, "_tables"):  # memory: the slot's rows as stored, by key
+        for row in views._tables[physical].values():
+            row[column] = value
+        return
+    with views._transaction() as cursor:
+        cursor.execute(
+            views.dialect.sql(
+                f"UPDATE {{}} SET {column} = {{mark}}", views.dialect.table(physical)
+            ),
+            (value,),
+        )
+
+
+def test_a_rebuild_finds_a_changed_compact_value_and_names_its_key_as_text(
+    store: WorkflowStore, runtime: StoreRuntime
+) -> None:
+    queue(store, 2)
+    ids = sorted(message.workflow_message_id for message in store.session_outbox(SESSION))
+
+    [same] = runtime.rebuild_blue_green([SessionOutboxProjection.name])
+    _set_live(runtime, MESSAGES.name, "updated_at", bytes((TIME,)) + (0).to_bytes(8, "big"))
+    [changed] = runtime.rebuild_blue_green([SessionOutboxProjection.name])
+
+    assert (same.compared, same.equal, same.switched) == ("rows", True, True)
+    assert (changed.compared, changed.equal, changed.switched) == ("rows", False, False)
+    assert {diff.table: diff.changed for diff in changed.tables}[MESSAGES.name] == 2
+    assert sorted(diff.key[0] for diff in changed.first_differences) == ids
+    assert all(
+        diff.live is not None and diff.live["updated_at"] == "1970-01-01T00:00:00+00:00"
+        for diff in changed.first_differences
+    )
+
+
+@pytest.mark.parametrize("damage", [b"", b"\x07", b"\x01\x00", b"\x00\xff"])
+def test_a_damaged_compact_value_is_refused_not_read_as_some_text(
+    store: WorkflowStore, runtime: StoreRuntime, damage: bytes
+) -> None:
+    queue(store, 1)
+    _set_live(runtime, MESSAGES.name, "source_id", damage)
+
+    with pytest.raises(CompactTextError):
+        store.session_outbox(SESSION)
