@@ -43,6 +43,10 @@ _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND: Final = timedelta(microseconds=1)
 _TIME_LENGTHS: Final = frozenset((25, 32))
 """``isoformat``'s lengths for a UTC time with and without microseconds."""
+FIRST_MICROS: Final = -62_135_596_800_000_000
+"""0001-01-01T00:00:00+00:00: the first time ``datetime`` holds."""
+LAST_MICROS: Final = 253_402_300_799_999_999
+"""9999-12-31T23:59:59.999999+00:00: the last."""
 
 
 class CompactTextError(ValueError):
@@ -54,7 +58,7 @@ def compact(text: str) -> bytes:
     stored = _as_time(text) or _as_hex(text)
     if stored is not None and expanded(stored) == text:
         return stored
-    return b"\x00" + text.encode("utf-8", "surrogatepass")
+    return bytes((TEXT,)) + text.encode("utf-8", "surrogatepass")
 
 
 def expanded(stored: bytes) -> str:

@@ -26,6 +26,14 @@ from runledger.infrastructure.databases import (
     pipelined,
     psycopg_cause,
 )
+from runledger.infrastructure.views.compact_text import (
+    FIRST_MICROS,
+    HEX,
+    LAST_MICROS,
+    PREFIXES,
+    TEXT,
+    TIME,
+)
 from runledger.infrastructure.views.deferred_commits import StagedPage, deferred_commits
 from runledger.infrastructure.views.sql import (
     STREAM_BATCH,
@@ -58,6 +66,9 @@ ANALYZE_TARGET: Final = Literal(10)
 """``default_statistics_target`` of the ``ANALYZE`` after a build: 3,000 sampled rows."""
 MOVE_FUNCTION: Final = "runledger_move_view_slots"
 """The function that moves a page's tracking rows or raises ``MOVED_SQLSTATE``."""
+COMPACT_TEXT_FUNCTION: Final = "runledger_compact_text_v1"
+"""The function that gives the logical views a ``compact`` column's text (its forms are
+``compact_text``'s, version 1: a change to them is a new function)."""
 
 
 class PostgresDialect(Dialect[Query]):
@@ -70,6 +81,9 @@ class PostgresDialect(Dialect[Query]):
         self.compress_json_with_lz4: bool | None = None
         """Whether JSON columns are declared ``COMPRESSION lz4`` (the server has lz4); None
         until the first tables are created asks the server."""
+
+    def compact_text(self, column: Query) -> Query:
+        return SQL("{}({})").format(Identifier(self.schema, COMPACT_TEXT_FUNCTION), column)
 
     def column_type(self, kind: str) -> str:
         # A run's viewer row holds the window of its last 256 follow-ups (about 25 kB) and
@@ -140,6 +154,7 @@ class PostgresViewStore(SqlViewStore[Query]):
             return
         with self._transaction() as cursor:
             self._before_ddl(cursor)
+            cursor.execute(_compact_text_function(datastore.schema))
             cursor.execute(
                 SQL(
                     "CREATE OR REPLACE FUNCTION {}"
@@ -160,12 +175,13 @@ class PostgresViewStore(SqlViewStore[Query]):
     def _function_exists(self) -> bool:
         rows = self._query(
             SQL(
-                "SELECT 1 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
-                "WHERE n.nspname = %s AND p.proname = {}"
-            ).format(Literal(MOVE_FUNCTION)),
+                "SELECT count(DISTINCT p.proname) FROM pg_proc p "
+                "JOIN pg_namespace n ON n.oid = p.pronamespace "
+                "WHERE n.nspname = %s AND p.proname IN ({}, {})"
+            ).format(Literal(MOVE_FUNCTION), Literal(COMPACT_TEXT_FUNCTION)),
             (self.datastore.schema,),
         )
-        return bool(rows)
+        return bool(rows) and rows[0][0] == 2
 
     @contextmanager
     def _transaction(self) -> Iterator[Cursor]:
@@ -542,6 +558,44 @@ class PostgresViewStore(SqlViewStore[Query]):
                         Literal(body),
                     )
                 )
+
+
+def _compact_text_function(schema: str) -> Composed:
+    """``COMPACT_TEXT_FUNCTION``: ``compact_text.expanded`` in SQL, which raises for bytes of
+    no form as it does, so an ad-hoc read never shows some other text."""
+    prefixes = SQL(", ").join(Literal(prefix) for prefix in PREFIXES)
+    body = SQL(
+        "DECLARE micros bigint; fraction bigint; BEGIN "
+        "IF length(value) >= 1 AND get_byte(value, 0) = {text} THEN "
+        "RETURN convert_from(substring(value FROM 2), 'UTF8'); END IF; "
+        "IF length(value) = 9 AND get_byte(value, 0) = {time} THEN "
+        "micros := ('x' || encode(substring(value FROM 2), 'hex'))::bit(64)::bigint; "
+        "IF micros BETWEEN {first} AND {last} THEN "
+        # Whole seconds and the fraction apart: an interval multiplied by the microseconds
+        # goes through a double and is rounded.
+        "fraction := (micros % 1000000 + 1000000) % 1000000; "
+        "RETURN to_char(to_timestamp((micros - fraction) / 1000000) AT TIME ZONE 'UTC', "
+        "'YYYY-MM-DD\"T\"HH24:MI:SS') || CASE WHEN fraction = 0 THEN '' "
+        "ELSE '.' || lpad(fraction::text, 6, '0') END || '+00:00'; END IF; END IF; "
+        "IF length(value) >= 3 AND get_byte(value, 0) = {hex} "
+        "AND get_byte(value, 1) < {count} THEN "
+        "RETURN (ARRAY[{prefixes}]::text[])[get_byte(value, 1) + 1] "
+        "|| encode(substring(value FROM 3), 'hex'); END IF; "
+        "RAISE EXCEPTION 'a compact value of no form: %', value "
+        "USING ERRCODE = 'data_corrupted'; END"
+    ).format(
+        text=Literal(TEXT),
+        time=Literal(TIME),
+        hex=Literal(HEX),
+        first=Literal(FIRST_MICROS),
+        last=Literal(LAST_MICROS),
+        count=Literal(len(PREFIXES)),
+        prefixes=prefixes,
+    )
+    return SQL(
+        "CREATE OR REPLACE FUNCTION {}(value bytea) RETURNS text "
+        "LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS {}"
+    ).format(Identifier(schema, COMPACT_TEXT_FUNCTION), Literal(body.as_string()))
 
 
 def text_bytes(pages: Sequence[PageCommit]) -> int:

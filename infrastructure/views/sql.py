@@ -115,6 +115,12 @@ class Dialect(ABC, Generic[S]):
         """A statement kept and run often, in the form cheapest to send again."""
         return statement
 
+    def compact_text(self, column: S) -> S | None:
+        """The text a ``compact`` column holds, for the logical views that ad-hoc SQL reads
+        (``compact_text``'s forms); None where the view shows the stored bytes."""
+        del column
+        return None
+
     def same_value(self, left: S, right: S) -> S:
         """True when two stored values are the same value (NULLs alike)."""
         return self.sql("{} IS NOT DISTINCT FROM {}", left, right)
@@ -370,6 +376,8 @@ class SqlViewStore(ViewStore, Generic[S]):
         super().__init__()
         self._sql: dict[str, _TableStatements[S]] = {}
         self._scans: dict[tuple[Any, ...], S] = {}
+        self._declared: dict[tuple[str, int], Table] = {}
+        """Logical table name and version -> the table this code declares for them."""
         self._registry_table = self.dialect.table(REGISTRY_TABLE)
         self._slots_table = self.dialect.table(SLOTS_TABLE)
         # Composed once: the projector reads the registry and the tracking between pages.
@@ -593,11 +601,31 @@ class SqlViewStore(ViewStore, Generic[S]):
             cursor.execute(sql("DROP VIEW IF EXISTS {}", table(name)))
             cursor.execute(
                 sql(
-                    "CREATE VIEW {} AS SELECT * FROM {}",
+                    "CREATE VIEW {} AS SELECT {} FROM {}",
                     table(name),
+                    self._view_columns(self._declared.get((name, active.version))),
                     table(self.physical_name(name, active)),
                 )
             )
+
+    def _view_columns(self, declared: Table | None) -> S:
+        """What a logical view selects: a compact column as the text it holds, where the
+        backend can say it in SQL and this code declares the slot's version."""
+        d = self.dialect
+        if declared is None or not declared.compact_columns:
+            return d.sql("*")
+        columns = []
+        for name in declared.column_names:
+            text = d.compact_text(d.identifier(name)) if name in declared.compact_columns else None
+            columns.append(
+                d.identifier(name) if text is None else d.sql("{} AS {}", text, d.identifier(name))
+            )
+        return d.join(", ", columns)
+
+    def _declare(self, projection: Projection) -> None:
+        """Remember the tables this code declares for the projection's version."""
+        for table in projection.tables:
+            self._declared[(table.name, projection.version)] = table
 
     def _register(self, cursor: Cursor, name: str) -> None:
         """The projection's registry row, inserted if it is missing."""
@@ -613,6 +641,7 @@ class SqlViewStore(ViewStore, Generic[S]):
         # Checked first, so opening a store never takes table locks (DDL, even IF NOT
         # EXISTS, locks the table) while other processes write views, unless something is
         # missing.
+        self._declare(projection)
         active = self.registry(projection.name).active
         if active is not None and (
             active.version != projection.version or self._complete(projection, active)
@@ -688,6 +717,7 @@ class SqlViewStore(ViewStore, Generic[S]):
 
     def switch(self, projection: Projection, building: TrackingState) -> TrackingState | None:
         sql = self.dialect.sql
+        self._declare(projection)
         with self._transaction() as cursor:
             self._before_ddl(cursor)
             self._lock_registry(cursor, projection.name)

@@ -9,6 +9,14 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Final
 
 from runledger.infrastructure.databases import create_private_file
+from runledger.infrastructure.views.compact_text import (
+    FIRST_MICROS,
+    HEX,
+    LAST_MICROS,
+    PREFIXES,
+    TEXT,
+    TIME,
+)
 from runledger.infrastructure.views.sql import Cursor, Dialect, SqlViewStore
 from runledger.infrastructure.views.store import PageCommit, PageCommits, TrackingState
 from runledger.infrastructure.views.wal_checkpoints import checkpointed_commits
@@ -50,6 +58,37 @@ class SQLiteDialect(Dialect[str]):
 
     def number(self, value: int) -> str:
         return str(int(value))
+
+    def compact_text(self, column: str) -> str:
+        # SQLite's SQL has no function from bytes to an integer: the microseconds are summed
+        # from the hex digits (two's complement, as SQLite's 64-bit shifts wrap). Bytes of no
+        # form are shown as they are.
+        digits = " + ".join(
+            f"((instr('0123456789ABCDEF', substr(hex(substr({column}, 2, 8)), {k}, 1)) - 1)"
+            f" << {4 * (16 - k)})"
+            for k in range(1, 17)
+        )
+        micros = f"({digits})"
+        fraction = f"((({micros} % 1000000) + 1000000) % 1000000)"
+        prefixes = " ".join(
+            f"WHEN '{number:02X}' THEN '{prefix}'" for number, prefix in enumerate(PREFIXES)
+        )
+        numbers = ", ".join(f"'{number:02X}'" for number in range(len(PREFIXES)))
+        marker = f"substr({column}, 1, 1)"
+        return (
+            f"CASE WHEN typeof({column}) != 'blob' OR length({column}) = 0 THEN {column} "
+            f"WHEN {marker} = X'{TEXT:02X}' THEN CAST(substr({column}, 2) AS TEXT) "
+            f"WHEN {marker} = X'{TIME:02X}' AND length({column}) = 9 "
+            f"AND {micros} BETWEEN {FIRST_MICROS} AND {LAST_MICROS} THEN "
+            f"strftime('%Y-%m-%dT%H:%M:%S', ({micros} - {fraction}) / 1000000, 'unixepoch') "
+            f"|| CASE WHEN {fraction} = 0 THEN '' ELSE '.' || printf('%06d', {fraction}) END "
+            "|| '+00:00' "
+            f"WHEN {marker} = X'{HEX:02X}' AND length({column}) >= 3 "
+            f"AND hex(substr({column}, 2, 1)) IN ({numbers}) THEN "
+            f"(CASE hex(substr({column}, 2, 1)) {prefixes} END) "
+            f"|| lower(hex(substr({column}, 3))) "
+            f"ELSE {column} END"
+        )
 
     def same_value(self, left: str, right: str) -> str:
         # A column's affinity lets a text or a real stand where an integer was written: the

@@ -5,15 +5,33 @@ and refused when damaged, never read as something else."""
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import closing, contextmanager
+from datetime import UTC, datetime
 from typing import Any
 
+import psycopg
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from psycopg.sql import SQL, Identifier
 
 from runledger.domain.records import ViewerDeltas
 from runledger.domain.values import Actor
+from runledger.infrastructure import open_store
 from runledger.infrastructure.runtime import StoreRuntime
 from runledger.infrastructure.store import WorkflowStore
-from runledger.infrastructure.views.compact_text import HEX, TIME, CompactTextError, expanded
+from runledger.infrastructure.views.compact_text import (
+    HEX,
+    PREFIXES,
+    TIME,
+    CompactTextError,
+    compact,
+    expanded,
+)
+from runledger.infrastructure.views.postgres import COMPACT_TEXT_FUNCTION
+from runledger.infrastructure.views.sqlite import SQLITE
 from runledger.projections.session_outbox import (
     FOLLOW_UPS,
     MESSAGES,
@@ -159,3 +177,96 @@ def test_a_damaged_compact_value_is_refused_not_read_as_some_text(
 
     with pytest.raises(CompactTextError):
         store.session_outbox(SESSION)
+
+
+def _plain_rows(url: str, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Rows read as an operator's ad-hoc SQL reads them: a connection of no code of ours."""
+    if url.startswith("sqlite:///"):
+        with closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as connection:
+            return connection.execute(statement.replace("%s", "?"), params).fetchall()
+    with psycopg.connect(url) as connection:
+        return connection.execute(statement, params).fetchall()
+
+
+def test_the_logical_views_show_compact_columns_as_their_text(durable_url: str) -> None:
+    with open_store(durable_url) as store:
+        queue(store, 2)
+        outbox = store.session_outbox(SESSION)
+    wanted = outbox[1]
+
+    rows = _plain_rows(
+        durable_url,
+        "SELECT workflow_message_id, source_id, created_at, content_digest "
+        "FROM rl_so_messages WHERE workflow_message_id = %s",
+        (wanted.workflow_message_id,),
+    )
+
+    assert rows == [
+        (
+            wanted.workflow_message_id,
+            wanted.source_id,
+            wanted.created_at.isoformat(),
+            wanted.content_digest,
+        )
+    ]
+
+
+@contextmanager
+def _view_text(url: str) -> Iterator[Callable[[bytes], Any]]:
+    """What a logical view shows for one stored compact value, on the URL's backend."""
+    if url.startswith("sqlite:///"):
+        with closing(sqlite3.connect(":memory:")) as lite:
+            lite.execute("CREATE TABLE t (v BLOB)")
+            lite.execute(f"CREATE VIEW w AS SELECT {SQLITE.compact_text('v')} AS v FROM t")
+
+            def sqlite_view(stored: bytes) -> Any:
+                lite.execute("DELETE FROM t")
+                lite.execute("INSERT INTO t VALUES (?)", (stored,))
+                return lite.execute("SELECT v FROM w").fetchone()[0]
+
+            yield sqlite_view
+        return
+    with open_store(url):
+        pass  # makes the function in the store's schema
+    function = SQL("SELECT {}(%s)").format(Identifier("public", COMPACT_TEXT_FUNCTION))
+    with psycopg.connect(url, autocommit=True) as connection:
+
+        def postgres_view(stored: bytes) -> Any:
+            row = connection.execute(function, (stored,)).fetchone()
+            return None if row is None else row[0]
+
+        yield postgres_view
+
+
+TEXTS = st.one_of(
+    st.datetimes(timezones=st.just(UTC)).map(datetime.isoformat),
+    st.builds(
+        lambda prefix, digest: prefix + digest.hex(),
+        st.sampled_from(PREFIXES),
+        st.binary(min_size=1, max_size=40),
+    ),
+    # Text PostgreSQL can hold: no NUL, no lone surrogate.
+    st.text(st.characters(codec="utf-8", exclude_characters="\x00")),
+)
+
+
+def test_a_view_shows_any_compact_value_as_the_store_reads_it(durable_url: str) -> None:
+    with _view_text(durable_url) as shown:
+
+        @settings(max_examples=150, deadline=None)
+        @given(TEXTS)
+        def same_text(text: str) -> None:
+            assert shown(compact(text)) == text
+
+        same_text()
+
+
+@pytest.mark.parametrize("damage", [b"\x07", b"\x01\x00", b"\x02\x09\xab"])
+def test_a_view_never_shows_damaged_bytes_as_some_text(durable_url: str, damage: bytes) -> None:
+    with _view_text(durable_url) as shown:
+        if durable_url.startswith("sqlite"):
+            # SQLite's SQL cannot raise in a view: it shows the bytes as they are.
+            assert shown(damage) == damage
+        else:
+            with pytest.raises(psycopg.errors.DataCorrupted):
+                shown(damage)
