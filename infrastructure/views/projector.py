@@ -93,15 +93,19 @@ class _PageWriter:
 
     def encoded(self, tables: dict[str, Table]) -> dict[str, TableChanges]:
         """The page's changes as stored, keyed by their stored keys (``encode_key``)."""
-        return {
-            name: {
-                encode_key(tables[name], key): None
-                if row is None
-                else encode_row(tables[name], row)
-                for key, row in changes.items()
-            }
-            for name, changes in self.changes.items()
-        }
+        encoded: dict[str, TableChanges] = {}
+        for name, changes in self.changes.items():
+            table = tables[name]
+            stored: TableChanges = {}
+            encoded[name] = stored
+            for key, row in changes.items():
+                if row is None:
+                    stored[encode_key(table, key)] = None
+                    continue
+                stored_row = encode_row(table, row)
+                # A row's stored key is in its stored form already.
+                stored[table.key_of(stored_row) if table.compact_key else key] = stored_row
+        return encoded
 
 
 class _UncachedError(Exception):

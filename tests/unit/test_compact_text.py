@@ -87,6 +87,16 @@ def test_the_domains_ids_take_their_short_forms() -> None:
         datetime(2026, 1, 1, tzinfo=timezone(timedelta(hours=2))).isoformat(),
         "2026-01-01T00:00:00.005000",
         "9999-99-99T00:00:00.005000+00:00",
+        "2026-02-30T00:00:00+00:00",
+        "0000-01-01T00:00:00+00:00",
+        "2026-01-01T24:00:00+00:00",
+        "2026-01-01T00:60:00+00:00",
+        "2026-01-01T00:00:60+00:00",
+        "2026-01-01T00:00:00.5+00:00",
+        "+026-01-01T00:00:00+00:00",
+        "2026-01-01T00:00:00.00500+00:00",
+        "\uff12\uff10\uff12\uff16-01-01T00:00:00+00:00",  # fullwidth digits
+        "2026-01-01T00:00:00,005000+00:00",
         # Hex that would not read back as written.
         "workflow-message-ABCDEF",
         "follow-up-abc",
