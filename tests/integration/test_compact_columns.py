@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 from psycopg.sql import SQL, Identifier
 
 from runledger.domain.records import ViewerDeltas
-from runledger.domain.values import Actor
 from runledger.infrastructure import open_store
 from runledger.infrastructure.runtime import StoreRuntime
 from runledger.infrastructure.store import WorkflowStore
@@ -38,23 +37,17 @@ from runledger.projections.session_outbox import (
     SessionOutboxProjection,
 )
 from runledger.projections.viewer_deltas import REVISIONS, ViewerDeltasProjection
+from tests.support import scenario
 from tests.support.sessions import session_binding, session_events
 
 SESSION = "pi-compact"
 
 
 def queue(store: WorkflowStore, count: int) -> None:
-    store.create_run("run-1", workflow_name="compact", input={})
-    store.bind_origin_session("run-1", SESSION)
+    """A running run on SESSION with ``count`` follow-ups queued on it."""
+    scenario.running_run(store, session_id=SESSION)
     for number in range(count):
-        store.queue_follow_up(
-            "run-1",
-            request_id=f"request-{number}",
-            target_session_id=SESSION,
-            actor=Actor("session", SESSION),
-            source="pi-session",
-            prompt=f"follow-up {number}",
-        )
+        scenario.queue(store, f"request-{number}", target_session_id=SESSION)
 
 
 def raw_rows(runtime: StoreRuntime, name: str, table_name: str) -> list[dict[str, Any]]:
@@ -91,7 +84,7 @@ def test_outbox_ids_and_times_are_stored_compact_and_read_back_as_text(
 def test_a_revision_time_is_stored_compact_and_the_deltas_keep_it(
     store: WorkflowStore, runtime: StoreRuntime
 ) -> None:
-    store.create_run("run-1", workflow_name="compact", input={})
+    scenario.create(store)
     store.record_session_binding("run-1", session_binding("run-1", SESSION))
     for batch in range(3):
         store.append_session_events("run-1", session_events(batch * 4 + 1, 4))
