@@ -77,6 +77,8 @@ class Table:
     lying together in insertion order."""
     session_order: tuple[str, str] | None = field(default=None, kw_only=True)
     column_names: tuple[str, ...] = field(init=False)
+    kinds: Mapping[str, ColumnType] = field(init=False, repr=False)
+    """Column name -> its kind."""
     column_set: frozenset[str] = field(init=False, repr=False)
     json_columns: frozenset[str] = field(init=False)
     """The columns holding JSON values, packed ones included."""
@@ -90,6 +92,7 @@ class Table:
     def __post_init__(self) -> None:
         names = tuple(name for name, _ in self.columns)
         object.__setattr__(self, "column_names", names)
+        object.__setattr__(self, "kinds", dict(self.columns))
         object.__setattr__(self, "column_set", frozenset(names))
         object.__setattr__(
             self,

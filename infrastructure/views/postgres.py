@@ -26,14 +26,7 @@ from runledger.infrastructure.databases import (
     pipelined,
     psycopg_cause,
 )
-from runledger.infrastructure.views.compact_text import (
-    FIRST_MICROS,
-    HEX,
-    LAST_MICROS,
-    PREFIXES,
-    TEXT,
-    TIME,
-)
+from runledger.infrastructure.views import compact_text as forms
 from runledger.infrastructure.views.deferred_commits import StagedPage, deferred_commits
 from runledger.infrastructure.views.sql import (
     STREAM_BATCH,
@@ -477,7 +470,7 @@ class PostgresViewStore(SqlViewStore[Query]):
     ) -> str:
         """One row's statement, its values read from ``rl_values`` after ``rl_base``."""
         table = statements.table
-        kinds = dict(table.columns)
+        kinds = table.kinds
         names = self._names(statements, kind, changed)
         values = {
             name: SQL("rl_values[rl_base + {}]::{}").format(
@@ -563,7 +556,7 @@ class PostgresViewStore(SqlViewStore[Query]):
 def _compact_text_function(schema: str) -> Composed:
     """``COMPACT_TEXT_FUNCTION``: ``compact_text.expanded`` in SQL, which raises for bytes of
     no form as it does, so an ad-hoc read never shows some other text."""
-    prefixes = SQL(", ").join(Literal(prefix) for prefix in PREFIXES)
+    prefixes = SQL(", ").join(Literal(prefix) for prefix in forms.PREFIXES)
     body = SQL(
         "DECLARE micros bigint; fraction bigint; BEGIN "
         "IF length(value) >= 1 AND get_byte(value, 0) = {text} THEN "
@@ -584,12 +577,12 @@ def _compact_text_function(schema: str) -> Composed:
         "RAISE EXCEPTION 'a compact value of no form: %', value "
         "USING ERRCODE = 'data_corrupted'; END"
     ).format(
-        text=Literal(TEXT),
-        time=Literal(TIME),
-        hex=Literal(HEX),
-        first=Literal(FIRST_MICROS),
-        last=Literal(LAST_MICROS),
-        count=Literal(len(PREFIXES)),
+        text=Literal(forms.TEXT),
+        time=Literal(forms.TIME),
+        hex=Literal(forms.HEX),
+        first=Literal(forms.FIRST_MICROS),
+        last=Literal(forms.LAST_MICROS),
+        count=Literal(len(forms.PREFIXES)),
         prefixes=prefixes,
     )
     return SQL(

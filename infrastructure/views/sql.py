@@ -115,11 +115,10 @@ class Dialect(ABC, Generic[S]):
         """A statement kept and run often, in the form cheapest to send again."""
         return statement
 
-    def compact_text(self, column: S) -> S | None:
+    @abstractmethod
+    def compact_text(self, column: S) -> S:
         """The text a ``compact`` column holds, for the logical views that ad-hoc SQL reads
-        (``compact_text``'s forms); None where the view shows the stored bytes."""
-        del column
-        return None
+        (``compact_text``'s forms)."""
 
     def same_value(self, left: S, right: S) -> S:
         """True when two stored values are the same value (NULLs alike)."""
@@ -614,13 +613,15 @@ class SqlViewStore(ViewStore, Generic[S]):
         d = self.dialect
         if declared is None or not declared.compact_columns:
             return d.sql("*")
-        columns = []
-        for name in declared.column_names:
-            text = d.compact_text(d.identifier(name)) if name in declared.compact_columns else None
-            columns.append(
-                d.identifier(name) if text is None else d.sql("{} AS {}", text, d.identifier(name))
-            )
-        return d.join(", ", columns)
+        return d.join(
+            ", ",
+            (
+                d.sql("{} AS {}", d.compact_text(d.identifier(name)), d.identifier(name))
+                if name in declared.compact_columns
+                else d.identifier(name)
+                for name in declared.column_names
+            ),
+        )
 
     def _declare(self, projection: Projection) -> None:
         """Remember the tables this code declares for the projection's version."""

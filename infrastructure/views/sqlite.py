@@ -9,14 +9,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Final
 
 from runledger.infrastructure.databases import create_private_file
-from runledger.infrastructure.views.compact_text import (
-    FIRST_MICROS,
-    HEX,
-    LAST_MICROS,
-    PREFIXES,
-    TEXT,
-    TIME,
-)
+from runledger.infrastructure.views import compact_text as forms
 from runledger.infrastructure.views.sql import Cursor, Dialect, SqlViewStore
 from runledger.infrastructure.views.store import PageCommit, PageCommits, TrackingState
 from runledger.infrastructure.views.wal_checkpoints import checkpointed_commits
@@ -71,19 +64,19 @@ class SQLiteDialect(Dialect[str]):
         micros = f"({digits})"
         fraction = f"((({micros} % 1000000) + 1000000) % 1000000)"
         prefixes = " ".join(
-            f"WHEN '{number:02X}' THEN '{prefix}'" for number, prefix in enumerate(PREFIXES)
+            f"WHEN '{number:02X}' THEN '{prefix}'" for number, prefix in enumerate(forms.PREFIXES)
         )
-        numbers = ", ".join(f"'{number:02X}'" for number in range(len(PREFIXES)))
+        numbers = ", ".join(f"'{number:02X}'" for number in range(len(forms.PREFIXES)))
         marker = f"substr({column}, 1, 1)"
         return (
             f"CASE WHEN typeof({column}) != 'blob' OR length({column}) = 0 THEN {column} "
-            f"WHEN {marker} = X'{TEXT:02X}' THEN CAST(substr({column}, 2) AS TEXT) "
-            f"WHEN {marker} = X'{TIME:02X}' AND length({column}) = 9 "
-            f"AND {micros} BETWEEN {FIRST_MICROS} AND {LAST_MICROS} THEN "
+            f"WHEN {marker} = X'{forms.TEXT:02X}' THEN CAST(substr({column}, 2) AS TEXT) "
+            f"WHEN {marker} = X'{forms.TIME:02X}' AND length({column}) = 9 "
+            f"AND {micros} BETWEEN {forms.FIRST_MICROS} AND {forms.LAST_MICROS} THEN "
             f"strftime('%Y-%m-%dT%H:%M:%S', ({micros} - {fraction}) / 1000000, 'unixepoch') "
             f"|| CASE WHEN {fraction} = 0 THEN '' ELSE '.' || printf('%06d', {fraction}) END "
             "|| '+00:00' "
-            f"WHEN {marker} = X'{HEX:02X}' AND length({column}) >= 3 "
+            f"WHEN {marker} = X'{forms.HEX:02X}' AND length({column}) >= 3 "
             f"AND hex(substr({column}, 2, 1)) IN ({numbers}) THEN "
             f"(CASE hex(substr({column}, 2, 1)) {prefixes} END) "
             f"|| lower(hex(substr({column}, 3))) "

@@ -354,7 +354,7 @@ def _could_be_stored(table: Table, values: Mapping[str, Any]) -> bool:
     A query's argument goes into these conditions as the host gave it: a list as a run id
     must find nothing, not reach the backend (unhashable in memory, unbindable in SQL).
     """
-    kinds = dict(table.columns)
+    kinds = table.kinds
     return all(_storable(kinds.get(column), value) for column, value in values.items())
 
 
@@ -367,7 +367,7 @@ def _storable(kind: str | None, value: Any) -> bool:
     return True
 
 
-def _as_stored(table: Table, equals: Mapping[str, Any]) -> Mapping[str, Any]:
+def _equals_as_stored(table: Table, equals: Mapping[str, Any]) -> Mapping[str, Any]:
     """A scan's ``equals`` as stored: a compact column's text as its stored form."""
     compacts = table.compact_columns.intersection(equals)
     if not compacts:
@@ -375,13 +375,13 @@ def _as_stored(table: Table, equals: Mapping[str, Any]) -> Mapping[str, Any]:
     return {name: compact(v) if name in compacts else v for name, v in equals.items()}
 
 
-def _as_stored_within(
+def _within_as_stored(
     table: Table, within: Mapping[str, Collection[Any]]
 ) -> Mapping[str, Collection[Any]]:
     """A scan's ``within`` as stored: values no row could hold left out (they match
     nothing, and a backend would refuse to compare them: ``bytea = smallint``), a compact
     column's text as its stored form."""
-    kinds = dict(table.columns)
+    kinds = table.kinds
     stored: dict[str, Collection[Any]] = {}
     for name, values in within.items():
         kind = kinds.get(name)
@@ -428,7 +428,8 @@ class ViewReaderBase(ABC):
         if order_by in table.compact_columns:
             msg = f"{table.name}.{order_by} is compact: its stored order is not its text's"
             raise ValueError(msg)
-        equals, within = _as_stored(table, equals or {}), _as_stored_within(table, within or {})
+        equals = _equals_as_stored(table, equals or {})
+        within = _within_as_stored(table, within or {})
         rows = self._scan(Scan(table, equals, within, order_by, descending, after, limit))
         return [decode_row(table, row) for row in rows]
 
@@ -436,4 +437,4 @@ class ViewReaderBase(ABC):
         """How many committed rows hold the ``equals`` values."""
         if equals and not _could_be_stored(table, equals):
             return 0
-        return self._count(Scan(table, _as_stored(table, equals or {}), {}))
+        return self._count(Scan(table, _equals_as_stored(table, equals or {}), {}))
