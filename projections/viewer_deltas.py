@@ -130,7 +130,7 @@ REVISIONS = Table(
         ("slot", "int"),
         ("revision", "int"),
         ("recorded_at", "compact"),
-        ("deltas", "json"),
+        ("deltas", "packed"),
         ("undo", "json"),
     ),
     key=("run_id", "slot"),
@@ -668,8 +668,9 @@ class ViewerDeltasProjection(HandledProjection):
     deltas."""
 
     name: ClassVar[str] = "viewer_deltas"
-    version: ClassVar[int] = 5
-    # Version 5 keeps each revision's time compact; its rows are version 4's.
+    version: ClassVar[int] = 6
+    # Version 5 keeps each revision's time compact, version 6 its deltas packed (a batch of
+    # recorded session events shows as one append of them all); the rows are version 4's.
     same_rows_since: ClassVar[int | None] = 4
     tables: ClassVar[Sequence[Table]] = (RUNS, REVISIONS)
     rebuild_weight: ClassVar[int] = 3

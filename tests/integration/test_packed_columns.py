@@ -1,27 +1,35 @@
-"""A view column kept packed (``packed``: the session outbox's message content) stores zstd
-bytes and reads back the JSON it was given, on memory, SQLite and PostgreSQL; a store whose
-outbox was written at version 1 (content as JSON text) upgrades on open with its digest, and
-its bundles, unchanged; damaged bytes are refused, never read as something else."""
+"""A view column kept packed (``packed``: the session outbox's message content, a viewer
+revision's deltas) stores zstd bytes and reads back the JSON it was given, on memory, SQLite
+and PostgreSQL; JSON under ``PACK_FROM`` bytes is kept as its bytes; a store whose outbox was
+written at version 1 (content as JSON text), or whose viewer deltas at version 5, upgrades on
+open with its digest, and its bundles, unchanged; damaged bytes are refused, never read as
+something else."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
+import orjson
 import pytest
 
 from runledger.domain.packed_state import UnpackError, packed, unpacked
+from runledger.domain.records import ViewerDeltas
 from runledger.domain.values import Actor
 from runledger.infrastructure import open_store, verify_bundle
 from runledger.infrastructure.runtime import StoreRuntime, open_runtime
 from runledger.infrastructure.store import WorkflowStore
-from runledger.infrastructure.views.store import decode_row
-from runledger.projections import session_outbox
-from runledger.projections.base import Table
+from runledger.infrastructure.views.store import PACK_FROM, decode_row, encode_row
+from runledger.projections import session_outbox, viewer_deltas
+from runledger.projections.base import ColumnType, Projection, Table
 from runledger.projections.session_outbox import MESSAGES, SessionOutboxProjection
+from runledger.projections.viewer_deltas import REVISIONS, ViewerDeltasProjection
+from tests.support import scenario
 from tests.support.audit import read_lines, write_lines
+from tests.support.sessions import session_binding, session_events
 
 SESSION = "pi-packed"
 PROMPT = "Follow-up {n}: compare the packed outbox with the one it replaced. " * 3
@@ -41,12 +49,26 @@ def queue(store: WorkflowStore, run_id: str, count: int) -> None:
         )
 
 
+def record_session(store: WorkflowStore, run_id: str, batches: int, size: int) -> None:
+    """A run recording ``batches`` batches of ``size`` session events."""
+    scenario.create(store, run_id)
+    store.record_session_binding(run_id, session_binding(run_id, SESSION))
+    for batch in range(batches):
+        store.append_session_events(run_id, session_events(batch * size + 1, size))
+
+
 def stored_contents(runtime: StoreRuntime, column: str = "content") -> list[Any]:
-    slot = runtime.views.registry(SessionOutboxProjection.name).active
+    return [row[column] for row in stored_rows(runtime, SessionOutboxProjection, MESSAGES)]
+
+
+def stored_rows(
+    runtime: StoreRuntime, projection: type[Projection], table: Table
+) -> list[dict[str, Any]]:
+    slot = runtime.views.registry(projection.name).active
     assert slot is not None
-    rows = runtime.views.raw_rows(MESSAGES.name, slot)
+    rows = runtime.views.raw_rows(table.name, slot)
     assert rows is not None
-    return [row[column] for row in rows]
+    return rows
 
 
 def test_message_content_is_stored_packed_and_reads_back_as_written(
@@ -70,8 +92,6 @@ def test_message_content_is_stored_packed_and_reads_back_as_written(
 
 
 def test_a_value_packing_would_not_shrink_is_kept_as_its_json_and_reads_back() -> None:
-    from runledger.infrastructure.views.store import encode_row
-
     row = {name: None for name in MESSAGES.column_names} | {
         "workflow_message_id": "m",
         "content": 7,
@@ -83,27 +103,85 @@ def test_a_value_packing_would_not_shrink_is_kept_as_its_json_and_reads_back() -
     assert decode_row(MESSAGES, dict(encoded)) == row
 
 
+@pytest.mark.parametrize("size", [PACK_FROM - 1, PACK_FROM])
+def test_json_under_pack_from_bytes_is_kept_as_its_bytes_and_from_there_packed(
+    size: int,
+) -> None:
+    text = "a" * (size - 2)  # its JSON: the text and two quotes
+    row = {name: None for name in MESSAGES.column_names} | {
+        "workflow_message_id": "m",
+        "content": text,
+    }
+
+    stored = encode_row(MESSAGES, row)["content"]
+
+    assert len(orjson.dumps(text)) == size
+    assert stored == (packed(orjson.dumps(text)) if size >= PACK_FROM else orjson.dumps(text))
+    assert (stored[0] == 1) is (size >= PACK_FROM)
+    assert decode_row(MESSAGES, {**row, "content": stored}) == row
+
+
+def test_a_revision_of_many_session_events_is_stored_packed_and_reads_back(
+    store: WorkflowStore, runtime: StoreRuntime
+) -> None:
+    record_session(store, "run-1", 2, 64)
+
+    rows = stored_rows(runtime, ViewerDeltasProjection, REVISIONS)
+    stored = {row["revision"]: row["deltas"] for row in rows}
+    page = store.viewer_deltas("run-1", after_revision=1)
+
+    assert isinstance(page, ViewerDeltas)
+    assert sorted(stored) == sorted({delta.presentation_revision for delta in page.deltas})
+    assert all(type(value) is bytes for value in stored.values())
+    held = {revision: unpacked(value) for revision, value in stored.items()}
+    for revision, value in stored.items():
+        assert (value[0] == 1) is (len(held[revision]) >= PACK_FROM)
+    # Each batch's revision holds its 64 events: kilobytes, packed to a fraction.
+    for revision in sorted(stored)[-2:]:
+        assert len(held[revision]) > 4_000
+        assert len(stored[revision]) < len(held[revision]) / 4
+    appended = [
+        item["seq"]
+        for delta in page.deltas
+        if delta.target_key == "session:tail"
+        for op in delta.patch
+        if op["op"] == "append"
+        for item in op["value"]
+    ]
+    assert appended == list(range(1, 129))
+
+
 def _version_1(monkeypatch: pytest.MonkeyPatch) -> None:
     """The session outbox as version 1 declared it: content as JSON text, ids and times as
     text."""
-    tables = []
-    for table in SessionOutboxProjection.tables:
-        columns = tuple(
-            (name, "json" if kind == "packed" else "text" if kind == "compact" else kind)
-            for name, kind in table.columns
-        )
-        earlier = dataclasses.replace(table, columns=columns)
-        monkeypatch.setattr(session_outbox, _declared_name(table), earlier)
-        tables.append(earlier)
-    monkeypatch.setattr(SessionOutboxProjection, "tables", tuple(tables))
-    monkeypatch.setattr(SessionOutboxProjection, "version", 1)
+    _declared_as(
+        monkeypatch,
+        session_outbox,
+        SessionOutboxProjection,
+        1,
+        {"packed": "json", "compact": "text"},
+    )
     monkeypatch.setattr(SessionOutboxProjection, "same_rows_since", None)
 
 
-def _declared_name(table: Table) -> str:
-    """The name ``session_outbox`` declares ``table`` under."""
-    [name] = [name for name, value in vars(session_outbox).items() if value is table]
-    return name
+def _declared_as(
+    monkeypatch: pytest.MonkeyPatch,
+    module: ModuleType,
+    projection: type[Projection],
+    version: int,
+    kinds: dict[ColumnType, ColumnType],
+) -> None:
+    """``projection`` (declared in ``module``) as an earlier ``version`` declared it: its
+    columns of each kind in ``kinds`` as of the kind it maps to."""
+    tables = []
+    for table in projection.tables:
+        columns = tuple((name, kinds.get(kind, kind)) for name, kind in table.columns)
+        earlier = dataclasses.replace(table, columns=columns)
+        [declared] = [name for name, value in vars(module).items() if value is table]
+        monkeypatch.setattr(module, declared, earlier)
+        tables.append(earlier)
+    monkeypatch.setattr(projection, "tables", tuple(tables))
+    monkeypatch.setattr(projection, "version", version)
 
 
 @pytest.fixture(
@@ -156,6 +234,37 @@ def test_an_outbox_of_version_1_upgrades_on_open_and_keeps_its_digest_and_bundle
     assert after == before
     assert outbox_after == outbox_before
     assert read_lines(bundle)[-1]["read_models"]["session_outbox"]["version"] == 1
+    assert verify_bundle(bundle).ok
+
+
+def test_viewer_deltas_of_version_5_upgrade_on_open_and_keep_their_digest_and_bundles(
+    new_url: str, tmp_path: Path
+) -> None:
+    bundle = tmp_path / "run-1.jsonl"
+    with pytest.MonkeyPatch.context() as patch:
+        _declared_as(patch, viewer_deltas, ViewerDeltasProjection, 5, {"packed": "json"})
+        with open_store(new_url) as store:
+            record_session(store, "run-1", 2, 64)
+            before = store.read_model_digest(ViewerDeltasProjection.name)
+            deltas_before = store.viewer_deltas("run-1", after_revision=1)
+            store.export_run("run-1", bundle)
+        with open_runtime(new_url) as runtime:
+            rows = stored_rows(runtime, ViewerDeltasProjection, REVISIONS)
+            assert all(type(row["deltas"]) is str for row in rows)
+
+    with open_runtime(new_url) as runtime:
+        status = {state.name: state for state in runtime.projection_status()}
+        rows = stored_rows(runtime, ViewerDeltasProjection, REVISIONS)
+        store = WorkflowStore(runtime)
+        after = store.read_model_digest(ViewerDeltasProjection.name)
+        deltas_after = store.viewer_deltas("run-1", after_revision=1)
+
+    assert (status["viewer_deltas"].version, status["viewer_deltas"].lag) == (6, 0)
+    assert all(type(row["deltas"]) is bytes for row in rows)
+    assert [row["deltas"][0] for row in rows].count(1) >= 2
+    assert after == before
+    assert deltas_after == deltas_before
+    assert read_lines(bundle)[-1]["read_models"]["viewer_deltas"]["version"] == 5
     assert verify_bundle(bundle).ok
 
 

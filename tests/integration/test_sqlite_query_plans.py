@@ -180,7 +180,7 @@ def test_the_reads_that_had_an_index_of_their_own_use_the_key_or_another_index(
 
     for name in ("viewer_deltas 1", "viewer_deltas all"):
         assert lines(name, "rl_vd_revisions") == [
-            "SEARCH rl_vd_revisions_v5_1 USING INDEX sqlite_autoindex_rl_vd_revisions_v5_1_1 "
+            "SEARCH rl_vd_revisions_v6_1 USING INDEX sqlite_autoindex_rl_vd_revisions_v6_1_1 "
             "(run_id=? AND slot=?)"
         ]
     # The outbox is read whole: its sort is of the rows it returns anyway.
@@ -190,6 +190,6 @@ def test_the_reads_that_had_an_index_of_their_own_use_the_key_or_another_index(
         "USE TEMP B-TREE FOR ORDER BY",
     ]
     assert {
-        "rl_vd_revisions_v5_1_run_id_revision_idx",
+        "rl_vd_revisions_v6_1_run_id_revision_idx",
         "rl_so_messages_v3_1_target_session_id_session_order_idx",
     } & indexes == set()
