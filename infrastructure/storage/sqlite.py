@@ -246,6 +246,12 @@ class SQLiteEventRecorder(SqlLogQueries, SQLiteApplicationRecorder):
                     lookup_key,
                 )
             )
+        if len(rows) == 1:
+            # Most commands save one event: its rowid comes with the insert, which
+            # ``executemany`` leaves unset (one statement fewer per command).
+            c.execute(self.insert_events_statement, rows[0])
+            position: int = c.lastrowid
+            return [position]
         # One statement for the batch; in one write transaction its rowids are contiguous.
         c.executemany(self.insert_events_statement, rows)
         c.execute("SELECT last_insert_rowid()")
@@ -332,8 +338,10 @@ def _write_step(
         written = step.write(c)
     except sqlite3.Error:
         logger.exception("read models not written with the events; they catch up from the log")
-        c.execute(f"ROLLBACK TO {SAME_COMMIT_SAVEPOINT}")
         written = False
+    if not written:
+        # A projection that moved meanwhile may have left some slots moved by this step.
+        c.execute(f"ROLLBACK TO {SAME_COMMIT_SAVEPOINT}")
     c.execute(f"RELEASE {SAME_COMMIT_SAVEPOINT}")
     return written
 

@@ -91,6 +91,13 @@ class SQLiteDialect(Dialect[str]):
 
 SQLITE: Final = SQLiteDialect()
 
+
+def _rowcount(cursor: Any) -> int:
+    """The rows the cursor's last statement changed (eventsourcing's cursor wraps sqlite3's)."""
+    count: int = getattr(cursor, "sqlite_cursor", cursor).rowcount
+    return count
+
+
 VIEW_CACHE_KIB: Final = 4096
 """Page cache of each read-model connection (see ``SQLiteViewStore._connection``)."""
 VIEW_AUTOCHECKPOINT: Final = 10_000
@@ -205,25 +212,21 @@ class SQLiteViewStore(SqlViewStore[str]):
     def write_with_events(self, cursor: Any, pages: Sequence[PageCommit]) -> bool:
         moves = self._moves(pages)
         # The events' insert holds the database's write lock: positions read now stay put
-        # until the commit, so checking all before moving any writes nothing on a conflict.
-        # Pages made with their events all move from one position to one other: one
-        # statement checks them and one moves them.
+        # until the commit. Pages made with their events all move from one position to one
+        # other: one statement moves every slot still there, and how many it moved checks
+        # them (a statement fewer on every command than a count first). A conflict may
+        # have moved some: the caller rolls back (``write_with_events``).
         if len({(new, expected, state) for new, _, _, expected, state in moves}) == 1:
             new, _, _, expected, state = moves[0]
             slots = [(name, slot) for _, name, slot, _, _ in moves]
             match, keys = self._slots_match(slots)
             cursor.execute(
-                f"SELECT COUNT(*) FROM {self._slots_table} WHERE position = ? AND state = ? "
-                f"AND {match}",
-                (expected, state, *keys),
-            )
-            if cursor.fetchone()[0] != len(slots):
-                return False
-            cursor.execute(
                 f"UPDATE {self._slots_table} SET position = ?, last_error = NULL "
                 f"WHERE position = ? AND state = ? AND {match}",
                 (new, expected, state, *keys),
             )
+            if _rowcount(cursor) != len(slots):
+                return False
         else:
             for _, name, slot, expected, state in moves:
                 match, keys = self._slots_match([(name, slot)])

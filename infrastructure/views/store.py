@@ -304,7 +304,8 @@ class ViewStore(ABC):
         """Move the pages' positions and write their rows on ``cursor``, in the transaction
         that inserts the events they project (the storage commits it; memory passes None).
 
-        False when a projection moved meanwhile, having written nothing; on PostgreSQL the
+        False when a projection moved meanwhile, having written no rows (SQLite may have
+        moved some slots: the caller rolls back to before the call); on PostgreSQL the
         compare-and-set runs on the server and fails the statement instead (see
         ``SameCommit``: the storage then commits the events without the views).
         """
