@@ -28,13 +28,29 @@ LEVEL: Final = 4
 39.5 % of the JSON in 3.7 µs a payload, level 4 37.3 % in 5.2 µs, level 6 37.0 % in 6.9 µs;
 a payload is packed once, when its command commits, and read back many times."""
 
+LARGE_FROM: Final = 4096
+LARGE_LEVEL: Final = 3
+"""zstd's level for JSON of ``LARGE_FROM`` bytes and more (a batch of recorded session events,
+say): there level 4 takes twice level 3's time for 4 to 8 % less (14.3 kB of the bench's
+session events: 15.0 µs to 384 bytes at level 3, 32.9 µs to 368 at level 4). None of the
+bench history's 50k payloads is that large."""
+
 MAX_UNPACKED_BYTES: Final = 256 * 1024 * 1024
 """Far above any payload the domain's input limits admit; a frame claiming more is damage."""
 
-_DICTIONARY: Final = zstandard.ZstdCompressionDict(
-    DICTIONARY_V1, dict_type=zstandard.DICT_TYPE_RAWCONTENT
-)
-_DICTIONARY.precompute_compress(level=LEVEL)
+
+def _dictionary(level: int) -> zstandard.ZstdCompressionDict:
+    """The dictionary prepared for compressing at ``level`` (a compressor given a prepared
+    dictionary takes its level from it)."""
+    dictionary = zstandard.ZstdCompressionDict(
+        DICTIONARY_V1, dict_type=zstandard.DICT_TYPE_RAWCONTENT
+    )
+    dictionary.precompute_compress(level=level)
+    return dictionary
+
+
+_DICTIONARY: Final = _dictionary(LEVEL)
+_LARGE_DICTIONARY: Final = _dictionary(LARGE_LEVEL)
 _MARKER_V1: Final = bytes((ZSTD_V1,))
 
 
@@ -43,10 +59,15 @@ class _Codecs(threading.local):
     threads sharing one decompressed each other's frames into garbage), the dictionary is."""
 
     def __init__(self) -> None:
-        self.compressor = zstandard.ZstdCompressor(
-            dict_data=_DICTIONARY, write_content_size=True, write_checksum=True, write_dict_id=False
-        )
+        self.compressor = _compressor(_DICTIONARY)
+        self.large_compressor = _compressor(_LARGE_DICTIONARY)
         self.decompressor = zstandard.ZstdDecompressor(dict_data=_DICTIONARY)
+
+
+def _compressor(dictionary: zstandard.ZstdCompressionDict) -> zstandard.ZstdCompressor:
+    return zstandard.ZstdCompressor(
+        dict_data=dictionary, write_content_size=True, write_checksum=True, write_dict_id=False
+    )
 
 
 _CODECS: Final = _Codecs()
@@ -58,7 +79,9 @@ class UnpackError(Exception):
 
 def packed(payload: bytes) -> bytes:
     """The stored form of a JSON payload: packed when that is smaller, else the JSON."""
-    frame = _CODECS.compressor.compress(payload)
+    codecs = _CODECS
+    compressor = codecs.compressor if len(payload) < LARGE_FROM else codecs.large_compressor
+    frame = compressor.compress(payload)
     if len(frame) + 1 < len(payload):
         return _MARKER_V1 + frame
     return payload

@@ -22,6 +22,9 @@ from hypothesis import strategies as st
 
 from runledger.domain.errors import CorruptEventError
 from runledger.domain.packed_state import (
+    LARGE_FROM,
+    LARGE_LEVEL,
+    LEVEL,
     MAX_UNPACKED_BYTES,
     ZSTD_V1,
     UnpackError,
@@ -77,6 +80,33 @@ def test_any_json_object_packs_to_a_form_that_reads_back_byte_exact(value: objec
 def test_a_payload_packing_would_not_shrink_stays_plain_json() -> None:
     assert packed(b"{}") == b"{}"
     assert packed(b'{"a":1}') == b'{"a":1}'
+
+
+def _compressed_at(level: int, payload: bytes) -> bytes:
+    dictionary = zstandard.ZstdCompressionDict(
+        DICTIONARY_V1, dict_type=zstandard.DICT_TYPE_RAWCONTENT
+    )
+    dictionary.precompute_compress(level=level)
+    compressor = zstandard.ZstdCompressor(
+        dict_data=dictionary, write_content_size=True, write_checksum=True, write_dict_id=False
+    )
+    return compressor.compress(payload)
+
+
+@pytest.mark.parametrize("size", [LARGE_FROM - 1, LARGE_FROM, 4 * LARGE_FROM])
+def test_a_large_payload_packs_at_the_faster_level_and_reads_back(size: int) -> None:
+    text = b" ".join(b"tool call %d finished: ok" % n for n in range(size))
+    payload = b'{"t":"' + text[: size - 8] + b'"}'
+    # The two levels make other frames of it, so the frame shows which level packed it.
+    assert _compressed_at(LEVEL, payload) != _compressed_at(LARGE_LEVEL, payload)
+
+    stored = packed(payload)
+
+    level = LARGE_LEVEL if size >= LARGE_FROM else LEVEL
+    assert len(payload) == size
+    assert stored == bytes((ZSTD_V1,)) + _compressed_at(level, payload)
+    assert unpacked(stored) == payload
+    assert len(stored) < size / 4
 
 
 def test_the_catalogue_samples_pack_to_under_half_their_size() -> None:
