@@ -10,8 +10,9 @@ and that page first waits for this one's commit (``settle``). One page is under 
 time, and pages commit in order.
 
 No thread: a commit thread waited for the GIL at every row it sent (measured slower, see
-the README's P3 notes). A page too large to pipeline (``PIPELINE_MAX_BYTES``) commits the
-ordinary way, after the page before it settled.
+the README's P3 notes). A page whose statements send too much text to pipeline
+(``PIPELINE_MAX_BYTES``; copied rows do not count) sends them one at a time, after the page
+before it settled.
 
 A failed page aborts its transaction: ``settle`` raises the failure (a moved projection as
 ``TrackingConflictError``, as a plain commit does). A build stops there, and the next one
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager, suppress
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import psycopg
@@ -30,18 +32,22 @@ from psycopg.pq import TransactionStatus
 from runledger.infrastructure.databases import PIPELINE_MAX_BYTES
 from runledger.infrastructure.views.store import PageCommit
 
-StagedPage = Callable[[psycopg.Cursor[Any]], None]
-"""What writes a staged page's rest (``PostgresViewStore.stage_page``)."""
+
+@dataclass(frozen=True)
+class StagedPage:
+    """What writes a staged page's rest (``PostgresViewStore.stage_page``)."""
+
+    write: Callable[[psycopg.Cursor[Any]], None]
+    text_bytes: int
+    """About how many bytes of text ``write`` sends: only the rows not copied in, so a
+    page's rows are counted only if they go out as statements (counting them all was 2 % of
+    a rebuild, P3 on PostgreSQL)."""
 
 
 class PageWriter(Protocol):
     """What of ``PostgresViewStore`` the deferred commits use."""
 
     def get_connection(self) -> AbstractContextManager[psycopg.Connection[Any]]: ...
-
-    def page_bytes(self, pages: Sequence[PageCommit]) -> int: ...
-
-    def commit(self, pages: Sequence[PageCommit]) -> None: ...
 
     def stage_page(self, cursor: psycopg.Cursor[Any], pages: Sequence[PageCommit]) -> StagedPage:
         """Copy the pages' rows into staging tables; what writes the rest."""
@@ -62,18 +68,16 @@ class DeferredPageCommits:
         if self._under_way:
             msg = "the page under way has not settled"
             raise RuntimeError(msg)
-        if self.views.page_bytes(pages) > PIPELINE_MAX_BYTES:
-            self.views.commit(pages)
-            return
         self._under_way = pages
         try:
             with self.connection.cursor() as cursor:
                 cursor.execute(b"BEGIN")
                 # As a plain page commit: a page lost in a crash is projected again.
                 cursor.execute(b"SET LOCAL synchronous_commit = off")
-                rest = self.views.stage_page(cursor, pages)
-                self._pipeline.enter_context(self.connection.pipeline())
-                rest(cursor)
+                staged = self.views.stage_page(cursor, pages)
+                if staged.text_bytes <= PIPELINE_MAX_BYTES:
+                    self._pipeline.enter_context(self.connection.pipeline())
+                staged.write(cursor)
                 cursor.execute(b"COMMIT")
             # libpq keeps up to 64 KiB of a pipeline unsent until asked: send the page's
             # tail now, so the server can finish the page while the build works on the next.

@@ -314,11 +314,6 @@ class PostgresViewStore(SqlViewStore[Query]):
         page = next(page for page in pages if page.slot.name == moved)
         return self._conflict(moved, page.slot.slot, page.expected_position)
 
-    @staticmethod
-    def page_bytes(pages: Sequence[PageCommit]) -> int:
-        """The text a commit of ``pages`` sends (see ``PIPELINE_MAX_BYTES``)."""
-        return text_bytes(pages)
-
     def get_connection(self) -> AbstractContextManager[psycopg.Connection[Any]]:
         """A connection of the storage's pool for the block."""
         return self.datastore.get_connection()
@@ -332,9 +327,11 @@ class PostgresViewStore(SqlViewStore[Query]):
         (the tracking moves, the staged rows into the tables, the other writes), statements
         that can go out in a pipeline."""
         writes: list[tuple[Query | bytes, list[tuple[Any, ...]] | None]] = []
+        sent = 0
         for number, (statements, kind, changed, rows) in enumerate(self._write_plan(pages)):
             if kind != "upsert" or len(rows) < STAGED_ROWS:
                 writes.append((statements.statement(kind, changed), rows))
+                sent += sum(len(value) for row in rows for value in row if type(value) in _TEXTS)
                 continue
             create, copy_in, upsert = self._staging(cursor, statements, number)
             cursor.execute(create)
@@ -344,16 +341,16 @@ class PostgresViewStore(SqlViewStore[Query]):
             writes.append((upsert, None))
         move_arrays = self._move_arrays(pages)
 
-        def rest(pipelined: psycopg.Cursor[Any]) -> None:
+        def rest(cursor: psycopg.Cursor[Any]) -> None:
             if move_arrays[0]:
-                pipelined.execute(self._move_call, move_arrays)
+                cursor.execute(self._move_call, move_arrays)
             for statement, rows in writes:
                 if rows is None:
-                    pipelined.execute(statement)
+                    cursor.execute(statement)
                 else:
-                    pipelined.executemany(statement, rows)
+                    cursor.executemany(statement, rows)
 
-        return rest
+        return StagedPage(rest, sent)
 
     def _staging(
         self, cursor: psycopg.Cursor[Any], statements: _TableStatements[Query], number: int
@@ -591,6 +588,9 @@ def _compact_text_function(schema: str) -> Composed:
     ).format(Identifier(schema, COMPACT_TEXT_FUNCTION), Literal(body.as_string()))
 
 
+_TEXTS: Final = (str, bytes)
+
+
 def text_bytes(pages: Sequence[PageCommit]) -> int:
     """About how many bytes of text the pages' rows send, counted until it is clear that
     they are too many for one pipeline (``PIPELINE_MAX_BYTES``)."""
@@ -601,7 +601,7 @@ def text_bytes(pages: Sequence[PageCommit]) -> int:
                 if row is None:
                     continue
                 for value in row.values():
-                    if type(value) is str or type(value) is bytes:
+                    if type(value) in _TEXTS:
                         total += len(value)
                 if total > PIPELINE_MAX_BYTES:
                     return total

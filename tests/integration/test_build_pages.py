@@ -5,6 +5,8 @@ a page that fails stops the build, and a stall met half-way is recorded, not los
 
 from __future__ import annotations
 
+import random
+import string
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -12,6 +14,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import pq
 
 from runledger.domain.errors import CorruptEventError, StorageUnavailableError
 from runledger.domain.packed_state import ZSTD_V1
@@ -21,6 +24,7 @@ from runledger.infrastructure.databases import PIPELINE_MAX_BYTES
 from runledger.infrastructure.runtime import StoreRuntime, open_runtime
 from runledger.infrastructure.store import WorkflowStore
 from runledger.infrastructure.views import postgres as postgres_views
+from runledger.infrastructure.views.deferred_commits import StagedPage
 from runledger.infrastructure.views.read_ahead import ReadAhead
 from runledger.infrastructure.views.rebuild import BUILD_CACHE_ROWS, BUILD_PAGE_SIZE
 from runledger.infrastructure.views.sqlite import VIEW_AUTOCHECKPOINT, SQLiteViewStore
@@ -278,41 +282,57 @@ def test_a_build_whose_page_fails_stops_unswitched_and_the_next_build_gives_the_
         assert dump(runtime) == incremental
 
 
+def random_records(first: int, rng: random.Random) -> list[dict[str, Any]]:
+    """A batch of session records whose outputs zstd cannot shrink much: 3,000 random
+    letters each."""
+    records = session_records(first)
+    for record in records:
+        record["payload"]["output"] = "".join(rng.choices(string.ascii_letters, k=3_000))
+    return records
+
+
 @pytest.mark.postgres
-def test_a_page_too_large_to_pipeline_commits_the_ordinary_way(
-    postgres_store_url: str, staged: list[int], monkeypatch: pytest.MonkeyPatch
+def test_a_page_sending_more_text_than_a_pipeline_takes_sends_it_statement_by_statement(
+    postgres_store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ordinary: list[int] = []
-    original = postgres_views.PostgresViewStore.commit
+    sent: list[tuple[int, pq.PipelineStatus]] = []
+    original = postgres_views.PostgresViewStore.stage_page
 
-    def counted(self: Any, pages: Any) -> None:
-        ordinary.append(postgres_views.text_bytes(pages))
-        original(self, pages)
+    def counted(self: Any, cursor: Any, pages: Any) -> StagedPage:
+        staged = original(self, cursor, pages)
 
-    monkeypatch.setattr(postgres_views.PostgresViewStore, "commit", counted)
+        def write(cursor: Any) -> None:
+            sent.append((staged.text_bytes, cursor.connection.pgconn.pipeline_status))
+            staged.write(cursor)
+
+        return StagedPage(write, staged.text_bytes)
+
+    monkeypatch.setattr(postgres_views.PostgresViewStore, "stage_page", counted)
+    rng = random.Random(7)
     with open_runtime(postgres_store_url, embedded_projections=False) as runtime:
         store = WorkflowStore(runtime)
-        # Each batch's records go into a viewer revision row, of which a run keeps its last
-        # 256: two runs' rows of about 14 KB each are more text than one pipeline takes.
-        for run_id in ("large-1", "large-2"):
-            store.create_run(run_id, workflow_name="bench", input={})
-            store.record_session_binding(
-                run_id,
-                {
-                    "schema": "pi-workflows.session-binding.v1",
-                    "runId": run_id,
-                    "piSessionId": f"{run_id}-session",
-                    "boundAt": "2026-01-01T00:00:00.000Z",
-                },
-            )
-        for batch in range(300):
-            for run_id in ("large-1", "large-2"):
-                store.append_session_events(run_id, session_records(batch * SESSION_BATCH + 1))
+        store.create_run("large", workflow_name="bench", input={})
+        store.record_session_binding(
+            "large",
+            {
+                "schema": "pi-workflows.session-binding.v1",
+                "runId": "large",
+                "piSessionId": "large-session",
+                "boundAt": "2026-01-01T00:00:00.000Z",
+            },
+        )
+        # Each batch shows as one viewer revision of about 190 KB, too few in a page
+        # (under ``STAGED_ROWS``) to be copied in: they go out as statements.
+        for batch in range(40):
+            store.append_session_events("large", random_records(batch * SESSION_BATCH + 1, rng))
         runtime.catch_up()
         incremental = dump(runtime)
-        ordinary.clear()
+        sent.clear()
 
         runtime.rebuild_projections()
 
-        assert any(size > PIPELINE_MAX_BYTES for size in ordinary)
         assert dump(runtime) == incremental
+    assert any(size > PIPELINE_MAX_BYTES for size, _ in sent)
+    for size, mode in sent:
+        expected = pq.PipelineStatus.OFF if size > PIPELINE_MAX_BYTES else pq.PipelineStatus.ON
+        assert mode == expected, size
