@@ -215,7 +215,7 @@ class SQLiteViewStore(SqlViewStore[str]):
         # until the commit. Pages made with their events all move from one position to one
         # other: one statement moves every slot still there, and how many it moved checks
         # them (a statement fewer on every command than a count first). A conflict may
-        # have moved some: the caller rolls back (``write_with_events``).
+        # have moved some: the caller rolls back (see ``ViewStore.write_with_events``).
         if len({(new, expected, state) for new, _, _, expected, state in moves}) == 1:
             new, _, _, expected, state = moves[0]
             slots = [(name, slot) for _, name, slot, _, _ in moves]
