@@ -979,7 +979,9 @@ class SqlViewStore(ViewStore, Generic[S]):
         ((rebuilt_rows, added, changed, bytes_differ, live_rows),) = self._query(counts)
         removed = live_rows - (rebuilt_rows - added)
         repacked = (
-            self._repacked(table, rebuilt_table, live_table, keys, same) if bytes_differ else []
+            self._repacked(table, packed, rebuilt_table, live_table, keys, same)
+            if bytes_differ
+            else []
         )
         changed += len(repacked)
         found: list[list[Any]] = repacked[:limit]
@@ -1022,10 +1024,11 @@ class SqlViewStore(ViewStore, Generic[S]):
             ),
         )
 
-    def _repacked(self, table: Table, rebuilt: S, live: S, keys: S, same: S) -> list[list[Any]]:
-        """The keys of rows that are the same in both copies but for packed values whose
-        bytes differ and whose JSON does too."""
-        packed = sorted(table.packed_columns)
+    def _repacked(
+        self, table: Table, packed: Sequence[str], rebuilt: S, live: S, keys: S, same: S
+    ) -> list[list[Any]]:
+        """The keys of rows that are the same in both copies but for their ``packed`` values,
+        whose bytes differ and whose JSON does too."""
         d = self.dialect
         statement = d.sql(
             "SELECT {}, {}, {} FROM {} r JOIN {} l ON {} WHERE {} AND NOT ({})",

@@ -31,6 +31,7 @@ from runledger.infrastructure.views.sqlite import VIEW_AUTOCHECKPOINT, SQLiteVie
 from runledger.infrastructure.views.store import TrackingConflictError
 from tests.integration.test_parallel_rebuild import dump
 from tests.integration.test_tampering import RawTable, raw
+from tests.support.sessions import session_binding
 from tests.unit.test_packed_state import _frame_claiming
 
 EVENTS = 3 * BUILD_PAGE_SIZE + 500
@@ -312,15 +313,7 @@ def test_a_page_sending_more_text_than_a_pipeline_takes_sends_it_statement_by_st
     with open_runtime(postgres_store_url, embedded_projections=False) as runtime:
         store = WorkflowStore(runtime)
         store.create_run("large", workflow_name="bench", input={})
-        store.record_session_binding(
-            "large",
-            {
-                "schema": "pi-workflows.session-binding.v1",
-                "runId": "large",
-                "piSessionId": "large-session",
-                "boundAt": "2026-01-01T00:00:00.000Z",
-            },
-        )
+        store.record_session_binding("large", session_binding("large", "large-session"))
         # Each batch shows as one viewer revision of about 190 KB, too few in a page
         # (under ``STAGED_ROWS``) to be copied in: they go out as statements.
         for batch in range(40):
