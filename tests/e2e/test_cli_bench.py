@@ -99,9 +99,13 @@ def check_command_rows(rows: dict[str, Any]) -> None:
         assert "follow-ups were queued (p99" in rows["R1"]["name"]
         assert rows["R1"]["unit"] == "MB"
     if "R2" in rows:
-        # A restore answers to the export of the same tree, measured in the same run.
-        assert rows["R2"]["baselines"].keys() == {"raw"}
-        assert "vs its export" in rows["R2"]["name"]
+        # A restore answers to the export of the same tree, in turns with it.
+        assert rows["R2"]["baselines"].keys() == {"export"}
+        assert "vs its export (median of 3 turns: export, prune, restore)" in rows["R2"]["name"]
+    if "V2" in rows:
+        # A blue/green rebuild answers to a plain one, in turns with it.
+        assert rows["V2"]["baselines"].keys() == {"plain"}
+        assert "median of 3 turns, one of each" in rows["V2"]["name"]
     if "P2t" in rows:
         # Group commit answers to the same threads committing one by one, in the same run.
         assert set(rows["P2t"]["baselines"]) == {"ungrouped", "one thread"}
