@@ -263,3 +263,50 @@ def test_a_restore_whose_events_came_back_as_bundled_reprojects_them_once_more(
 
     # The bundle's events, then the tree's as the log holds them now, its tombstone's two too.
     assert counted == [restored.events, restored.events + 2]
+
+
+def test_a_tree_pruned_again_restores_without_reprojecting_its_events_for_the_digests(
+    store: WorkflowStore,
+    pruned: tuple[PrunedTree, dict[str, Any]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The second bundle holds the first prune's tombstones, which stayed in the log with
+    their keys in field order while the bundle holds them in canonical order: the same
+    payloads, so the events still count as come back as bundled."""
+    archived, before = pruned
+    store.restore_runs(archived.bundle)
+    again = tmp_path / "again"
+    again.mkdir()
+    [second] = prune(store, again).archived
+    counted: list[int] = []
+
+    def counting(*args: Any, **kwargs: Any) -> Reprojection:
+        result = reprojection.reproject(*args, **kwargs)
+        counted.append(result.events)
+        return result
+
+    monkeypatch.setattr(restore_module, "reproject", counting)
+    monkeypatch.setattr(verify_bundle_module, "reproject", counting)
+
+    restored = store.restore_runs(second.bundle)
+
+    tombstones = [
+        event.wire_name
+        for event in store.event_log(run_id="middle")
+        if event.wire_name.startswith("run-tree.")
+    ]
+    assert tombstones == ["run-tree.archived", "run-tree.restored"] * 2
+    # The bundle's events (the first tombstones among them), then the tree's as the log
+    # holds them now, all four tombstones too; no third re-projection for the digests.
+    assert counted == [second.events, restored.events + 4]
+    assert answers(store) == before
+
+
+def test_a_payload_read_back_in_another_key_order_is_the_bundles() -> None:
+    bundled = b'{"a":1,"b":{"c":[1.5,"x"],"d":null}}'
+
+    assert restore_module._same_payload(b'{"b":{"d":null,"c":[1.5,"x"]},"a":1}', bundled)
+    assert not restore_module._same_payload(b'{"b":{"d":null,"c":[1.5,"x"]},"a":1.0}', bundled)
+    assert not restore_module._same_payload(b'{"a":1,"b":{"c":[1.5,"y"],"d":null}}', bundled)
+    assert not restore_module._same_payload(b'{"a":1', bundled)
