@@ -35,8 +35,9 @@ class _Entry:
 class MemoryViewStore(ViewStore):
     """Views in process memory (for ``memory://`` stores and scratch replays)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, packs: bool = True) -> None:
         super().__init__()
+        self.packs = packs
         self._lock = threading.RLock()
         self._tables: dict[str, dict[Key, EncodedRow]] = {}
         self._slots: dict[tuple[str, int], TrackingState] = {}

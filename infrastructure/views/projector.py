@@ -91,8 +91,9 @@ class _PageWriter:
     def delete(self, table: Table, key: Key) -> None:
         self.changes.setdefault(table.name, {})[tuple(key)] = None
 
-    def encoded(self, tables: dict[str, Table]) -> dict[str, TableChanges]:
-        """The page's changes as stored, keyed by their stored keys (``encode_key``)."""
+    def encoded(self, tables: dict[str, Table], *, pack: bool) -> dict[str, TableChanges]:
+        """The page's changes as stored (``pack``: see ``ViewStore.packs``), keyed by their
+        stored keys (``encode_key``)."""
         encoded: dict[str, TableChanges] = {}
         for name, changes in self.changes.items():
             table = tables[name]
@@ -102,7 +103,7 @@ class _PageWriter:
                 if row is None:
                     stored[encode_key(table, key)] = None
                     continue
-                stored_row = encode_row(table, row)
+                stored_row = encode_row(table, row, pack=pack)
                 # A row's stored key is in its stored form already.
                 stored[table.key_of(stored_row) if table.compact_key else key] = stored_row
         return encoded
@@ -410,7 +411,7 @@ class ProjectionRunner:
         if page is None or self.position == self._page_start or self.slot is None:
             return None
         self._uncommitted = page.changes
-        encoded = page.encoded(self._tables)
+        encoded = page.encoded(self._tables, pack=self.views.packs)
         return PageCommit(
             self.projection,
             self._page_start,

@@ -100,9 +100,10 @@ class TrackingConflictError(IntegrityError):
         self.actual = actual
 
 
-def encode_row(table: Table, row: Row) -> EncodedRow:
+def encode_row(table: Table, row: Row, *, pack: bool = True) -> EncodedRow:
     """A row as stored (JSON columns as text, packed ones as ``packed_state`` bytes, compact
-    ones as ``compact_text`` bytes), refusing missing or unknown columns."""
+    ones as ``compact_text`` bytes), refusing missing or unknown columns. Without ``pack``,
+    a packed column keeps its JSON bytes, the form ``packed`` gives JSON it cannot shrink."""
     if row.keys() != table.column_set:
         missing = table.column_set - row.keys()
         extra = row.keys() - table.column_set
@@ -113,7 +114,7 @@ def encode_row(table: Table, row: Row) -> EncodedRow:
         if name not in table.packed_columns:
             encoded[name] = text.decode()
         else:
-            encoded[name] = packed(text) if len(text) >= PACK_FROM else text
+            encoded[name] = packed(text) if pack and len(text) >= PACK_FROM else text
     for name in table.compact_columns:
         value = encoded[name]
         if value is not None:
@@ -202,6 +203,12 @@ class ViewStore(ABC):
     """Whether a page's ``previous`` rows are used: worth their encoding only where a write
     of the changed columns alone costs less than a whole row's (SQLite writes every index
     holding a column an ``UPDATE`` sets, changed or not)."""
+
+    packs: bool = True
+    """Whether ``packed`` columns are compressed when written (``encode_row``). A scratch
+    re-projection in memory, read once for its digests and thrown away, keeps their JSON
+    bytes: compressing them there was 3.5 % of an export and offline verify (py-spy, A2),
+    and every reader takes either form."""
 
     def __init__(self) -> None:
         self._active: dict[str, TrackingState] = {}

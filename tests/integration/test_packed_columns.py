@@ -20,6 +20,8 @@ from runledger.domain.packed_state import UnpackError, packed, unpacked
 from runledger.domain.records import ViewerDeltas
 from runledger.domain.values import Actor
 from runledger.infrastructure import open_store, verify_bundle
+from runledger.infrastructure.audit.reprojection import reproject
+from runledger.infrastructure.audit.stored_events import log_entry, run_notifications
 from runledger.infrastructure.runtime import StoreRuntime, open_runtime
 from runledger.infrastructure.store import WorkflowStore
 from runledger.infrastructure.views.store import PACK_FROM, decode_row, encode_row
@@ -149,6 +151,32 @@ def test_a_revision_of_many_session_events_is_stored_packed_and_reads_back(
         for item in op["value"]
     ]
     assert appended == list(range(1, 129))
+
+
+def test_a_scratch_reprojection_keeps_its_packed_columns_as_json_and_gives_the_live_digest(
+    store: WorkflowStore, runtime: StoreRuntime
+) -> None:
+    """Re-projected in memory for its digests only (an export, a verify-bundle, a restore's
+    checks), a revision is not compressed: its JSON bytes are a form every reader takes."""
+    record_session(store, "run-1", 2, 64)
+    entries = [log_entry(n) for n in run_notifications(runtime.storage, ["run-1"])]
+
+    fresh = reproject(entries, [ViewerDeltasProjection()])
+
+    slot = fresh.views.registry(ViewerDeltasProjection.name).active
+    assert slot is not None
+    scratch = fresh.views.raw_rows(REVISIONS.name, slot)
+    live = stored_rows(runtime, ViewerDeltasProjection, REVISIONS)
+    assert scratch is not None
+    assert {row["revision"] for row in scratch} == {row["revision"] for row in live}
+    large = [row["deltas"] for row in scratch if len(row["deltas"]) >= PACK_FROM]
+    assert large, "the batches' revisions are kilobytes of JSON"
+    assert all(orjson.loads(value) is not None for value in large)
+    # The live store packs the same revisions.
+    assert all(row["deltas"][0] == 1 for row in live if len(unpacked(row["deltas"])) >= PACK_FROM)
+    assert fresh.digests()[ViewerDeltasProjection.name]["digest"] == store.read_model_digest(
+        ViewerDeltasProjection.name
+    )
 
 
 def _version_1(monkeypatch: pytest.MonkeyPatch) -> None:
