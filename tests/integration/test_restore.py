@@ -241,14 +241,8 @@ def test_events_that_came_back_other_than_bundled_fail_the_restore_check(
         check_restored(runtime, verified)
 
 
-def test_a_restore_whose_events_came_back_as_bundled_reprojects_them_once_more(
-    store: WorkflowStore,
-    pruned: tuple[PrunedTree, dict[str, Any]],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The bundle's own check re-projected these events to its digests; the restore re-projects
-    them again only at their new positions, to compare the live rows."""
-    archived, _ = pruned
+def counted_reprojections(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The events of each re-projection a restore (or its bundle's check) makes from now."""
     counted: list[int] = []
 
     def counting(*args: Any, **kwargs: Any) -> Reprojection:
@@ -258,6 +252,18 @@ def test_a_restore_whose_events_came_back_as_bundled_reprojects_them_once_more(
 
     monkeypatch.setattr(restore_module, "reproject", counting)
     monkeypatch.setattr(verify_bundle_module, "reproject", counting)
+    return counted
+
+
+def test_a_restore_whose_events_came_back_as_bundled_reprojects_them_once_more(
+    store: WorkflowStore,
+    pruned: tuple[PrunedTree, dict[str, Any]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The bundle's own check re-projected these events to its digests; the restore re-projects
+    them again only at their new positions, to compare the live rows."""
+    archived, _ = pruned
+    counted = counted_reprojections(monkeypatch)
 
     restored = store.restore_runs(archived.bundle)
 
@@ -279,15 +285,7 @@ def test_a_tree_pruned_again_restores_without_reprojecting_its_events_for_the_di
     again = tmp_path / "again"
     again.mkdir()
     [second] = prune(store, again).archived
-    counted: list[int] = []
-
-    def counting(*args: Any, **kwargs: Any) -> Reprojection:
-        result = reprojection.reproject(*args, **kwargs)
-        counted.append(result.events)
-        return result
-
-    monkeypatch.setattr(restore_module, "reproject", counting)
-    monkeypatch.setattr(verify_bundle_module, "reproject", counting)
+    counted = counted_reprojections(monkeypatch)
 
     restored = store.restore_runs(second.bundle)
 
