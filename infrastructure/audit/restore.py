@@ -12,6 +12,7 @@ rows must be those a re-projection gives.
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,7 +74,14 @@ def read_archive_bundle(bundle: object) -> ArchiveBundle:
             bundle=str(path), reason=f"it cannot be read ({error.strerror or error})"
         ) from None
     if not found:
-        raise RestoreRefusedError(bundle=str(path), reason="there is no such file")
+        # An empty argument is the current folder to ``Path``: named as given, not as ".".
+        given = os.fsdecode(bundle) if isinstance(bundle, (str, os.PathLike)) else str(path)
+        reason = "there is no such file"
+        if not given:
+            given, reason = '""', "the path is empty"
+        elif path.is_dir():
+            reason = "it is a folder, not a bundle file"
+        raise RestoreRefusedError(bundle=given, reason=reason)
     verdict = verify_bundle(path)
     if not verdict.ok:
         raise RestoreRefusedError(

@@ -160,6 +160,10 @@ def test_a_bundle_that_does_not_verify_is_refused(
         store.restore_runs(tampered)
     with pytest.raises(RestoreRefusedError, match="no such file"):
         store.restore_runs(tmp_path / "missing.jsonl")
+    with pytest.raises(RestoreRefusedError, match=r"from .+: it is a folder, not a bundle file"):
+        store.restore_runs(tmp_path)
+    with pytest.raises(RestoreRefusedError, match=r'Cannot restore from "": the path is empty'):
+        store.restore_runs("")
     assert store.event_log() == log
     with pytest.raises(RunArchivedError):
         store.get_run("middle")
