@@ -14,6 +14,14 @@ pages), and every generation-2 collection walks all of them again: about a third
 so the step runs with the collector paused: reference counting frees the working set after
 it, and whatever cycles it (or another thread, meanwhile) made wait for the collector's next
 run.
+
+A long-lived process that answers queries is the other case: the modules it imported (about
+57,000 containers for runledger, psycopg, pydantic and the rest) are walked by every
+generation-2 collection, 18-43 ms each on this project's 2-core machine, and a fresh
+process reading pages of 256 rows started one every ~130 pages. ``freeze_heap`` moves what
+is alive once startup is done into the collector's permanent generation (``gc.freeze``): it
+lives as long as the process anyway, and later collections walk only what came after
+(0.4-0.8 ms each; the slowest of 2,000 page reads 31-55 ms -> 8-10 ms).
 """
 
 from __future__ import annotations
@@ -33,3 +41,10 @@ def collector_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+def freeze_heap() -> None:
+    """Leave what is alive now (startup's modules, the open store) out of every later
+    collection: for a process that goes on to serve (``runledger serve``)."""
+    gc.collect()
+    gc.freeze()

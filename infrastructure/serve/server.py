@@ -12,6 +12,7 @@ from typing import Final
 
 import uvicorn
 
+from runledger.infrastructure.collector import freeze_heap
 from runledger.infrastructure.runtime import open_runtime, resolve_url
 from runledger.infrastructure.serve.app import Server, create_app
 from runledger.infrastructure.serve.auth import (
@@ -131,6 +132,9 @@ def serve(options: ServeOptions, say: Callable[[str], None], env: Mapping[str, s
         reads = "public" if options.public_reads else "need the token"
         also = f"; hosts allowed besides {shown_host}: {', '.join(hosts)}" if hosts else ""
         say(f"reads {reads}; writes need the token{also}; SIGINT or SIGTERM stops")
+        # Startup's imports and the open store live as long as the server: full collections
+        # walking them paused requests for 20-40 ms (see ``collector``).
+        freeze_heap()
         server.run(sockets=[sock])
     say("runledger serve: stopped, store closed")
 

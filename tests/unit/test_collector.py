@@ -64,3 +64,28 @@ def test_a_rebuild_replays_with_the_collector_paused(monkeypatch: pytest.MonkeyP
     assert seen
     assert not any(seen)
     assert gc.isenabled()
+
+
+def test_a_frozen_heap_is_out_of_later_collections() -> None:
+    from runledger.infrastructure.collector import freeze_heap
+
+    if gc.get_freeze_count():
+        pytest.skip("this worker's heap was frozen by an earlier test")
+    alive = [[number] for number in range(10)]
+
+    def walked() -> set[int]:
+        """The containers some generation's collection walks."""
+        return {id(item) for generation in range(3) for item in gc.get_objects(generation)}
+
+    assert id(alive) in walked()
+    freeze_heap()
+    try:
+        # Alive when frozen: in the permanent generation, which no collection walks.
+        assert id(alive) not in walked()
+        gc.collect()
+        assert id(alive) not in walked()
+        made_after = [1, 2]
+        assert id(made_after) in walked()
+    finally:
+        gc.unfreeze()
+    assert id(alive) in walked()
