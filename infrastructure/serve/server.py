@@ -133,7 +133,7 @@ def serve(options: ServeOptions, say: Callable[[str], None], env: Mapping[str, s
         also = f"; hosts allowed besides {shown_host}: {', '.join(hosts)}" if hosts else ""
         say(f"reads {reads}; writes need the token{also}; SIGINT or SIGTERM stops")
         # Startup's imports and the open store live as long as the server: full collections
-        # walking them paused requests for 20-40 ms (see ``collector``).
+        # walking them paused requests for tens of milliseconds (see ``collector``).
         freeze_heap()
         server.run(sockets=[sock])
     say("runledger serve: stopped, store closed")

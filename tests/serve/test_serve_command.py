@@ -3,6 +3,7 @@ stops cleanly on SIGTERM or SIGINT with its store closed, and never prints a pas
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import signal
@@ -19,6 +20,8 @@ import httpx
 import psycopg
 import pytest
 
+from runledger.infrastructure import open_store
+from runledger.infrastructure.serve import server
 from runledger.infrastructure.storage.urls import redact_url
 from tests.serve.conftest import TOKEN, Served
 
@@ -275,11 +278,6 @@ def test_the_server_freezes_its_startup_heap_before_it_serves(
 ) -> None:
     """Full collections walking startup's modules paused requests for 18-43 ms
     (``collector.freeze_heap``): by the time uvicorn serves, they are frozen."""
-    import gc
-
-    from runledger.infrastructure import open_store
-    from runledger.infrastructure.serve import server
-
     if gc.get_freeze_count():
         pytest.skip("this worker's heap was frozen by an earlier test")
     url = f"sqlite:///{tmp_path / 'frozen.db'}"
