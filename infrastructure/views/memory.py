@@ -35,9 +35,9 @@ class _Entry:
 class MemoryViewStore(ViewStore):
     """Views in process memory (for ``memory://`` stores and scratch replays)."""
 
-    def __init__(self, *, packs: bool = True) -> None:
+    def __init__(self, *, plain: bool = False) -> None:
         super().__init__()
-        self.packs = packs
+        self.plain = plain
         self._lock = threading.RLock()
         self._tables: dict[str, dict[Key, EncodedRow]] = {}
         self._slots: dict[tuple[str, int], TrackingState] = {}
@@ -213,6 +213,7 @@ class _MemoryReader(ViewReaderBase):
     def __init__(self, store: MemoryViewStore, slots: Mapping[str, TrackingState]) -> None:
         self._store = store
         self._slots = slots
+        self.plain = store.plain
 
     def _slot(self, table: Table) -> TrackingState:
         owner = self._store._owners.get(table.name)

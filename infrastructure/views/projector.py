@@ -91,8 +91,8 @@ class _PageWriter:
     def delete(self, table: Table, key: Key) -> None:
         self.changes.setdefault(table.name, {})[tuple(key)] = None
 
-    def encoded(self, tables: dict[str, Table], *, pack: bool) -> dict[str, TableChanges]:
-        """The page's changes as stored (``pack``: see ``ViewStore.packs``), keyed by their
+    def encoded(self, tables: dict[str, Table], *, plain: bool) -> dict[str, TableChanges]:
+        """The page's changes as stored (``plain``: see ``ViewStore.plain``), keyed by their
         stored keys (``encode_key``)."""
         encoded: dict[str, TableChanges] = {}
         for name, changes in self.changes.items():
@@ -101,11 +101,12 @@ class _PageWriter:
             encoded[name] = stored
             for key, row in changes.items():
                 if row is None:
-                    stored[encode_key(table, key)] = None
+                    stored[encode_key(table, key, plain=plain)] = None
                     continue
-                stored_row = encode_row(table, row, pack=pack)
+                stored_row = encode_row(table, row, plain=plain)
                 # A row's stored key is in its stored form already.
-                stored[table.key_of(stored_row) if table.compact_key else key] = stored_row
+                compacted = table.compact_key and not plain
+                stored[table.key_of(stored_row) if compacted else key] = stored_row
         return encoded
 
 
@@ -266,7 +267,8 @@ class ProjectionRunner:
         if self.slot is None:
             raise TrackingConflictError(self.name, self.position, -1)
         try:
-            stored = self.views.fetch(table, encode_key(table, key), self.slot)
+            stored_key = encode_key(table, key, plain=self.views.plain)
+            stored = self.views.fetch(table, stored_key, self.slot)
         except StorageUnavailableError:
             # The server, not the slot: a lost connection says nothing of who holds it.
             raise
@@ -411,7 +413,7 @@ class ProjectionRunner:
         if page is None or self.position == self._page_start or self.slot is None:
             return None
         self._uncommitted = page.changes
-        encoded = page.encoded(self._tables, pack=self.views.packs)
+        encoded = page.encoded(self._tables, plain=self.views.plain)
         return PageCommit(
             self.projection,
             self._page_start,

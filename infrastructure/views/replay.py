@@ -43,7 +43,7 @@ def scratch_runners(
     projections: Sequence[Projection],
 ) -> tuple[MemoryViewStore, list[ProjectionRunner]]:
     """Fresh memory views, and a runner for each projection that knows every row there is."""
-    views = MemoryViewStore(packs=False)
+    views = MemoryViewStore(plain=True)
     runners = []
     for projection in projections:
         runner = ProjectionRunner(

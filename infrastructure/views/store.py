@@ -100,10 +100,12 @@ class TrackingConflictError(IntegrityError):
         self.actual = actual
 
 
-def encode_row(table: Table, row: Row, *, pack: bool = True) -> EncodedRow:
+def encode_row(table: Table, row: Row, *, plain: bool = False) -> EncodedRow:
     """A row as stored (JSON columns as text, packed ones as ``packed_state`` bytes, compact
-    ones as ``compact_text`` bytes), refusing missing or unknown columns. Without ``pack``,
-    a packed column keeps its JSON bytes, the form ``packed`` gives JSON it cannot shrink."""
+    ones as ``compact_text`` bytes), refusing missing or unknown columns. In a ``plain``
+    store (``ViewStore.plain``) a packed column keeps its JSON bytes, the form ``packed``
+    gives JSON it cannot shrink, and a compact column its text, the form a table written
+    before the column was compact holds."""
     if row.keys() != table.column_set:
         missing = table.column_set - row.keys()
         extra = row.keys() - table.column_set
@@ -114,20 +116,22 @@ def encode_row(table: Table, row: Row, *, pack: bool = True) -> EncodedRow:
         if name not in table.packed_columns:
             encoded[name] = text.decode()
         else:
-            encoded[name] = packed(text) if pack and len(text) >= PACK_FROM else text
+            encoded[name] = text if plain or len(text) < PACK_FROM else packed(text)
     for name in table.compact_columns:
         value = encoded[name]
         if value is not None:
             if type(value) is not str:
                 msg = f"{table.name} row: {name} holds text, not {type(value).__name__}"
                 raise ValueError(msg)
-            encoded[name] = compact(value)
+            if not plain:
+                encoded[name] = compact(value)
     return encoded
 
 
-def encode_key(table: Table, key: Key) -> Key:
-    """A primary key as stored: what a store's rows, deletes and fetches are keyed by."""
-    if not table.compact_key:
+def encode_key(table: Table, key: Key, *, plain: bool = False) -> Key:
+    """A primary key as stored: what a store's rows, deletes and fetches are keyed by (a
+    ``plain`` store's: the key itself)."""
+    if plain or not table.compact_key:
         return key
     compacts = table.compact_columns
     return tuple(
@@ -204,11 +208,13 @@ class ViewStore(ABC):
     of the changed columns alone costs less than a whole row's (SQLite writes every index
     holding a column an ``UPDATE`` sets, changed or not)."""
 
-    packs: bool = True
-    """Whether ``packed`` columns are compressed when written (``encode_row``). A scratch
-    re-projection in memory, read once for its digests and thrown away, keeps their JSON
-    bytes: compressing them there was 3.5 % of an export and offline verify (py-spy, A2),
-    and every reader takes either form."""
+    plain: bool = False
+    """Whether rows are kept in their plain form (``encode_row``): ``packed`` columns as
+    their JSON bytes, ``compact`` ones as their text. A scratch re-projection in memory, read
+    once for its digests and thrown away, keeps them so: compressing revisions there was
+    3.5 % of an export and offline verify, and compacting ids and times and expanding them
+    again for the digests 9 % (py-spy, A2). Every reader's decoding takes either form; a
+    ``plain`` store's readers compare a query's values with its rows as they are."""
 
     def __init__(self) -> None:
         self._active: dict[str, TrackingState] = {}
@@ -384,16 +390,16 @@ def _storable(kind: str | None, value: Any) -> bool:
     return True
 
 
-def _equals_as_stored(table: Table, equals: Mapping[str, Any]) -> Mapping[str, Any]:
+def _equals_as_stored(table: Table, equals: Mapping[str, Any], *, plain: bool) -> Mapping[str, Any]:
     """A scan's ``equals`` as stored: a compact column's text as its stored form."""
     compacts = table.compact_columns.intersection(equals)
-    if not compacts:
+    if plain or not compacts:
         return equals
     return {name: compact(v) if name in compacts else v for name, v in equals.items()}
 
 
 def _within_as_stored(
-    table: Table, within: Mapping[str, Collection[Any]]
+    table: Table, within: Mapping[str, Collection[Any]], *, plain: bool
 ) -> Mapping[str, Collection[Any]]:
     """A scan's ``within`` as stored: values no row could hold left out (they match
     nothing, and a backend would refuse to compare them: ``bytea = smallint``), a compact
@@ -403,12 +409,16 @@ def _within_as_stored(
     for name, values in within.items():
         kind = kinds.get(name)
         kept = [value for value in values if _storable(kind, value)]
-        stored[name] = [compact(value) for value in kept] if name in table.compact_columns else kept
+        compacted = not plain and name in table.compact_columns
+        stored[name] = [compact(value) for value in kept] if compacted else kept
     return stored
 
 
 class ViewReaderBase(ABC):
     """What every backend's reader shares: the query arguments as a ``Scan``, and decoding."""
+
+    plain: bool = False
+    """Whether the rows read are in their plain form (``ViewStore.plain``)."""
 
     @abstractmethod
     def _get(self, table: Table, key: Key) -> EncodedRow | None: ...
@@ -425,7 +435,7 @@ class ViewReaderBase(ABC):
         """The committed row with this primary key, decoded."""
         if not _could_be_stored(table, dict(zip(table.key, key, strict=True))):
             return None
-        row = self._get(table, encode_key(table, tuple(key)))
+        row = self._get(table, encode_key(table, tuple(key), plain=self.plain))
         return None if row is None else decode_row(table, row)
 
     def scan(
@@ -445,8 +455,8 @@ class ViewReaderBase(ABC):
         if order_by in table.compact_columns:
             msg = f"{table.name}.{order_by} is compact: its stored order is not its text's"
             raise ValueError(msg)
-        equals = _equals_as_stored(table, equals or {})
-        within = _within_as_stored(table, within or {})
+        equals = _equals_as_stored(table, equals or {}, plain=self.plain)
+        within = _within_as_stored(table, within or {}, plain=self.plain)
         rows = self._scan(Scan(table, equals, within, order_by, descending, after, limit))
         return [decode_row(table, row) for row in rows]
 
@@ -454,4 +464,5 @@ class ViewReaderBase(ABC):
         """How many committed rows hold the ``equals`` values."""
         if equals and not _could_be_stored(table, equals):
             return 0
-        return self._count(Scan(table, _equals_as_stored(table, equals or {}), {}))
+        stored = _equals_as_stored(table, equals or {}, plain=self.plain)
+        return self._count(Scan(table, stored, {}))

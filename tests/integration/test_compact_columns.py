@@ -11,6 +11,7 @@ from contextlib import closing, contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 import psycopg
 import pytest
 from hypothesis import given, settings
@@ -19,6 +20,8 @@ from psycopg.sql import SQL, Identifier
 
 from runledger.domain.records import ViewerDeltas
 from runledger.infrastructure import open_store
+from runledger.infrastructure.audit.reprojection import reproject
+from runledger.infrastructure.audit.stored_events import log_entry, run_notifications
 from runledger.infrastructure.runtime import StoreRuntime
 from runledger.infrastructure.store import WorkflowStore
 from runledger.infrastructure.views.compact_text import (
@@ -31,6 +34,7 @@ from runledger.infrastructure.views.compact_text import (
 )
 from runledger.infrastructure.views.postgres import COMPACT_TEXT_FUNCTION
 from runledger.infrastructure.views.sqlite import SQLITE
+from runledger.infrastructure.views.store import PACK_FROM, decode_row, encode_key, encode_row
 from runledger.projections.session_outbox import (
     FOLLOW_UPS,
     MESSAGES,
@@ -121,6 +125,66 @@ def test_a_query_by_a_compact_column_finds_the_row_and_a_wrong_type_finds_none(
     assert reader.get(MESSAGES, (first.workflow_message_id,)) is not None
     assert reader.get(MESSAGES, (["not", "text"],)) is None
     assert reader.scan(MESSAGES, equals={"source_id": 7}) == []
+
+
+def test_a_scratch_reprojection_keeps_compact_columns_as_text_and_answers_as_the_live_one(
+    store: WorkflowStore, runtime: StoreRuntime
+) -> None:
+    """Re-projected in memory for its digests and checks only (an export, a verify-bundle, a
+    restore's checks, ``as_of``), an id or a time is not compacted: a query by it, a key and
+    the digest answer as the live store does."""
+    queue(store, 3)
+    [first, second, _] = store.session_outbox(SESSION)
+    entries = [log_entry(n) for n in run_notifications(runtime.storage, ["run-1"])]
+
+    fresh = reproject(entries, [SessionOutboxProjection()])
+    slot = fresh.views.registry(SessionOutboxProjection.name).active
+    assert slot is not None
+    scratch = fresh.views.raw_rows(MESSAGES.name, slot)
+    reader, live = fresh.reader(), runtime.views.reader()
+
+    assert scratch is not None
+    assert sorted(row["workflow_message_id"] for row in scratch) == sorted(
+        message.workflow_message_id for message in store.session_outbox(SESSION)
+    )
+    assert all(type(row["created_at"]) is str for row in scratch)
+    for view in (reader, live):
+        found = view.scan(MESSAGES, equals={"source_id": second.source_id})
+        within = view.scan(
+            FOLLOW_UPS, within={"workflow_message_id": [first.workflow_message_id, 7]}
+        )
+        assert [row["workflow_message_id"] for row in found] == [second.workflow_message_id]
+        assert [row["workflow_message_id"] for row in within] == [first.workflow_message_id]
+        assert view.count(MESSAGES, equals={"source_id": first.source_id}) == 1
+        assert view.get(MESSAGES, (first.workflow_message_id,)) == live.get(
+            MESSAGES, (first.workflow_message_id,)
+        )
+    assert reader.scan(MESSAGES) == live.scan(MESSAGES)
+    assert fresh.digests()[SessionOutboxProjection.name]["digest"] == store.read_model_digest(
+        SessionOutboxProjection.name
+    )
+
+
+def test_a_plain_row_keeps_its_text_and_its_json_and_reads_back_as_the_stored_one() -> None:
+    message_id, time = "workflow-message-" + "ab" * 32, "2026-01-02T03:04:05.000006+00:00"
+    row = {name: None for name in MESSAGES.column_names} | {
+        "workflow_message_id": message_id,
+        "created_at": time,
+        "content": "x" * PACK_FROM,
+    }
+
+    plain = encode_row(MESSAGES, row, plain=True)
+    stored = encode_row(MESSAGES, row)
+
+    assert (plain["workflow_message_id"], plain["created_at"]) == (message_id, time)
+    assert plain["content"] == orjson.dumps("x" * PACK_FROM)
+    assert stored["created_at"] == compact(time)
+    assert stored["content"] != plain["content"]
+    assert decode_row(MESSAGES, dict(plain)) == decode_row(MESSAGES, dict(stored)) == row
+    assert encode_key(MESSAGES, (message_id,), plain=True) == (message_id,)
+    assert encode_key(MESSAGES, (message_id,)) == (compact(message_id),)
+    with pytest.raises(ValueError, match="holds text, not int"):
+        encode_row(MESSAGES, row | {"source_id": 7}, plain=True)
 
 
 def _set_live(runtime: StoreRuntime, table_name: str, column: str, value: bytes) -> None:
