@@ -17,7 +17,7 @@ from typing import Any
 
 from runledger.domain.audit_chain import chain_link, chain_start
 from runledger.domain.canonical import canonical_json
-from runledger.domain.errors import BundleWriteError, InvalidProgressError
+from runledger.domain.errors import BundleWriteError, InvalidProgressError, WorkflowError
 from runledger.domain.ports import LogEntry
 from runledger.domain.serialisation import stored_payload
 from runledger.infrastructure.audit.bundle_format import (
@@ -41,17 +41,27 @@ from runledger.infrastructure.runtime import StoreRuntime, default_projections
 Progress = Callable[[int], None]
 
 
-def bundle_path(path: object) -> Path:
-    """Where to write: text or a path-like naming a file in an existing folder."""
+def bundle_path(path: object, refused: Callable[[str, str], WorkflowError]) -> Path:
+    """A bundle file's path from text or a path-like; ``refused(path as shown, reason)`` is
+    the error for anything else: an export's and a restore's say what each could not do.
+
+    An empty path is refused here, as ``Path`` would make it the current folder, and a NUL
+    (which no file name holds) is shown escaped, not written to a terminal."""
     if not isinstance(path, (str, os.PathLike)):
-        raise BundleWriteError(path=path, reason="the path must be text or a path")
+        raise refused(str(path), "the path must be text or a path")
     try:
-        target = Path(os.fsdecode(path))
+        text = os.fsdecode(path)
     except (TypeError, ValueError) as error:
-        raise BundleWriteError(path=path, reason=str(error)) from None
-    if not str(target) or "\0" in str(target):
-        raise BundleWriteError(path=path, reason="the path must be a file name")
-    return target
+        raise refused(str(path), str(error)) from None
+    if not text:
+        raise refused('""', "the path is empty")
+    if "\0" in text:
+        raise refused(text.replace("\0", "\\0"), "the path must be a file name")
+    return Path(text)
+
+
+def _not_written(path: str, reason: str) -> WorkflowError:
+    return BundleWriteError(path=path, reason=reason)
 
 
 def export_bundle(
@@ -69,7 +79,7 @@ def export_bundle(
     with_lineage = check_flag("lineage", lineage)
     if progress is not None and not callable(progress):
         raise InvalidProgressError()
-    target = bundle_path(path)
+    target = bundle_path(path, _not_written)
     with collector_paused():
         return _export(runtime, run_id, target, with_lineage, progress)
 

@@ -12,7 +12,6 @@ rows must be those a re-projection gives.
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from uuid import UUID
 import orjson
 from eventsourcing.persistence import StoredEvent
 
-from runledger.domain.errors import RestoreNotVerifiedError, RestoreRefusedError
+from runledger.domain.errors import RestoreNotVerifiedError, RestoreRefusedError, WorkflowError
 from runledger.domain.packed_state import unpacked
 from runledger.domain.ports import LogEntry
 from runledger.domain.records import RestoredTree
@@ -64,9 +63,13 @@ class ArchiveBundle:
     digests: dict[str, Any]
 
 
+def _refused(bundle: str, reason: str) -> WorkflowError:
+    return RestoreRefusedError(bundle=bundle, reason=reason)
+
+
 def read_archive_bundle(bundle: object) -> ArchiveBundle:
     """The bundle at ``bundle``, which must verify on its own before anything is compared."""
-    path = bundle_path(bundle)
+    path = bundle_path(bundle, _refused)
     try:
         found = path.is_file()
     except OSError as error:
@@ -74,14 +77,8 @@ def read_archive_bundle(bundle: object) -> ArchiveBundle:
             bundle=str(path), reason=f"it cannot be read ({error.strerror or error})"
         ) from None
     if not found:
-        # An empty argument is the current folder to ``Path``: named as given, not as ".".
-        given = os.fsdecode(bundle) if isinstance(bundle, (str, os.PathLike)) else str(path)
-        reason = "there is no such file"
-        if not given:
-            given, reason = '""', "the path is empty"
-        elif path.is_dir():
-            reason = "it is a folder, not a bundle file"
-        raise RestoreRefusedError(bundle=given, reason=reason)
+        reason = "it is a folder, not a bundle file" if path.is_dir() else "there is no such file"
+        raise RestoreRefusedError(bundle=str(path), reason=reason)
     verdict = verify_bundle(path)
     if not verdict.ok:
         raise RestoreRefusedError(

@@ -176,7 +176,9 @@ def prune_command(
 
 @app.command("restore")
 def restore_command(
-    bundle: Annotated[Path, typer.Argument(help="The bundle a prune wrote.", show_default=False)],
+    # Text, not a ``Path``: that would make an empty argument the current folder, which the
+    # refusal would then name instead of the empty path given.
+    bundle: Annotated[str, typer.Argument(help="The bundle a prune wrote.", show_default=False)],
     url: UrlOption = None,
     as_json: JsonOption = False,
 ) -> None:

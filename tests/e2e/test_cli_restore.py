@@ -54,8 +54,14 @@ def test_a_missing_or_tampered_bundle_is_refused_with_nothing_written(tmp_path: 
     with open_store(url) as store:
         log = store.event_log()
 
-    for path, reason in ((tmp_path / "none.jsonl", "no such file"), (tampered, "does not verify")):
-        outcome = runledger("restore", str(path), "--url", url, cwd=tmp_path)
+    for path, reason in (
+        (str(tmp_path / "none.jsonl"), "no such file"),
+        (str(tampered), "does not verify"),
+        (str(tmp_path), "it is a folder, not a bundle file"),
+        # Named as given, not as the current folder an empty ``Path`` would be.
+        ("", 'Cannot restore from "": the path is empty'),
+    ):
+        outcome = runledger("restore", path, "--url", url, cwd=tmp_path)
         assert outcome.returncode == 2, outcome
         assert outcome.stderr.startswith("error [retention.restore-refused]: ")
         assert reason in outcome.stderr

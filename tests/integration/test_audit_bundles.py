@@ -466,13 +466,25 @@ def test_a_format_1_event_is_still_checked_against_its_chain(tmp_path) -> None:
 # -- bad input ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", [None, 42, ["a"], b"bytes", "", "with\0nul"])
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        (None, "to None: the path must be text or a path"),
+        (42, "to 42: the path must be text or a path"),
+        (["a"], r"to \['a'\]: the path must be text or a path"),
+        (b"bytes", "to b'bytes': the path must be text or a path"),
+        # ``Path`` would make it the current folder, which the OS refuses as "busy".
+        ("", 'to "": the path is empty'),
+        # Shown escaped: no NUL goes to the terminal.
+        ("with\0nul", r"to with\\0nul: the path must be a file name"),
+    ],
+)
 def test_export_refuses_a_path_that_is_not_a_file_name(
-    memory_store, path, tmp_path, monkeypatch
+    memory_store, path, message, tmp_path, monkeypatch
 ) -> None:
     demo = play_demo(memory_store)
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(BundleWriteError):
+    with pytest.raises(BundleWriteError, match=message):
         memory_store.export_run(demo.logged_run, path)
     assert list(tmp_path.iterdir()) == []
 

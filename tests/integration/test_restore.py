@@ -164,6 +164,11 @@ def test_a_bundle_that_does_not_verify_is_refused(
         store.restore_runs(tmp_path)
     with pytest.raises(RestoreRefusedError, match=r'Cannot restore from "": the path is empty'):
         store.restore_runs("")
+    # An export's path checks, each worded as a restore's refusal.
+    with pytest.raises(RestoreRefusedError, match=r"from a\\0b: the path must be a file name"):
+        store.restore_runs("a\0b")
+    with pytest.raises(RestoreRefusedError, match="from 7: the path must be text or a path"):
+        store.restore_runs(7)  # type: ignore[arg-type]
     assert store.event_log() == log
     with pytest.raises(RunArchivedError):
         store.get_run("middle")
