@@ -76,6 +76,11 @@ class Table:
     spill to overflow pages beyond a quarter of a page, or where a range read relies on rows
     lying together in insertion order."""
     session_order: tuple[str, str] | None = field(default=None, kw_only=True)
+    positions: tuple[str, ...] = field(default=(), kw_only=True)
+    """The ``int`` columns holding the log position of an event the row came from (a run's
+    creation): the same events at other positions give the same rows but for these. A
+    restore checks its live rows against the re-projection that verified its bundle, at the
+    positions the bundle gives the events, with these columns moved to the log's new ones."""
     column_names: tuple[str, ...] = field(init=False)
     kinds: Mapping[str, ColumnType] = field(init=False, repr=False)
     """Column name -> its kind."""
@@ -115,10 +120,13 @@ class Table:
             *sum(self.indexes, ()),
             *(() if self.owner is None else (self.owner,)),
             *(self.session_order or ()),
+            *self.positions,
         )
         missing = [name for name in named if name not in names]
         if missing:
             raise ValueError(f"table {self.name} names unknown columns: {missing}")
+        if any(self.kinds[name] != "int" for name in self.positions):
+            raise ValueError(f"table {self.name}: a position column holds an int")
 
     def key_of(self, row: Mapping[str, Any]) -> Key:
         key: Key = self._key_getter(row)

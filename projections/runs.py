@@ -56,6 +56,7 @@ RUNS: Final = Table(
         ("root_run_id", "position"),
     ),
     owner="run_id",
+    positions=("position",),
 )
 
 

@@ -44,6 +44,7 @@ RUNS: Final = Table(
     indexes=(("parent_run_id",), ("origin_session_id", "status")),
     owner="run_id",
     clustered=True,
+    positions=("created_position",),
 )
 """What eligibility needs of a run: status, pause, lineage, origin and terminal message."""
 

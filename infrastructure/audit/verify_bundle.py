@@ -38,7 +38,7 @@ from runledger.infrastructure.audit.bundle_format import (
     header_digest,
     is_event_object,
 )
-from runledger.infrastructure.audit.reprojection import reproject
+from runledger.infrastructure.audit.reprojection import Reprojection, reproject
 from runledger.infrastructure.collector import collector_paused
 from runledger.infrastructure.runtime import default_projections
 from runledger.projections.base import rows_version
@@ -147,12 +147,30 @@ class _Line:
 
 def verify_bundle(path: str | os.PathLike[str]) -> BundleVerdict:
     """Check the bundle at ``path``; the verdict is ok or names its first problem."""
+    verdict, _ = checked_bundle(read_bundle(path))
+    return verdict
+
+
+def checked_bundle(data: bytes) -> tuple[BundleVerdict, Reprojection | None]:
+    """The verdict on a bundle's bytes, and, when it is ok, the re-projection of its events
+    (at the positions it gives them) that gave its digests: a restore checks the live rows
+    against that one, rather than re-projecting the same events once more."""
     with collector_paused():
-        return _verify(path)
+        return _verify(_lines(data))
 
 
-def _verify(path: object) -> BundleVerdict:
-    lines = _read(path)
+def read_bundle(path: object) -> bytes:
+    """The bytes of the bundle file at ``path`` (``BundleReadError`` when it cannot be read)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise BundleReadError(path=path, reason="the path must be text or a path")
+    try:
+        return Path(os.fsdecode(path)).read_bytes()
+    except (OSError, ValueError) as error:
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        raise BundleReadError(path=str(path), reason=reason) from None
+
+
+def _verify(lines: list[tuple[int, bytes]]) -> tuple[BundleVerdict, Reprojection | None]:
     run_id: str | None = None
     events = 0
     try:
@@ -161,9 +179,9 @@ def _verify(path: object) -> BundleVerdict:
         parsed, digests = _body(lines, seeded=header.digest is not None)
         events = len(parsed)
         _check_chains(header, parsed)
-        _check_digests(parsed, digests)
+        reprojection = _check_digests(parsed, digests)
     except _ProblemFoundError as found:
-        return BundleVerdict(
+        verdict = BundleVerdict(
             ok=False,
             run_id=run_id,
             events=events,
@@ -171,17 +189,12 @@ def _verify(path: object) -> BundleVerdict:
             detail=found.detail,
             **found.where,
         )
-    return BundleVerdict(ok=True, run_id=run_id, events=events, problem=None, detail=None)
+        return verdict, None
+    verdict = BundleVerdict(ok=True, run_id=run_id, events=events, problem=None, detail=None)
+    return verdict, reprojection
 
 
-def _read(path: object) -> list[tuple[int, bytes]]:
-    if not isinstance(path, (str, os.PathLike)):
-        raise BundleReadError(path=path, reason="the path must be text or a path")
-    try:
-        data = Path(os.fsdecode(path)).read_bytes()
-    except (OSError, ValueError) as error:
-        reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
-        raise BundleReadError(path=str(path), reason=reason) from None
+def _lines(data: bytes) -> list[tuple[int, bytes]]:
     # "\n" alone ends a line: canonical JSON leaves U+2028, U+2029 and U+0085 unescaped inside
     # strings, and str.splitlines would cut an event's text there. orjson checks the UTF-8.
     return [
@@ -406,12 +419,11 @@ def _seed(header: _Header, line: _Line, canonical: bytes) -> str:
     raise _ProblemFoundError("altered", Detail.SEED, **line.where())
 
 
-def _check_digests(lines: list[_Line], digests: dict[str, Any]) -> None:
+def _check_digests(lines: list[_Line], digests: dict[str, Any]) -> Reprojection:
     expected = digests.get("read_models")
     projections = {projection.name: projection for projection in default_projections()}
-    fresh = reproject(
-        (entry_of(line.event) for line in lines), list(projections.values())
-    ).digests()
+    reprojection = reproject((entry_of(line.event) for line in lines), list(projections.values()))
+    fresh = reprojection.digests()
     if not isinstance(expected, dict) or sorted(expected) != sorted(fresh):
         raise _ProblemFoundError("digest", Detail.MODELS)
     for name in sorted(fresh):
@@ -436,6 +448,7 @@ def _check_digests(lines: list[_Line], digests: dict[str, Any]) -> None:
                 ),
                 model=name,
             )
+    return reprojection
 
 
 def _version_of(outcome: object) -> object:

@@ -264,20 +264,44 @@ def counted_reprojections(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return counted
 
 
-def test_a_restore_whose_events_came_back_as_bundled_reprojects_them_once_more(
+def test_a_restore_whose_events_came_back_as_bundled_reprojects_them_once(
     store: WorkflowStore,
     pruned: tuple[PrunedTree, dict[str, Any]],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The bundle's own check re-projected these events to its digests; the restore re-projects
-    them again only at their new positions, to compare the live rows."""
-    archived, _ = pruned
+    """The bundle's own check re-projected these events to its digests; the live rows are
+    compared with that re-projection, its positions moved to the log's new ones, not with a
+    second one at those positions."""
+    archived, before = pruned
     counted = counted_reprojections(monkeypatch)
 
     restored = store.restore_runs(archived.bundle)
 
-    # The bundle's events, then the tree's as the log holds them now, its tombstone's two too.
-    assert counted == [restored.events, restored.events + 2]
+    assert counted == [restored.events]
+    assert answers(store) == before
+
+
+def test_a_tree_event_the_bundle_does_not_hold_is_reprojected_with_the_rest_for_the_check(
+    store: WorkflowStore,
+    runtime: StoreRuntime,
+    pruned: tuple[PrunedTree, dict[str, Any]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An event of the tree a read model takes, logged after the bundle was written, changes
+    the live rows: they are checked against the tree re-projected where it lies now, not
+    against the bundle's re-projection with its positions moved."""
+    archived, _ = pruned
+    restored = store.restore_runs(archived.bundle)
+    store.set_presentation_instructions("middle", "Show the review first.")
+    [later] = store.event_log(run_id="middle")[-1:]
+    assert any(later.wire_name in p.topics for p in default_projections())
+    counted = counted_reprojections(monkeypatch)
+
+    check_restored(runtime, read_archive_bundle(archived.bundle))
+
+    # The bundle's check, then every event read back: the tree's, its two tombstones and the
+    # later one.
+    assert counted == [restored.events, restored.events + 3]
 
 
 def test_a_tree_pruned_again_restores_without_reprojecting_its_events_for_the_digests(
@@ -296,7 +320,7 @@ def test_a_tree_pruned_again_restores_without_reprojecting_its_events_for_the_di
     [second] = prune(store, again).archived
     counted = counted_reprojections(monkeypatch)
 
-    restored = store.restore_runs(second.bundle)
+    store.restore_runs(second.bundle)
 
     tombstones = [
         event.wire_name
@@ -304,9 +328,9 @@ def test_a_tree_pruned_again_restores_without_reprojecting_its_events_for_the_di
         if event.wire_name.startswith("run-tree.")
     ]
     assert tombstones == ["run-tree.archived", "run-tree.restored"] * 2
-    # The bundle's events (the first tombstones among them), then the tree's as the log
-    # holds them now, all four tombstones too; no third re-projection for the digests.
-    assert counted == [second.events, restored.events + 4]
+    # The bundle's events (the first tombstones among them), and no re-projection for the
+    # digests, nor for the live rows.
+    assert counted == [second.events]
     assert answers(store) == before
 
 
