@@ -39,6 +39,7 @@ from runledger.infrastructure.audit.stored_events import (
     run_notifications,
 )
 from runledger.infrastructure.audit.verify_bundle import checked_bundle
+from runledger.infrastructure.collector import collector_paused
 from runledger.infrastructure.commits.executor import forget_cached
 from runledger.infrastructure.commits.mapper import LedgerStoredEvent
 from runledger.infrastructure.runtime import StoreRuntime, default_projections
@@ -195,6 +196,13 @@ def _check_absent(runtime: StoreRuntime, bundle: ArchiveBundle) -> None:
 
 def restore_runs(runtime: StoreRuntime, bundle: object) -> RestoredTree:
     """Put the tree the bundle holds back into the store (see the module docstring)."""
+    # The bundle's parsed events and its verifying re-projection stay alive to the end, and
+    # every collection on the way walked them (``collector``).
+    with collector_paused():
+        return _restore_runs(runtime, bundle)
+
+
+def _restore_runs(runtime: StoreRuntime, bundle: object) -> RestoredTree:
     archive_bundle = read_archive_bundle(bundle)
     archive = matching_tombstone(runtime, archive_bundle)
     _check_absent(runtime, archive_bundle)

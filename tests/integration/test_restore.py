@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import gc
 import hashlib
 from pathlib import Path
 from typing import Any
@@ -122,6 +123,44 @@ def test_a_restored_tree_takes_commands_and_can_be_pruned_again(
     store.restore_runs(report.archived[0].bundle)
     assert store.get_run("late-child") is not None
     assert all(outcome.equal for outcome in runtime.verify_projections())
+
+
+def test_a_restore_projects_and_checks_with_the_collector_paused_and_leaves_it_on(
+    store: WorkflowStore,
+    runtime: StoreRuntime,
+    pruned: tuple[PrunedTree, dict[str, Any]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The bundle's parsed events and its verifying re-projection live to the restore's end:
+    collections on the way walked them all again (``collector``)."""
+    archived, before = pruned
+    seen: list[tuple[str, bool]] = []
+    catch_up = runtime.projector.catch_up
+
+    def watched_catch_up(*args: Any, **kwargs: Any) -> Any:
+        seen.append(("catch-up", gc.isenabled()))
+        return catch_up(*args, **kwargs)
+
+    def watched_check(*args: Any, **kwargs: Any) -> None:
+        seen.append(("check", gc.isenabled()))
+        check_restored(*args, **kwargs)
+
+    monkeypatch.setattr(runtime.projector, "catch_up", watched_catch_up)
+    monkeypatch.setattr(restore_module, "check_restored", watched_check)
+    enabled = gc.isenabled()
+    gc.enable()
+    try:
+        store.restore_runs(archived.bundle)
+        after = gc.isenabled()
+    finally:
+        if not enabled:
+            gc.disable()
+
+    assert ("catch-up", False) in seen
+    assert ("check", False) in seen
+    assert not any(on for _, on in seen)
+    assert after
+    assert answers(store) == before
 
 
 def test_the_same_bundle_is_not_restored_twice(
