@@ -12,7 +12,7 @@ rows must be those a re-projection gives.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,20 +77,14 @@ def read_archive_bundle(bundle: object) -> ArchiveBundle:
     """The bundle at ``bundle``, which must verify on its own before anything is compared."""
     path = bundle_path(bundle, _refused)
     try:
-        found = path.is_file()
+        data = path.read_bytes() if path.is_file() else None
     except OSError as error:
         raise RestoreRefusedError(
             bundle=str(path), reason=f"it cannot be read ({error.strerror or error})"
         ) from None
-    if not found:
+    if data is None:
         reason = "it is a folder, not a bundle file" if path.is_dir() else "there is no such file"
         raise RestoreRefusedError(bundle=str(path), reason=reason)
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise RestoreRefusedError(
-            bundle=str(path), reason=f"it cannot be read ({error.strerror or error})"
-        ) from None
     # The bytes verified are the bytes restored: one read, not one to verify and another.
     verdict, verified = checked_bundle(data)
     if not verdict.ok or verified is None:
@@ -359,28 +353,11 @@ class _AtNewPositions:
         row = self._reader.get(table, key)
         return None if row is None else self._moved_row(table, row)
 
-    def scan(
-        self,
-        table: Table,
-        *,
-        equals: Mapping[str, Any] | None = None,
-        within: Mapping[str, Collection[Any]] | None = None,
-        order_by: str | None = None,
-        descending: bool = False,
-        after: Any = None,
-        limit: int | None = None,
-    ) -> list[Row]:
-        self._refuse_positions(table, *(equals or {}), *(within or {}), order_by)
-        rows = self._reader.scan(
-            table,
-            equals=equals,
-            within=within,
-            order_by=order_by,
-            descending=descending,
-            after=after,
-            limit=limit,
-        )
-        return [self._moved_row(table, row) for row in rows]
+    def scan(self, table: Table, **query: Any) -> list[Row]:
+        """``ViewReader.scan``'s ``query``, passed on as given."""
+        conditions = (*(query.get("equals") or {}), *(query.get("within") or {}))
+        self._refuse_positions(table, *conditions, query.get("order_by"))
+        return [self._moved_row(table, row) for row in self._reader.scan(table, **query)]
 
     def count(self, table: Table, *, equals: Mapping[str, Any] | None = None) -> int:
         self._refuse_positions(table, *(equals or {}))
