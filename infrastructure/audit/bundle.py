@@ -43,7 +43,8 @@ Progress = Callable[[int], None]
 
 def bundle_path(path: object, refused: Callable[[str, str], WorkflowError]) -> Path:
     """A bundle file's path from text or a path-like; ``refused(path as shown, reason)`` is
-    the error for anything else: an export's and a restore's say what each could not do.
+    the error for anything else (``BundleWriteError`` for an export, ``RestoreRefusedError``
+    for a restore: each says what could not be done).
 
     An empty path is refused here, as ``Path`` would make it the current folder, and a NUL
     (which no file name holds) is shown escaped, not written to a terminal."""
@@ -58,10 +59,6 @@ def bundle_path(path: object, refused: Callable[[str, str], WorkflowError]) -> P
     if "\0" in text:
         raise refused(text.replace("\0", "\\0"), "the path must be a file name")
     return Path(text)
-
-
-def _not_written(path: str, reason: str) -> WorkflowError:
-    return BundleWriteError(path=path, reason=reason)
 
 
 def export_bundle(
@@ -79,7 +76,7 @@ def export_bundle(
     with_lineage = check_flag("lineage", lineage)
     if progress is not None and not callable(progress):
         raise InvalidProgressError()
-    target = bundle_path(path, _not_written)
+    target = bundle_path(path, BundleWriteError)
     with collector_paused():
         return _export(runtime, run_id, target, with_lineage, progress)
 

@@ -21,7 +21,7 @@ from uuid import UUID
 import orjson
 from eventsourcing.persistence import StoredEvent
 
-from runledger.domain.errors import RestoreNotVerifiedError, RestoreRefusedError, WorkflowError
+from runledger.domain.errors import RestoreNotVerifiedError, RestoreRefusedError
 from runledger.domain.packed_state import unpacked
 from runledger.domain.ports import LogEntry
 from runledger.domain.records import RestoredTree
@@ -69,13 +69,9 @@ class ArchiveBundle:
     digests (``verify_bundle``)."""
 
 
-def _refused(bundle: str, reason: str) -> WorkflowError:
-    return RestoreRefusedError(bundle=bundle, reason=reason)
-
-
 def read_archive_bundle(bundle: object) -> ArchiveBundle:
     """The bundle at ``bundle``, which must verify on its own before anything is compared."""
-    path = bundle_path(bundle, _refused)
+    path = bundle_path(bundle, RestoreRefusedError)
     try:
         data = path.read_bytes() if path.is_file() else None
     except OSError as error:

@@ -147,7 +147,7 @@ class _Line:
 
 def verify_bundle(path: str | os.PathLike[str]) -> BundleVerdict:
     """Check the bundle at ``path``; the verdict is ok or names its first problem."""
-    verdict, _ = checked_bundle(read_bundle(path))
+    verdict, _ = checked_bundle(_read(path))
     return verdict
 
 
@@ -159,7 +159,7 @@ def checked_bundle(data: bytes) -> tuple[BundleVerdict, Reprojection | None]:
         return _verify(_lines(data))
 
 
-def read_bundle(path: object) -> bytes:
+def _read(path: object) -> bytes:
     """The bytes of the bundle file at ``path`` (``BundleReadError`` when it cannot be read)."""
     if not isinstance(path, (str, os.PathLike)):
         raise BundleReadError(path=path, reason="the path must be text or a path")
