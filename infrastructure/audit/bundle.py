@@ -46,8 +46,9 @@ def bundle_path(path: object, refused: Callable[[str, str], WorkflowError]) -> P
     the error for anything else (``BundleWriteError`` for an export, ``RestoreRefusedError``
     for a restore: each says what could not be done).
 
-    An empty path is refused here, as ``Path`` would make it the current folder, and a NUL
-    (which no file name holds) is shown escaped, not written to a terminal."""
+    An empty path is refused here, as ``Path`` would make it the current folder; so is a NUL
+    or a lone surrogate, which no file name holds (the write would fail with a
+    ``UnicodeEncodeError``), shown escaped rather than written to a terminal."""
     if not isinstance(path, (str, os.PathLike)):
         raise refused(str(path), "the path must be text or a path")
     try:
@@ -56,8 +57,13 @@ def bundle_path(path: object, refused: Callable[[str, str], WorkflowError]) -> P
         raise refused(str(path), str(error)) from None
     if not text:
         raise refused('""', "the path is empty")
-    if "\0" in text:
-        raise refused(text.replace("\0", "\\0"), "the path must be a file name")
+    try:
+        named = "\0" not in text and bool(os.fsencode(text))
+    except UnicodeEncodeError:
+        named = False
+    if not named:
+        shown = text.replace("\0", "\\0").encode("utf-8", "backslashreplace").decode()
+        raise refused(shown, "the path must be a file name")
     return Path(text)
 
 

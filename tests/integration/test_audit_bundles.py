@@ -477,6 +477,8 @@ def test_a_format_1_event_is_still_checked_against_its_chain(tmp_path) -> None:
         ("", 'to "": the path is empty'),
         # Shown escaped: no NUL goes to the terminal.
         ("with\0nul", r"to with\\0nul: the path must be a file name"),
+        # A lone surrogate: no file name holds one, and writing it would fail to encode.
+        ("lone\ud800.jsonl", r"to lone\\ud800.jsonl: the path must be a file name"),
     ],
 )
 def test_export_refuses_a_path_that_is_not_a_file_name(

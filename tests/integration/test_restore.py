@@ -206,6 +206,8 @@ def test_a_bundle_that_does_not_verify_is_refused(
     # An export's path checks, each worded as a restore's refusal.
     with pytest.raises(RestoreRefusedError, match=r"from a\\0b: the path must be a file name"):
         store.restore_runs("a\0b")
+    with pytest.raises(RestoreRefusedError, match=r"from \\ud800: the path must be a file name"):
+        store.restore_runs("\ud800")
     with pytest.raises(RestoreRefusedError, match="from 7: the path must be text or a path"):
         store.restore_runs(7)  # type: ignore[arg-type]
     assert store.event_log() == log
