@@ -36,6 +36,7 @@ from runledger.infrastructure.commits.ports import EventStorage
 from runledger.infrastructure.commits.same_commit import SameCommitReadModels
 from runledger.infrastructure.commits.wiring import StorageWiring
 from runledger.infrastructure.event_log import EventLog
+from runledger.infrastructure.storage.log_probes import LogMovedError
 from runledger.infrastructure.storage.replicas import ReadPosition, ReplicaReads, WrittenPositions
 from runledger.infrastructure.storage.urls import SQLITE_PREFIX, redact_url, sqlite_path, store_url
 from runledger.infrastructure.telemetry import (
@@ -541,11 +542,48 @@ class StoreRuntime(ClosedOnExit):
 
     def query(self, name: str, ask: Callable[[ViewReaderBase], T], *, as_of: int | None) -> T:
         """``ask`` read model ``name``, once it has this process's writes (``reader``), on a
-        replica when one has them too (``replicated``)."""
+        replica when one has them too (``replicated``). On a server, first as the views
+        stand, the log's check riding on the first read (``_probed``)."""
+        if as_of is None:
+            answered = self._probed(name, ask)
+            if answered is not None:
+                return answered[0]
         reader = self.reader(name, as_of=as_of)
         if as_of is not None:
             return ask(reader)
         return self.replicated(lambda: ask(reader), name)
+
+    def _probed(self, name: str, ask: Callable[[ViewReaderBase], T]) -> tuple[T] | None:
+        """``ask``'s answer from the views as they stand, if the log has nothing past the
+        position this process projected ``name`` to (``storage.log_probes``); None where it
+        has, or cannot tell, or the views are not this process's to catch up, and the query
+        goes the usual way. Only the projector's own thread state is read, under its lock:
+        a thread in the middle of a same-commit step has moved it past what committed."""
+        replicas = self._replicated is not None and self._replicated.reads_replicas
+        if replicas or not self.embedded_projections or not self._projects():
+            return None
+        runner = self.projector.runner(name)
+        if not self.projector.try_lock():
+            return None
+        try:
+            if runner.failure is not None or runner.outdated is not None or runner.slot is None:
+                return None
+            probe = self.storage.log_probe(runner.position)
+        finally:
+            self.projector.unlock()
+        if probe is None:
+            return None
+        try:
+            with self.views.probing(probe):
+                answer = ask(self._reader)
+        except LogMovedError:
+            return None
+        except Exception:
+            # An answer read from views behind the log (a run not there yet) is no answer.
+            if probe.moved():
+                return None
+            raise
+        return None if probe.moved() else (answer,)
 
     @staticmethod
     def _check_current(runner: ProjectionRunner) -> None:

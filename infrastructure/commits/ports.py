@@ -18,6 +18,7 @@ from eventsourcing.persistence import (
 
 from runledger.domain.ports import LogEntry
 from runledger.infrastructure.commits.stats import CommitStats
+from runledger.infrastructure.storage.log_probes import LogProbe
 
 
 class VersionFence(NamedTuple):
@@ -153,6 +154,12 @@ class EventStorage(Protocol):
 
     def max_position(self) -> int:
         """The highest position in the log (0 when empty)."""
+        ...
+
+    def log_probe(self, after: int) -> LogProbe | None:
+        """A look at the log past ``after`` that a query's first read can carry
+        (``storage.log_probes``); None where a read waits on no server, and has no round
+        trip to save."""
         ...
 
     @property

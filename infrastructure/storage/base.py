@@ -22,6 +22,7 @@ from runledger.infrastructure.commits.group_commit import GroupCommit
 from runledger.infrastructure.commits.mapper import LedgerStoredEvent
 from runledger.infrastructure.commits.ports import Fence, IndexFence, VersionFence
 from runledger.infrastructure.commits.stats import CommitStats
+from runledger.infrastructure.storage.log_probes import LogProbe
 
 EVENTS_TABLE = "runledger_events"
 LOG_COLUMNS = "position, topic, originator_id, originator_version, state"
@@ -207,6 +208,11 @@ class RecorderBackedStorage(Generic[EventsT, SnapshotsT]):
         """The highest position in the log (0 when empty)."""
         position: int | None = self._events.max_notification_id()
         return position or 0
+
+    def log_probe(self, after: int) -> LogProbe | None:
+        """None: SQLite and memory read in this process, with no round trip to save."""
+        del after
+        return None
 
     @property
     def stats(self) -> CommitStats:

@@ -90,6 +90,7 @@ from runledger.infrastructure.storage.binary_arrays import (
     TextArray,
     UuidArray,
 )
+from runledger.infrastructure.storage.log_probes import LogProbe
 from runledger.infrastructure.storage.replicas import (
     WAL_AFTER_COMMIT,
     ReadPosition,
@@ -1169,6 +1170,11 @@ class PostgresStorage(RecorderBackedStorage[PostgresEventRecorder, PostgresSnaps
             f"SELECT {LOG_COLUMNS} FROM {{schema}}.{{table}} "
             "WHERE position > %s ORDER BY position LIMIT %s"
         ).format(schema=Identifier(self.schema), table=Identifier(EVENTS_TABLE))
+        # The log's head from its index, whatever the plan: "WHERE position > %s LIMIT 1"
+        # planned generically (prepared) scanned the table for the row it did not find.
+        self._probe_statement = SQL(
+            "SELECT 1 WHERE (SELECT max(position) FROM {schema}.{table}) > %s"
+        ).format(schema=Identifier(self.schema), table=Identifier(EVENTS_TABLE))
 
     def _check_exists(self, settings: PostgresSettings) -> None:
         with self.datastore.transaction(commit=False) as curs:
@@ -1215,6 +1221,15 @@ class PostgresStorage(RecorderBackedStorage[PostgresEventRecorder, PostgresSnaps
                 if blocking is None or entries or time.monotonic() >= deadline:
                     return entries
                 time.sleep(0.001)
+
+    def log_probe(self, after: int) -> LogProbe:
+        """Whether any event, committed or past a gap, lies past ``after``: a query that finds
+        none reads views already holding every commit before it (``storage.log_probes``)."""
+        return LogProbe(after, self._probe_statement, (after,), self._look)
+
+    def _look(self, probe: LogProbe) -> bool:
+        with self.datastore.get_connection() as conn:
+            return conn.execute(probe.statement, probe.params).fetchone() is not None
 
     def _read_to_gap(
         self, curs: Cursor[Any], after: int, limit: int, settled_through: int
@@ -1492,6 +1507,10 @@ class PostgresStorage(RecorderBackedStorage[PostgresEventRecorder, PostgresSnaps
                 return
             with self.datastore.reading_on(connection):
                 yield True
+
+    @property
+    def reads_replicas(self) -> bool:
+        return self.replicas is not None
 
     def read_from_replica(
         self, read: Callable[[], _R], needed: ReadPosition, ready: Callable[[], bool] | None = None

@@ -127,6 +127,11 @@ class ReplicaReads(Protocol):
     def written(self) -> WrittenPositions:
         """The positions of this store's own commits."""
 
+    @property
+    def reads_replicas(self) -> bool:
+        """Whether reads may go to replicas (``replica_url``): else every read is the
+        primary's."""
+
     def read_from_replica(
         self, read: Callable[[], T], needed: ReadPosition, ready: Callable[[], bool] | None = None
     ) -> T:

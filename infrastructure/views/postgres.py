@@ -26,6 +26,7 @@ from runledger.infrastructure.databases import (
     pipelined,
     psycopg_cause,
 )
+from runledger.infrastructure.storage.log_probes import LogMovedError, LogProbe
 from runledger.infrastructure.views import compact_text as forms
 from runledger.infrastructure.views.deferred_commits import StagedPage, deferred_commits
 from runledger.infrastructure.views.sql import (
@@ -108,6 +109,28 @@ class PostgresDialect(Dialect[Query]):
         return SQL(statement.as_string())
 
 
+def _rows(
+    connection: psycopg.Connection[Any],
+    statement: Query,
+    params: Sequence[Any],
+    probe: LogProbe | None,
+) -> list[tuple[Any, ...]]:
+    """The statement's rows; with ``probe``, both go out in one pipeline (one round trip),
+    and the rows stand only if the log has not moved past the probe's position."""
+    with connection.cursor(row_factory=tuple_row) as cursor:
+        if probe is None:
+            cursor.execute(statement, params)
+            return cursor.fetchall()
+        with connection.cursor() as looking:
+            with connection.pipeline():
+                looking.execute(probe.statement, probe.params, prepare=True)
+                cursor.execute(statement, params)
+            probe.found = looking.fetchone() is not None
+        if probe.found:
+            raise LogMovedError(probe.after)
+        return cursor.fetchall()
+
+
 def _moved_projection(error: BaseException) -> str | None:
     """The projection named by our 'position moved' error, or None for any other error."""
     cause = psycopg_cause(error)
@@ -139,6 +162,7 @@ class PostgresViewStore(SqlViewStore[Query]):
             SQL("SELECT {}(%s, %s, %s, %s, %s)").format(self._move_function)
         )
         self._pinned = threading.local()
+        self._probing = threading.local()
         self._set_statements: dict[tuple[str, str, tuple[str, ...]], str] = {}
         self._staging_statements: dict[tuple[str, int], tuple[bytes, bytes, bytes]] = {}
         self._made_row_writers: set[str] | None = None
@@ -186,17 +210,22 @@ class PostgresViewStore(SqlViewStore[Query]):
             yield cursor
 
     def _query(self, statement: Query, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        probe: LogProbe | None = getattr(self._probing, "probe", None)
+        if probe is not None:
+            self._probing.probe = None
         pinned: psycopg.Connection[Any] | None = getattr(self._pinned, "connection", None)
         if pinned is not None:
-            with pinned.cursor(row_factory=tuple_row) as cursor:
-                cursor.execute(statement, params)
-                return cursor.fetchall()
-        with (
-            self.datastore.get_connection() as connection,
-            connection.cursor(row_factory=tuple_row) as cursor,
-        ):
-            cursor.execute(statement, params)
-            return cursor.fetchall()
+            return _rows(pinned, statement, params, probe)
+        with self.datastore.get_connection() as connection:
+            return _rows(connection, statement, params, probe)
+
+    @contextmanager
+    def probing(self, probe: LogProbe) -> Iterator[None]:
+        self._probing.probe = probe
+        try:
+            yield
+        finally:
+            self._probing.probe = None
 
     @contextmanager
     def consistent(self) -> Iterator[None]:

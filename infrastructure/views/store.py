@@ -26,6 +26,7 @@ import orjson
 from eventsourcing.persistence import IntegrityError
 
 from runledger.domain.packed_state import packed, unpacked
+from runledger.infrastructure.storage.log_probes import LogProbe
 from runledger.infrastructure.views.compact_text import compact, expanded
 from runledger.projections.base import Key, Projection, Row, Table
 
@@ -343,6 +344,14 @@ class ViewStore(ABC):
 
     def consistent(self) -> AbstractContextManager[None]:
         """Reads on this thread inside the block see one snapshot of the views."""
+        return nullcontext()
+
+    def probing(self, probe: LogProbe) -> AbstractContextManager[None]:
+        """Inside the block, this thread's next read of the views carries ``probe`` in its
+        round trip and raises ``LogMovedError`` if it finds the log moved
+        (``storage.log_probes``). Here no read carries it: the caller looks on its own
+        (``LogProbe.moved``)."""
+        del probe
         return nullcontext()
 
     def build_commits(self) -> AbstractContextManager[PageCommits | None]:

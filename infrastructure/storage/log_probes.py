@@ -1,0 +1,48 @@
+"""Whether the log has moved past a position: the check a query makes, on a store whose reads
+wait on a server, in the round trip of its first read instead of one of its own.
+
+A query on PostgreSQL sees every commit made before it started: the process first reads the
+log past its projections' position, projects what it finds, and only then reads the views,
+a round trip before the query's own (``follow_up_queue_range`` took three, ``list_runs``
+two). The log almost always holds nothing new there, so the query reads the views at once
+and asks the log in the same pipeline (``ViewStore.probing``). Found nothing: the views held
+every commit made before the query (they are at or past the position, and whatever committed
+past it before the query started would be there now); the answer stands. Found an event: the
+answer is dropped, and the query catches up and reads again as before.
+
+Asking after the read is as good as before it: the log only grows, so an event committed
+past the position before the read is still there when the probe looks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class LogMovedError(Exception):
+    """The log holds an event past the probed position: the read must catch up first. Never
+    leaves the runtime (it retries the read the usual way)."""
+
+
+@dataclass(eq=False)
+class LogProbe:
+    """One look at the log past ``after``: ``statement`` with ``params`` returns a row when
+    it holds an event there. ``look`` runs it on its own, for a read that did not carry it."""
+
+    after: int
+    statement: Any
+    params: tuple[Any, ...]
+    look: Callable[[LogProbe], bool] = field(repr=False)
+    found: bool | None = None
+    """What the probe found, once it has run (None: not yet)."""
+
+    def moved(self) -> bool:
+        """Whether the log holds an event past ``after``, looking now if no read looked."""
+        if self.found is None:
+            self.found = self.look(self)
+        return self.found
+
+
+__all__ = ["LogMovedError", "LogProbe"]

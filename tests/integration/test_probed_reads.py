@@ -1,0 +1,91 @@
+"""A query on PostgreSQL checks the log in the round trip of its first read
+(``storage.log_probes``): one round trip fewer than catching up first, and never an answer
+from views behind a commit made before the query, by this store or another one.
+
+The round trips are counted by a proxy in front of the server (what a host across a network
+pays for each). What any store promises, that a query sees every commit made before it, holds
+on a SQLite file too, where nothing is probed, and through a transaction pooler."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from runledger.domain.records import SnapshotRequired, ViewerDeltas
+from runledger.infrastructure.store import open_store
+from tests.integration.conftest import BACKENDS, POOLED, every_process_projects
+from tests.integration.test_same_commit_views import queue_as_session
+from tests.support.round_trips import RoundTripProxy, round_trip_proxy
+from tests.support.scenario import RUN, SESSION, running_run
+
+
+def fewest_trips(proxy: RoundTripProxy, read: Callable[[], object], tries: int = 5) -> int:
+    """The round trips of ``read``: the fewest of several tries, since the store's own
+    threads (the follower's idle look) may talk to the server during one."""
+    counts = []
+    for _ in range(tries):
+        before = proxy.trips
+        read()
+        counts.append(proxy.trips - before)
+    return min(counts)
+
+
+@pytest.mark.postgres
+def test_a_query_checks_the_log_in_the_round_trip_of_its_first_read(
+    postgres_store_url: str,
+) -> None:
+    with (
+        round_trip_proxy(postgres_store_url) as proxy,
+        open_store(proxy.url(postgres_store_url)) as store,
+    ):
+        running_run(store, session_id=SESSION)
+        queued = [queue_as_session(store, RUN, f"request-{n}") for n in range(3)]
+
+        def queue_page() -> None:
+            page = store.follow_up_queue_range(RUN, start=1, limit=2)
+            assert page is not None
+            assert [f.follow_up_id for f in page.follow_ups] == queued[1:]
+
+        def runs() -> None:
+            assert [run.run_id for run in store.list_runs().runs] == [RUN]
+
+        def outbox() -> None:
+            assert len(store.session_outbox(SESSION)) == 3
+
+        def deltas() -> None:
+            assert isinstance(
+                store.viewer_deltas(RUN, after_revision=0), ViewerDeltas | SnapshotRequired
+            )
+
+        # Before: a read of the log past the views' position, then the query's own reads.
+        for read, trips in ((runs, 1), (outbox, 1), (deltas, 1), (queue_page, 2)):
+            for _ in range(3):
+                read()  # the pool's connections are open, the statements prepared
+            assert fewest_trips(proxy, read) == trips, read.__name__
+
+
+@pytest.mark.parametrize("store_url", [*BACKENDS[1:], POOLED], indirect=True)
+@pytest.mark.parametrize("projecting", ["elected", "every"])
+def test_a_query_sees_what_another_store_committed_just_before_it(
+    store_url: str, projecting: str
+) -> None:
+    """The reader, opened first, leads the projections on PostgreSQL: the writer's commits
+    reach the views only when the reader's follower (or its query) projects them, so a
+    query made at once finds the log past its views. With ``every``, each projects its own."""
+    url = every_process_projects(store_url) if projecting == "every" else store_url
+    with open_store(url) as reader, open_store(url) as writer:
+        running_run(writer, session_id=SESSION)
+        for n in range(20):
+            follow_up_id = queue_as_session(writer, RUN, f"request-{n}")
+            page = reader.follow_up_queue_range(RUN, start=n, limit=1)
+            assert page is not None
+            assert [f.follow_up_id for f in page.follow_ups] == [follow_up_id]
+
+            run_id = f"run-{n + 2}"
+            writer.create_run(run_id, workflow_name="wf", input={})
+            # A query that raises on views without the run must not raise: it reads again.
+            assert isinstance(
+                reader.viewer_deltas(run_id, after_revision=0), ViewerDeltas | SnapshotRequired
+            )
+            assert reader.list_runs(after=run_id).runs == []
