@@ -158,8 +158,7 @@ class EventStorage(Protocol):
 
     def log_probe(self, after: int) -> LogProbe | None:
         """A look at the log past ``after`` that a query's first read can carry
-        (``storage.log_probes``); None where a read waits on no server, and has no round
-        trip to save."""
+        (``storage.log_probes``); None where catching up costs no more (memory)."""
         ...
 
     @property

@@ -210,7 +210,7 @@ class RecorderBackedStorage(Generic[EventsT, SnapshotsT]):
         return position or 0
 
     def log_probe(self, after: int) -> LogProbe | None:
-        """None: SQLite and memory read in this process, with no round trip to save."""
+        """None: a memory log is read in this process, as cheaply as a probe."""
         del after
         return None
 

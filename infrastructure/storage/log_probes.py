@@ -1,14 +1,17 @@
-"""Whether the log has moved past a position: the check a query makes, on a store whose reads
-wait on a server, in the round trip of its first read instead of one of its own.
+"""Whether the log has moved past a position: the check a query makes before it answers,
+made in the round trip of its first read instead of one of its own.
 
-A query on PostgreSQL sees every commit made before it started: the process first reads the
-log past its projections' position, projects what it finds, and only then reads the views,
-a round trip before the query's own (``follow_up_queue_range`` took three, ``list_runs``
-two). The log almost always holds nothing new there, so the query reads the views at once
-and asks the log in the same pipeline (``ViewStore.probing``). Found nothing: the views held
-every commit made before the query (they are at or past the position, and whatever committed
-past it before the query started would be there now); the answer stands. Found an event: the
-answer is dropped, and the query catches up and reads again as before.
+A query sees every commit made before it started. The process used to read the log past its
+projections' position first, project what it found, and only then read the views: on
+PostgreSQL a round trip before the query's own (``follow_up_queue_range`` took three,
+``list_runs`` two); on SQLite a pooled transaction and the projector's machinery, half of a
+one-follow-up page read. The log almost always holds nothing new there, so the query reads
+the views at once and the probe goes with its first read (``ViewStore.probing``): in the
+same pipeline on PostgreSQL, right after it on the views' connection on SQLite. Found
+nothing: the views held every commit made before the query (they are at or past the
+position, and whatever committed past it before the query started would be there now); the
+answer stands. Found an event: the answer is dropped, and the query catches up and reads
+again as before.
 
 Asking after the read is as good as before it: the log only grows, so an event committed
 past the position before the read is still there when the probe looks.

@@ -59,6 +59,7 @@ from runledger.infrastructure.storage.base import (
     index_fences,
 )
 from runledger.infrastructure.storage.file_locks import AggregateLocks
+from runledger.infrastructure.storage.log_probes import LogProbe
 
 logger = logging.getLogger(__name__)
 
@@ -411,6 +412,9 @@ class SQLiteStorage(RecorderBackedStorage[SQLiteEventRecorder, SQLiteSnapshotRec
             f"SELECT {LOG_COLUMNS} FROM {self._events.events_table_name} "
             "WHERE position > ? ORDER BY position LIMIT ?"
         )
+        self._probe_statement = (
+            f"SELECT 1 WHERE (SELECT max(position) FROM {self._events.events_table_name}) > ?"
+        )
 
     def lock_aggregates(
         self, aggregate_ids: Sequence[UUID], *, conflicted: bool = True
@@ -421,6 +425,17 @@ class SQLiteStorage(RecorderBackedStorage[SQLiteEventRecorder, SQLiteSnapshotRec
         merely hot aggregates would run the reads and logic of every process in turn, one
         process at a time, while a first attempt that loses just runs again."""
         return self._aggregate_locks.holding(aggregate_ids if conflicted else ())
+
+    def log_probe(self, after: int) -> LogProbe:
+        """Whether the log holds an event past ``after`` (writers take turns on the file, so
+        none lies behind a gap): the views' connection, on the same file, runs it after a
+        query's first read (``SQLiteViewStore``)."""
+        return LogProbe(after, self._probe_statement, (after,), self._look)
+
+    def _look(self, probe: LogProbe) -> bool:
+        with self.datastore.transaction(commit=False) as c:
+            c.execute(probe.statement, probe.params)
+            return c.fetchone() is not None
 
     def read_log(self, *, after: int, limit: int, settled_through: int = 0) -> list[LogEntry]:
         """The next stored events after ``after``, as lean tuples (ids stay hex text;

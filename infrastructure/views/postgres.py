@@ -162,7 +162,6 @@ class PostgresViewStore(SqlViewStore[Query]):
             SQL("SELECT {}(%s, %s, %s, %s, %s)").format(self._move_function)
         )
         self._pinned = threading.local()
-        self._probing = threading.local()
         self._set_statements: dict[tuple[str, str, tuple[str, ...]], str] = {}
         self._staging_statements: dict[tuple[str, int], tuple[bytes, bytes, bytes]] = {}
         self._made_row_writers: set[str] | None = None
@@ -210,22 +209,12 @@ class PostgresViewStore(SqlViewStore[Query]):
             yield cursor
 
     def _query(self, statement: Query, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        probe: LogProbe | None = getattr(self._probing, "probe", None)
-        if probe is not None:
-            self._probing.probe = None
+        probe = self._take_probe()
         pinned: psycopg.Connection[Any] | None = getattr(self._pinned, "connection", None)
         if pinned is not None:
             return _rows(pinned, statement, params, probe)
         with self.datastore.get_connection() as connection:
             return _rows(connection, statement, params, probe)
-
-    @contextmanager
-    def probing(self, probe: LogProbe) -> Iterator[None]:
-        self._probing.probe = probe
-        try:
-            yield
-        finally:
-            self._probing.probe = None
 
     @contextmanager
     def consistent(self) -> Iterator[None]:

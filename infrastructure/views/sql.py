@@ -23,16 +23,18 @@ import json
 import os
 import socket
 import sqlite3
+import threading
 import time
 import zlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Final, Generic, NamedTuple, Protocol, TypeVar
 
 import psycopg
 from eventsourcing.persistence import PersistenceError
 
+from runledger.infrastructure.storage.log_probes import LogProbe
 from runledger.infrastructure.views.store import (
     LEGACY_SLOT,
     EncodedRow,
@@ -373,6 +375,7 @@ class SqlViewStore(ViewStore, Generic[S]):
 
     def __init__(self) -> None:
         super().__init__()
+        self._probing = threading.local()
         self._sql: dict[str, _TableStatements[S]] = {}
         self._scans: dict[tuple[Any, ...], S] = {}
         self._declared: dict[tuple[str, int], Table] = {}
@@ -426,7 +429,23 @@ class SqlViewStore(ViewStore, Generic[S]):
 
     @abstractmethod
     def _query(self, statement: S, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """One read statement's rows."""
+        """One read statement's rows; the first one inside ``probing`` carries its probe
+        (``_take_probe``)."""
+
+    @contextmanager
+    def probing(self, probe: LogProbe) -> Iterator[None]:
+        self._probing.probe = probe
+        try:
+            yield
+        finally:
+            self._probing.probe = None
+
+    def _take_probe(self) -> LogProbe | None:
+        """The probe this thread's next read is to carry, if any (once)."""
+        probe: LogProbe | None = getattr(self._probing, "probe", None)
+        if probe is not None:
+            self._probing.probe = None
+        return probe
 
     @abstractmethod
     def _kinds(self, cursor: Cursor | None, names: Sequence[str]) -> dict[str, str]:

@@ -9,6 +9,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Final
 
 from runledger.infrastructure.databases import create_private_file
+from runledger.infrastructure.storage.log_probes import LogMovedError
 from runledger.infrastructure.views import compact_text as forms
 from runledger.infrastructure.views.sql import Cursor, Dialect, SqlViewStore
 from runledger.infrastructure.views.store import PageCommit, PageCommits, TrackingState
@@ -166,7 +167,17 @@ class SQLiteViewStore(SqlViewStore[str]):
         connection.execute("COMMIT")
 
     def _query(self, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        return self._connection().execute(statement, params).fetchall()
+        connection = self._connection()
+        rows = connection.execute(statement, params).fetchall()
+        probe = self._take_probe()
+        if probe is not None:
+            # After the read on the same connection: no round trip to save here, but the
+            # catch-up's machinery (a pooled transaction, the projector, its telemetry) was
+            # half of a one-follow-up page read.
+            probe.found = connection.execute(probe.statement, probe.params).fetchone() is not None
+            if probe.found:
+                raise LogMovedError(probe.after)
+        return rows
 
     @contextmanager
     def consistent(self) -> Iterator[None]:

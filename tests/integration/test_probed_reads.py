@@ -4,7 +4,8 @@ from views behind a commit made before the query, by this store or another one.
 
 The round trips are counted by a proxy in front of the server (what a host across a network
 pays for each). What any store promises, that a query sees every commit made before it, holds
-on a SQLite file too, where nothing is probed, and through a transaction pooler."""
+on a SQLite file too, whose views' connection probes after the read, and through a
+transaction pooler."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from collections.abc import Callable
 import pytest
 
 from runledger.domain.records import SnapshotRequired, ViewerDeltas
-from runledger.infrastructure.store import open_store
+from runledger.infrastructure.runtime import open_runtime
+from runledger.infrastructure.store import WorkflowStore, open_store
 from tests.integration.conftest import BACKENDS, POOLED, every_process_projects
 from tests.integration.test_same_commit_views import queue_as_session
 from tests.support.round_trips import RoundTripProxy, round_trip_proxy
@@ -66,15 +68,16 @@ def test_a_query_checks_the_log_in_the_round_trip_of_its_first_read(
 
 
 @pytest.mark.parametrize("store_url", [*BACKENDS[1:], POOLED], indirect=True)
-@pytest.mark.parametrize("projecting", ["elected", "every"])
-def test_a_query_sees_what_another_store_committed_just_before_it(
-    store_url: str, projecting: str
+def test_a_query_sees_what_a_store_that_does_not_project_committed_just_before_it(
+    store_url: str,
 ) -> None:
-    """The reader, opened first, leads the projections on PostgreSQL: the writer's commits
-    reach the views only when the reader's follower (or its query) projects them, so a
-    query made at once finds the log past its views. With ``every``, each projects its own."""
-    url = every_process_projects(store_url) if projecting == "every" else store_url
-    with open_store(url) as reader, open_store(url) as writer:
+    """The writer leaves its commits to the reader's projections (as a host process without
+    embedded projections does), so the reader's query finds the log past its views."""
+    with (
+        open_store(store_url) as reader,
+        open_runtime(store_url, embedded_projections=False) as runtime,
+    ):
+        writer = WorkflowStore(runtime)
         running_run(writer, session_id=SESSION)
         for n in range(20):
             follow_up_id = queue_as_session(writer, RUN, f"request-{n}")
@@ -89,3 +92,27 @@ def test_a_query_sees_what_another_store_committed_just_before_it(
                 reader.viewer_deltas(run_id, after_revision=0), ViewerDeltas | SnapshotRequired
             )
             assert reader.list_runs(after=run_id).runs == []
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("projecting", ["elected", "every"])
+def test_a_query_sees_what_another_projecting_store_committed_just_before_it(
+    postgres_store_url: str, projecting: str
+) -> None:
+    """Two stores that project: elected, the writer (opened second) commits its events alone
+    and the reader leads; with ``every``, each projects its own commits."""
+    url = (
+        every_process_projects(postgres_store_url) if projecting == "every" else postgres_store_url
+    )
+    with open_store(url) as reader, open_store(url) as writer:
+        running_run(writer, session_id=SESSION)
+        for n in range(20):
+            run_id = f"run-{n + 2}"
+            writer.create_run(run_id, workflow_name="wf", input={})
+            assert isinstance(
+                reader.viewer_deltas(run_id, after_revision=0), ViewerDeltas | SnapshotRequired
+            )
+            follow_up_id = queue_as_session(writer, RUN, f"request-{n}")
+            page = reader.follow_up_queue_range(RUN, start=n, limit=1)
+            assert page is not None
+            assert [f.follow_up_id for f in page.follow_ups] == [follow_up_id]
