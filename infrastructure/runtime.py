@@ -28,6 +28,7 @@ from runledger.domain.errors import (
     ProjectionStalledError,
     ProjectionVersionError,
     ReadModelsBehindError,
+    StorageUnavailableError,
     StoreClosedError,
     WorkflowError,
 )
@@ -36,7 +37,7 @@ from runledger.infrastructure.commits.ports import EventStorage
 from runledger.infrastructure.commits.same_commit import SameCommitReadModels
 from runledger.infrastructure.commits.wiring import StorageWiring
 from runledger.infrastructure.event_log import EventLog
-from runledger.infrastructure.storage.log_probes import LogMovedError
+from runledger.infrastructure.storage.log_probes import LogMovedError, LogProbe
 from runledger.infrastructure.storage.replicas import ReadPosition, ReplicaReads, WrittenPositions
 from runledger.infrastructure.storage.urls import SQLITE_PREFIX, redact_url, sqlite_path, store_url
 from runledger.infrastructure.telemetry import (
@@ -160,6 +161,15 @@ class _Calls:
         with self._changed:
             self._closed = True
             self._changed.wait_for(lambda: self._running == 0)
+
+
+def _log_moved(probe: LogProbe) -> bool:
+    """Whether ``probe`` found the log moved; a look that fails counts as moved, so the
+    query goes the usual way, whose errors say what is wrong (``ReadModelsBehindError``)."""
+    try:
+        return probe.moved()
+    except Exception:
+        return True
 
 
 class StoreRuntime(ClosedOnExit):
@@ -557,8 +567,8 @@ class StoreRuntime(ClosedOnExit):
         """``ask``'s answer from the views as they stand, if the log has nothing past the
         position this process projected ``name`` to (``storage.log_probes``); None where it
         has, or cannot tell, or the views are not this process's to catch up, and the query
-        goes the usual way. Only the projector's own thread state is read, under its lock:
-        a thread in the middle of a same-commit step has moved it past what committed."""
+        goes the usual way. The position is read under the projector's lock, taken only if
+        free: a same-commit step holding it has moved the position past what committed."""
         replicas = self._replicated is not None and self._replicated.reads_replicas
         if replicas or not self.embedded_projections or not self._projects():
             return None
@@ -578,12 +588,16 @@ class StoreRuntime(ClosedOnExit):
                 answer = ask(self._reader)
         except LogMovedError:
             return None
+        except StorageUnavailableError:
+            # A call waits for a pooled connection once (pool_timeout): the usual way would
+            # wait again, three times over.
+            raise
         except Exception:
-            # An answer read from views behind the log (a run not there yet) is no answer.
-            if probe.moved():
+            # An error read from views behind the log (a run not there yet) is no answer.
+            if _log_moved(probe):
                 return None
             raise
-        return None if probe.moved() else (answer,)
+        return None if _log_moved(probe) else (answer,)
 
     @staticmethod
     def _check_current(runner: ProjectionRunner) -> None:

@@ -138,12 +138,17 @@ def test_an_outage_longer_than_the_retries_fails_clearly_then_recovers_without_r
         running_cluster.stop()
         try:
             error, seconds = failure_of(lambda: queue(store, "run-outage", "during-outage"))
+            read_error, read_seconds = failure_of(lambda: store.follow_up_queue("run-outage"))
         finally:
             running_cluster.start()
 
         assert error.cause in {"refused", "connection lost"}
         assert_names_endpoint(error, port=running_cluster.port, database=database_url[-9:])
         assert seconds < 8.0
+        # A query waits for a connection once (pool_timeout=2), not once per catch-up attempt.
+        assert read_error.cause in {"refused", "connection lost"}
+        assert_names_endpoint(read_error, port=running_cluster.port, database=database_url[-9:])
+        assert read_seconds < 4.0
         back = time.monotonic()
         queued = None
         while queued is None and time.monotonic() - back < 30:
