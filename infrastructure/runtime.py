@@ -564,23 +564,15 @@ class StoreRuntime(ClosedOnExit):
         return self.replicated(lambda: ask(reader), name)
 
     def _probed(self, name: str, ask: Callable[[ViewReaderBase], T]) -> tuple[T] | None:
-        """``ask``'s answer from the views as they stand, if the log has nothing past the
-        position this process projected ``name`` to (``storage.log_probes``); None where it
-        has, or cannot tell, or the views are not this process's to catch up, and the query
-        goes the usual way. The position is read under the projector's lock, taken only if
-        free: a same-commit step holding it has moved the position past what committed."""
+        """``ask``'s answer from the views as they stand, if they hold every commit made
+        before it (``_probe_for``, ``storage.log_probes``); None where they may not, or it
+        cannot tell, and the query goes the usual way. The position is read under the
+        projector's lock, taken only if free: a same-commit step holding it has moved the
+        position past what committed."""
         replicas = self._replicated is not None and self._replicated.reads_replicas
-        if replicas or not self.embedded_projections or not self._projects():
+        if replicas or not self.embedded_projections:
             return None
-        runner = self.projector.runner(name)
-        if not self.projector.try_lock():
-            return None
-        try:
-            if runner.failure is not None or runner.outdated is not None or runner.slot is None:
-                return None
-            probe = self.storage.log_probe(runner.position)
-        finally:
-            self.projector.unlock()
+        probe = self._probe_for(name)
         if probe is None:
             return None
         try:
@@ -598,6 +590,26 @@ class StoreRuntime(ClosedOnExit):
                 return None
             raise
         return None if _log_moved(probe) else (answer,)
+
+    def _probe_for(self, name: str) -> LogProbe | None:
+        """The look a query of ``name`` carries: where this process projects, whether the
+        log holds anything past its projection's position; where it waits for the process
+        that does (``_led_views_reached``), whether the stored views stand at the log's head
+        and at the positions adopted. None where the usual way must decide (a stalled or
+        outdated projection, a busy projector)."""
+        runner = self.projector.runner(name)
+        if not self._projects():
+            if self._leadership is None or runner.failure is not None or runner.outdated:
+                return None
+            return self.views.reached_probe(name, self._adopted.current.position)
+        if not self.projector.try_lock():
+            return None
+        try:
+            if runner.failure is not None or runner.outdated is not None or runner.slot is None:
+                return None
+            return self.storage.log_probe(runner.position)
+        finally:
+            self.projector.unlock()
 
     @staticmethod
     def _check_current(runner: ProjectionRunner) -> None:

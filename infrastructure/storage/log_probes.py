@@ -15,6 +15,11 @@ again as before.
 
 Asking after the read is as good as before it: the log only grows, so an event committed
 past the position before the read is still there when the probe looks.
+
+A process that waits for another one to project carries another look
+(``ViewStore.reached_probe``): whether the stored views stand at the log's head. That one goes
+before the read in its pipeline: views at the head when it looked are there for a read that
+starts after it, not for one that started before.
 """
 
 from __future__ import annotations

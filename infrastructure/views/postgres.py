@@ -26,10 +26,13 @@ from runledger.infrastructure.databases import (
     pipelined,
     psycopg_cause,
 )
+from runledger.infrastructure.storage.base import EVENTS_TABLE
 from runledger.infrastructure.storage.log_probes import LogMovedError, LogProbe
 from runledger.infrastructure.views import compact_text as forms
 from runledger.infrastructure.views.deferred_commits import StagedPage, deferred_commits
 from runledger.infrastructure.views.sql import (
+    REGISTRY_TABLE,
+    SLOTS_TABLE,
     STREAM_BATCH,
     Cursor,
     Dialect,
@@ -162,6 +165,16 @@ class PostgresViewStore(SqlViewStore[Query]):
             SQL("SELECT {}(%s, %s, %s, %s, %s)").format(self._move_function)
         )
         self._pinned = threading.local()
+        self._reached_statement = SQL(
+            "SELECT 1 WHERE NOT coalesce((SELECT s.position >= greatest("
+            "(SELECT max(e.position) FROM {} e), %s) AND s.last_error IS NULL "
+            "FROM {} s JOIN {} r ON r.name = s.name AND r.active_slot = s.slot "
+            "WHERE s.name = %s), false)"
+        ).format(
+            Identifier(datastore.schema, EVENTS_TABLE),
+            self.dialect.table(SLOTS_TABLE),
+            self.dialect.table(REGISTRY_TABLE),
+        )
         self._set_statements: dict[tuple[str, str, tuple[str, ...]], str] = {}
         self._staging_statements: dict[tuple[str, int], tuple[bytes, bytes, bytes]] = {}
         self._made_row_writers: set[str] | None = None
@@ -187,6 +200,15 @@ class PostgresViewStore(SqlViewStore[Query]):
                     "END LOOP; END $$"
                 ).format(self._move_function, self._slots_table, Literal(MOVED_SQLSTATE))
             )
+
+    def reached_probe(self, name: str, at_least: int) -> LogProbe:
+        # Goes out before the query in its pipeline (``_rows``), so the query's snapshot is
+        # no older than the probe's: views found at the head then hold it for the query.
+        return LogProbe(at_least, self._reached_statement, (at_least, name), self._look)
+
+    def _look(self, probe: LogProbe) -> bool:
+        with self.datastore.get_connection() as connection:
+            return bool(_rows(connection, probe.statement, probe.params, None))
 
     def _function_exists(self) -> bool:
         rows = self._query(

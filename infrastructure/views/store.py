@@ -346,6 +346,14 @@ class ViewStore(ABC):
         """Reads on this thread inside the block see one snapshot of the views."""
         return nullcontext()
 
+    def reached_probe(self, name: str, at_least: int) -> LogProbe | None:
+        """For a process that waits for another one to project: a look, carried before a
+        query's first read, that finds (returns a row) unless ``name``'s active views stand
+        at the log's head and at ``at_least``, with no error; None where no process waits
+        for another (memory, SQLite)."""
+        del name, at_least
+        return None
+
     def probing(self, probe: LogProbe) -> AbstractContextManager[None]:
         """Inside the block, this thread's next read of the views carries ``probe`` in its
         round trip and raises ``LogMovedError`` if it finds the log moved

@@ -116,3 +116,56 @@ def test_a_query_sees_what_another_projecting_store_committed_just_before_it(
             page = reader.follow_up_queue_range(RUN, start=n, limit=1)
             assert page is not None
             assert [f.follow_up_id for f in page.follow_ups] == [follow_up_id]
+
+
+@pytest.mark.postgres
+def test_a_store_that_waits_for_the_leader_checks_the_views_in_the_same_round_trip(
+    postgres_store_url: str,
+) -> None:
+    """Elected: the second store waits for the first to project. It used to ask the log's
+    head and the views' positions (two round trips) before the query's own reads."""
+    with (
+        round_trip_proxy(postgres_store_url) as proxy,
+        open_store(postgres_store_url) as leader,
+        open_store(proxy.url(postgres_store_url)) as follower,
+    ):
+        running_run(leader, session_id=SESSION)
+        queued = [queue_as_session(leader, RUN, f"request-{n}") for n in range(3)]
+        assert not follower._runtime.leads_projection
+
+        def queue_page() -> None:
+            page = follower.follow_up_queue_range(RUN, start=1, limit=2)
+            assert page is not None
+            assert [f.follow_up_id for f in page.follow_ups] == queued[1:]
+
+        def runs() -> None:
+            assert [run.run_id for run in follower.list_runs().runs] == [RUN]
+
+        def outbox() -> None:
+            assert len(follower.session_outbox(SESSION)) == 3
+
+        for read, trips in ((runs, 1), (outbox, 1), (queue_page, 2)):
+            for _ in range(3):
+                read()
+            assert fewest_trips(proxy, read) == trips, read.__name__
+
+
+@pytest.mark.postgres
+def test_a_store_that_waits_for_the_leader_sees_its_own_and_the_leaders_commits(
+    postgres_store_url: str,
+) -> None:
+    """The follower commits its events alone and the leader projects them a moment later:
+    a query made at once finds the views short of the head and waits for them."""
+    with open_store(postgres_store_url) as leader, open_store(postgres_store_url) as follower:
+        running_run(leader, session_id=SESSION)
+        assert not follower._runtime.leads_projection
+        for n in range(20):
+            store = follower if n % 2 else leader
+            follow_up_id = queue_as_session(store, RUN, f"request-{n}")
+            page = follower.follow_up_queue_range(RUN, start=n, limit=1)
+            assert page is not None
+            assert [f.follow_up_id for f in page.follow_ups] == [follow_up_id]
+
+            run_id = f"run-{n + 2}"
+            store.create_run(run_id, workflow_name="wf", input={})
+            assert follower.list_runs(after=run_id).runs == []
