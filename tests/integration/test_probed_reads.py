@@ -9,6 +9,7 @@ transaction pooler."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 
 import pytest
@@ -20,17 +21,19 @@ from tests.integration.conftest import BACKENDS, POOLED, every_process_projects
 from tests.integration.test_same_commit_views import queue_as_session
 from tests.support.round_trips import RoundTripProxy, round_trip_proxy
 from tests.support.scenario import RUN, SESSION, running_run
+from tests.support.workers import Round, run_race
 
 
-def fewest_trips(proxy: RoundTripProxy, read: Callable[[], object], tries: int = 5) -> int:
-    """The round trips of ``read``: the fewest of several tries, since the store's own
-    threads (the follower's idle look) may talk to the server during one."""
+def usual_trips(proxy: RoundTripProxy, read: Callable[[], object], tries: int = 7) -> int:
+    """The round trips ``read`` takes most often: the store's own threads (the follower's
+    idle look) may talk to the server during one try, and a try whose first message meets
+    one the proxy has not seen answered yet counts a trip short."""
     counts = []
     for _ in range(tries):
         before = proxy.trips
         read()
         counts.append(proxy.trips - before)
-    return min(counts)
+    return Counter(counts).most_common(1)[0][0]
 
 
 @pytest.mark.postgres
@@ -64,7 +67,7 @@ def test_a_query_checks_the_log_in_the_round_trip_of_its_first_read(
         for read, trips in ((runs, 1), (outbox, 1), (deltas, 1), (queue_page, 2)):
             for _ in range(3):
                 read()  # the pool's connections are open, the statements prepared
-            assert fewest_trips(proxy, read) == trips, read.__name__
+            assert usual_trips(proxy, read) == trips, read.__name__
 
 
 @pytest.mark.parametrize("store_url", [*BACKENDS[1:], POOLED], indirect=True)
@@ -147,7 +150,7 @@ def test_a_store_that_waits_for_the_leader_checks_the_views_in_the_same_round_tr
         for read, trips in ((runs, 1), (outbox, 1), (queue_page, 2)):
             for _ in range(3):
                 read()
-            assert fewest_trips(proxy, read) == trips, read.__name__
+            assert usual_trips(proxy, read) == trips, read.__name__
 
 
 @pytest.mark.postgres
@@ -169,3 +172,44 @@ def test_a_store_that_waits_for_the_leader_sees_its_own_and_the_leaders_commits(
             run_id = f"run-{n + 2}"
             store.create_run(run_id, workflow_name="wf", input={})
             assert follower.list_runs(after=run_id).runs == []
+
+
+def test_two_writer_processes_on_one_run_each_read_their_own_follow_up_at_once(
+    durable_url: str,
+) -> None:
+    """Two processes queue on one run, each reading the queue right after each of its
+    commands: on PostgreSQL one leads and the other waits for it, on SQLite both project."""
+    with open_store(durable_url) as setup:
+        running_run(setup, session_id=SESSION)
+    per_worker = 30
+    plan: Round = [
+        [
+            op
+            for i in range(per_worker)
+            for op in (
+                {
+                    "op": "queue",
+                    "run_id": RUN,
+                    "request_id": f"w{worker}-{i}",
+                    "target_session_id": SESSION,
+                    "actor": {"type": "session", "id": SESSION},
+                    "source": "race",
+                    "prompt": f"w{worker}-{i}",
+                },
+                {"op": "call", "method": "follow_up_queue", "args": [RUN]},
+            )
+        ]
+        for worker in range(2)
+    ]
+
+    outcomes = sorted(run_race(durable_url, [plan]).round(0), key=lambda o: (o.worker, o.index))
+
+    assert all(o.ok for o in outcomes), [o.describe() for o in outcomes if not o.ok]
+    for queued, read in zip(outcomes[::2], outcomes[1::2], strict=True):
+        assert (queued.op["op"], read.op["op"]) == ("queue", "call")
+        assert queued.result is not None
+        assert read.result is not None
+        seen = [f["follow_up_id"] for f in read.result["follow_ups"]]
+        assert queued.result["follow_up"]["follow_up_id"] in seen, queued.describe()
+        orders = [f["order"] for f in read.result["follow_ups"]]
+        assert orders == list(range(1, len(orders) + 1))
