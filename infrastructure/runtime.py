@@ -599,7 +599,11 @@ class StoreRuntime(ClosedOnExit):
         outdated projection, a busy projector)."""
         runner = self.projector.runner(name)
         if not self._projects():
-            if self._leadership is None or runner.failure is not None or runner.outdated:
+            if (
+                self._leadership is None
+                or runner.failure is not None
+                or runner.outdated is not None
+            ):
                 return None
             return self.views.reached_probe(name, self._adopted.current.position)
         if not self.projector.try_lock():

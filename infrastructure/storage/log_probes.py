@@ -36,8 +36,10 @@ class LogMovedError(Exception):
 
 @dataclass(eq=False)
 class LogProbe:
-    """One look at the log past ``after``: ``statement`` with ``params`` returns a row when
-    it holds an event there. ``look`` runs it on its own, for a read that did not carry it."""
+    """One look: ``statement`` with ``params`` returns a row when the views may lack a commit
+    made before the query (the log holds an event past ``after``; for ``reached_probe``, the
+    stored views stand short of the log's head or of ``after``). ``look`` runs it on its
+    own, for a read that did not carry it."""
 
     after: int
     statement: Any
@@ -47,7 +49,7 @@ class LogProbe:
     """What the probe found, once it has run (None: not yet)."""
 
     def moved(self) -> bool:
-        """Whether the log holds an event past ``after``, looking now if no read looked."""
+        """Whether the look found the views possibly behind, looking now if no read did."""
         if self.found is None:
             self.found = self.look(self)
         return self.found

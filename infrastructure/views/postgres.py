@@ -118,8 +118,8 @@ def _rows(
     params: Sequence[Any],
     probe: LogProbe | None,
 ) -> list[tuple[Any, ...]]:
-    """The statement's rows; with ``probe``, both go out in one pipeline (one round trip),
-    and the rows stand only if the log has not moved past the probe's position."""
+    """The statement's rows; with ``probe``, the probe first and the statement after it in
+    one pipeline (one round trip), and the rows stand only if the probe finds nothing."""
     with connection.cursor(row_factory=tuple_row) as cursor:
         if probe is None:
             cursor.execute(statement, params)
