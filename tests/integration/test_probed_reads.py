@@ -36,6 +36,33 @@ def usual_trips(proxy: RoundTripProxy, read: Callable[[], object], tries: int = 
     return Counter(counts).most_common(1)[0][0]
 
 
+def assert_round_trips(proxy: RoundTripProxy, store: WorkflowStore, queued: list[str]) -> None:
+    """Each query of ``store`` (its run ``RUN`` holding the follow-ups ``queued``) answers
+    right in as many round trips as its own reads need: one each, two for a queue page (the
+    run's row, then its follow-ups)."""
+
+    def queue_page() -> None:
+        page = store.follow_up_queue_range(RUN, start=1, limit=2)
+        assert page is not None
+        assert [f.follow_up_id for f in page.follow_ups] == queued[1:]
+
+    def runs() -> None:
+        assert [run.run_id for run in store.list_runs().runs] == [RUN]
+
+    def outbox() -> None:
+        assert len(store.session_outbox(SESSION)) == len(queued)
+
+    def deltas() -> None:
+        assert isinstance(
+            store.viewer_deltas(RUN, after_revision=0), ViewerDeltas | SnapshotRequired
+        )
+
+    for read, trips in ((runs, 1), (outbox, 1), (deltas, 1), (queue_page, 2)):
+        for _ in range(3):
+            read()  # the pool's connections are open, the statements prepared
+        assert usual_trips(proxy, read) == trips, read.__name__
+
+
 @pytest.mark.postgres
 def test_a_query_checks_the_log_in_the_round_trip_of_its_first_read(
     postgres_store_url: str,
@@ -47,27 +74,26 @@ def test_a_query_checks_the_log_in_the_round_trip_of_its_first_read(
         running_run(store, session_id=SESSION)
         queued = [queue_as_session(store, RUN, f"request-{n}") for n in range(3)]
 
-        def queue_page() -> None:
-            page = store.follow_up_queue_range(RUN, start=1, limit=2)
-            assert page is not None
-            assert [f.follow_up_id for f in page.follow_ups] == queued[1:]
-
-        def runs() -> None:
-            assert [run.run_id for run in store.list_runs().runs] == [RUN]
-
-        def outbox() -> None:
-            assert len(store.session_outbox(SESSION)) == 3
-
-        def deltas() -> None:
-            assert isinstance(
-                store.viewer_deltas(RUN, after_revision=0), ViewerDeltas | SnapshotRequired
-            )
-
         # Before: a read of the log past the views' position, then the query's own reads.
-        for read, trips in ((runs, 1), (outbox, 1), (deltas, 1), (queue_page, 2)):
-            for _ in range(3):
-                read()  # the pool's connections are open, the statements prepared
-            assert usual_trips(proxy, read) == trips, read.__name__
+        assert_round_trips(proxy, store, queued)
+
+
+def assert_reads_follow(reader: WorkflowStore, writer: Callable[[int], WorkflowStore]) -> None:
+    """Twenty times: ``writer(n)`` queues a follow-up on ``RUN`` and creates a run, and
+    ``reader`` shows each at once."""
+    for n in range(20):
+        follow_up_id = queue_as_session(writer(n), RUN, f"request-{n}")
+        page = reader.follow_up_queue_range(RUN, start=n, limit=1)
+        assert page is not None
+        assert [f.follow_up_id for f in page.follow_ups] == [follow_up_id]
+
+        run_id = f"run-{n + 2}"
+        writer(n).create_run(run_id, workflow_name="wf", input={})
+        # A query that raises on views without the run must not raise: it reads again.
+        assert isinstance(
+            reader.viewer_deltas(run_id, after_revision=0), ViewerDeltas | SnapshotRequired
+        )
+        assert reader.list_runs(after=run_id).runs == []
 
 
 @pytest.mark.parametrize("store_url", [*BACKENDS[1:], POOLED], indirect=True)
@@ -82,19 +108,7 @@ def test_a_query_sees_what_a_store_that_does_not_project_committed_just_before_i
     ):
         writer = WorkflowStore(runtime)
         running_run(writer, session_id=SESSION)
-        for n in range(20):
-            follow_up_id = queue_as_session(writer, RUN, f"request-{n}")
-            page = reader.follow_up_queue_range(RUN, start=n, limit=1)
-            assert page is not None
-            assert [f.follow_up_id for f in page.follow_ups] == [follow_up_id]
-
-            run_id = f"run-{n + 2}"
-            writer.create_run(run_id, workflow_name="wf", input={})
-            # A query that raises on views without the run must not raise: it reads again.
-            assert isinstance(
-                reader.viewer_deltas(run_id, after_revision=0), ViewerDeltas | SnapshotRequired
-            )
-            assert reader.list_runs(after=run_id).runs == []
+        assert_reads_follow(reader, lambda _: writer)
 
 
 @pytest.mark.postgres
@@ -109,16 +123,7 @@ def test_a_query_sees_what_another_projecting_store_committed_just_before_it(
     )
     with open_store(url) as reader, open_store(url) as writer:
         running_run(writer, session_id=SESSION)
-        for n in range(20):
-            run_id = f"run-{n + 2}"
-            writer.create_run(run_id, workflow_name="wf", input={})
-            assert isinstance(
-                reader.viewer_deltas(run_id, after_revision=0), ViewerDeltas | SnapshotRequired
-            )
-            follow_up_id = queue_as_session(writer, RUN, f"request-{n}")
-            page = reader.follow_up_queue_range(RUN, start=n, limit=1)
-            assert page is not None
-            assert [f.follow_up_id for f in page.follow_ups] == [follow_up_id]
+        assert_reads_follow(reader, lambda _: writer)
 
 
 @pytest.mark.postgres
@@ -136,21 +141,7 @@ def test_a_store_that_waits_for_the_leader_checks_the_views_in_the_same_round_tr
         queued = [queue_as_session(leader, RUN, f"request-{n}") for n in range(3)]
         assert not follower._runtime.leads_projection
 
-        def queue_page() -> None:
-            page = follower.follow_up_queue_range(RUN, start=1, limit=2)
-            assert page is not None
-            assert [f.follow_up_id for f in page.follow_ups] == queued[1:]
-
-        def runs() -> None:
-            assert [run.run_id for run in follower.list_runs().runs] == [RUN]
-
-        def outbox() -> None:
-            assert len(follower.session_outbox(SESSION)) == 3
-
-        for read, trips in ((runs, 1), (outbox, 1), (queue_page, 2)):
-            for _ in range(3):
-                read()
-            assert usual_trips(proxy, read) == trips, read.__name__
+        assert_round_trips(proxy, follower, queued)
 
 
 @pytest.mark.postgres
@@ -162,16 +153,7 @@ def test_a_store_that_waits_for_the_leader_sees_its_own_and_the_leaders_commits(
     with open_store(postgres_store_url) as leader, open_store(postgres_store_url) as follower:
         running_run(leader, session_id=SESSION)
         assert not follower._runtime.leads_projection
-        for n in range(20):
-            store = follower if n % 2 else leader
-            follow_up_id = queue_as_session(store, RUN, f"request-{n}")
-            page = follower.follow_up_queue_range(RUN, start=n, limit=1)
-            assert page is not None
-            assert [f.follow_up_id for f in page.follow_ups] == [follow_up_id]
-
-            run_id = f"run-{n + 2}"
-            store.create_run(run_id, workflow_name="wf", input={})
-            assert follower.list_runs(after=run_id).runs == []
+        assert_reads_follow(follower, lambda n: follower if n % 2 else leader)
 
 
 def test_two_writer_processes_on_one_run_each_read_their_own_follow_up_at_once(
