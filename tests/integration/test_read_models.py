@@ -853,3 +853,22 @@ def test_a_full_page_of_a_long_queue_holds_256_follow_ups(
     assert [f.order for f in present(page, "the page").follow_ups] == list(
         range(PAGE * 3 + 1, PAGE * 4 + 1)
     )
+
+
+def test_outbox_records_are_the_records_validation_makes(store: WorkflowStore) -> None:
+    """The outbox builds its records from view rows without validating them again
+    (``Record.trusted``): each is equal to, and dumps as, the record validation makes."""
+    running_run(store, session_id=SESSION)
+    queue(store)
+    notify(store)
+    step(store)
+
+    messages = store.session_outbox(SESSION)
+    deliverable = store.next_deliverable(SESSION)
+
+    assert [m.kind for m in messages] == ["followUp", "notification", "step"]
+    for message in [*messages, present(deliverable, "a deliverable message")]:
+        validated = WorkflowMessageRecord.model_validate(message.model_dump())
+        assert message == validated
+        assert message.model_dump_json() == validated.model_dump_json()
+        assert repr(message) == repr(validated)
