@@ -163,15 +163,6 @@ class _Calls:
             self._changed.wait_for(lambda: self._running == 0)
 
 
-def _log_moved(probe: LogProbe) -> bool:
-    """Whether ``probe`` found the log moved; a look that fails counts as moved, so the
-    query goes the usual way, whose errors say what is wrong (``ReadModelsBehindError``)."""
-    try:
-        return probe.moved()
-    except Exception:
-        return True
-
-
 class StoreRuntime(ClosedOnExit):
     """One open store's parts: the application, event storage, views, projector and follower."""
 
@@ -586,10 +577,18 @@ class StoreRuntime(ClosedOnExit):
             raise
         except Exception:
             # An error read from views behind the log (a run not there yet) is no answer.
-            if _log_moved(probe):
+            if self._log_moved(probe):
                 return None
             raise
-        return None if _log_moved(probe) else (answer,)
+        return None if self._log_moved(probe) else (answer,)
+
+    def _log_moved(self, probe: LogProbe) -> bool:
+        """Whether ``probe`` found the views possibly behind; a look that fails counts so, and
+        the query goes the usual way, whose errors say what is wrong."""
+        try:
+            return self.views.moved(probe)
+        except Exception:
+            return True
 
     def _probe_for(self, name: str) -> LogProbe | None:
         """The look a query of ``name`` carries: where this process projects, whether the
@@ -598,18 +597,17 @@ class StoreRuntime(ClosedOnExit):
         and at the positions adopted. None where the usual way must decide (a stalled or
         outdated projection, a busy projector)."""
         runner = self.projector.runner(name)
+        if runner.failure is not None or runner.outdated is not None:
+            return None
         if not self._projects():
-            if (
-                self._leadership is None
-                or runner.failure is not None
-                or runner.outdated is not None
-            ):
+            if self._leadership is None:
                 return None
             return self.views.reached_probe(name, self._adopted.current.position)
         if not self.projector.try_lock():
             return None
         try:
-            if runner.failure is not None or runner.outdated is not None or runner.slot is None:
+            # Read again under the lock: a catch-up that held it may have stalled the runner.
+            if runner.failure is not None or runner.slot is None:
                 return None
             return self.storage.log_probe(runner.position)
         finally:

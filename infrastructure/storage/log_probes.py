@@ -24,8 +24,8 @@ starts after it, not for one that started before.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -38,21 +38,20 @@ class LogMovedError(Exception):
 class LogProbe:
     """One look: ``statement`` with ``params`` returns a row when the views may lack a commit
     made before the query (the log holds an event past ``after``; for ``reached_probe``, the
-    stored views stand short of the log's head or of ``after``). ``look`` runs it on its
-    own, for a read that did not carry it."""
+    stored views stand short of the log's head or of ``after``). ``ViewStore.moved`` runs
+    it on its own, for a read that did not carry it."""
 
     after: int
     statement: Any
     params: tuple[Any, ...]
-    look: Callable[[LogProbe], bool] = field(repr=False)
     found: bool | None = None
     """What the probe found, once it has run (None: not yet)."""
 
-    def moved(self) -> bool:
-        """Whether the look found the views possibly behind, looking now if no read did."""
-        if self.found is None:
-            self.found = self.look(self)
-        return self.found
+    def settle(self, rows: Sequence[object]) -> None:
+        """Note what the probe's statement returned; ``LogMovedError`` if it found a row."""
+        self.found = bool(rows)
+        if self.found:
+            raise LogMovedError(self.after)
 
 
 __all__ = ["LogMovedError", "LogProbe"]

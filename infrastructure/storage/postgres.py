@@ -1225,11 +1225,7 @@ class PostgresStorage(RecorderBackedStorage[PostgresEventRecorder, PostgresSnaps
     def log_probe(self, after: int) -> LogProbe:
         """Whether any event, committed or past a gap, lies past ``after``: a query that finds
         none reads views already holding every commit before it (``storage.log_probes``)."""
-        return LogProbe(after, self._probe_statement, (after,), self._look)
-
-    def _look(self, probe: LogProbe) -> bool:
-        with self.datastore.get_connection() as conn:
-            return conn.execute(probe.statement, probe.params).fetchone() is not None
+        return LogProbe(after, self._probe_statement, (after,))
 
     def _read_to_gap(
         self, curs: Cursor[Any], after: int, limit: int, settled_through: int

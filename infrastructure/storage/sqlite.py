@@ -430,12 +430,7 @@ class SQLiteStorage(RecorderBackedStorage[SQLiteEventRecorder, SQLiteSnapshotRec
         """Whether the log holds an event past ``after`` (writers take turns on the file, so
         none lies behind a gap): the views' connection, on the same file, runs it after a
         query's first read (``SQLiteViewStore``)."""
-        return LogProbe(after, self._probe_statement, (after,), self._look)
-
-    def _look(self, probe: LogProbe) -> bool:
-        with self.datastore.transaction(commit=False) as c:
-            c.execute(probe.statement, probe.params)
-            return c.fetchone() is not None
+        return LogProbe(after, self._probe_statement, (after,))
 
     def read_log(self, *, after: int, limit: int, settled_through: int = 0) -> list[LogEntry]:
         """The next stored events after ``after``, as lean tuples (ids stay hex text;

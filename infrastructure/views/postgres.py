@@ -27,7 +27,7 @@ from runledger.infrastructure.databases import (
     psycopg_cause,
 )
 from runledger.infrastructure.storage.base import EVENTS_TABLE
-from runledger.infrastructure.storage.log_probes import LogMovedError, LogProbe
+from runledger.infrastructure.storage.log_probes import LogProbe
 from runledger.infrastructure.views import compact_text as forms
 from runledger.infrastructure.views.deferred_commits import StagedPage, deferred_commits
 from runledger.infrastructure.views.sql import (
@@ -128,9 +128,7 @@ def _rows(
             with connection.pipeline():
                 looking.execute(probe.statement, probe.params, prepare=True)
                 cursor.execute(statement, params)
-            probe.found = looking.fetchone() is not None
-        if probe.found:
-            raise LogMovedError(probe.after)
+            probe.settle(looking.fetchall())
         return cursor.fetchall()
 
 
@@ -204,11 +202,7 @@ class PostgresViewStore(SqlViewStore[Query]):
     def reached_probe(self, name: str, at_least: int) -> LogProbe:
         # Goes out before the query in its pipeline (``_rows``), so the query's snapshot is
         # no older than the probe's: views found at the head then hold it for the query.
-        return LogProbe(at_least, self._reached_statement, (at_least, name), self._look)
-
-    def _look(self, probe: LogProbe) -> bool:
-        with self.datastore.get_connection() as connection:
-            return bool(_rows(connection, probe.statement, probe.params, None))
+        return LogProbe(at_least, self._reached_statement, (at_least, name))
 
     def _function_exists(self) -> bool:
         rows = self._query(

@@ -440,6 +440,11 @@ class SqlViewStore(ViewStore, Generic[S]):
         finally:
             self._probing.probe = None
 
+    def moved(self, probe: LogProbe) -> bool:
+        if probe.found is None:
+            probe.found = bool(self._query(probe.statement, probe.params))
+        return probe.found
+
     def _take_probe(self) -> LogProbe | None:
         """The probe this thread's next read is to carry, if any (once)."""
         probe: LogProbe | None = getattr(self._probing, "probe", None)

@@ -9,7 +9,6 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Final
 
 from runledger.infrastructure.databases import create_private_file
-from runledger.infrastructure.storage.log_probes import LogMovedError
 from runledger.infrastructure.views import compact_text as forms
 from runledger.infrastructure.views.sql import Cursor, Dialect, SqlViewStore
 from runledger.infrastructure.views.store import PageCommit, PageCommits, TrackingState
@@ -174,9 +173,7 @@ class SQLiteViewStore(SqlViewStore[str]):
             # After the read on the same connection: no round trip to save here, but the
             # catch-up's machinery (a pooled transaction, the projector, its telemetry) was
             # half of a one-follow-up page read.
-            probe.found = connection.execute(probe.statement, probe.params).fetchone() is not None
-            if probe.found:
-                raise LogMovedError(probe.after)
+            probe.settle(connection.execute(probe.statement, probe.params).fetchall())
         return rows
 
     @contextmanager

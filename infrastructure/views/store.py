@@ -354,11 +354,16 @@ class ViewStore(ABC):
         del name, at_least
         return None
 
+    def moved(self, probe: LogProbe) -> bool:
+        """Whether ``probe`` found the views possibly behind, running it now (outside
+        ``probing``) if no read carried it. Here it cannot run: True, the usual way."""
+        del probe
+        return True
+
     def probing(self, probe: LogProbe) -> AbstractContextManager[None]:
         """Inside the block, this thread's next read of the views carries ``probe`` in its
         round trip and raises ``LogMovedError`` if it finds the log moved
-        (``storage.log_probes``). Here no read carries it: the caller looks on its own
-        (``LogProbe.moved``)."""
+        (``storage.log_probes``). Here no read carries it: the caller asks ``moved``."""
         del probe
         return nullcontext()
 
