@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from runledger.infrastructure.cli.bench.calibration import ADDITIONS, COMMITS
+from runledger.infrastructure.cli.bench.calibration import ADDITIONS, COMMITS, GAP_SECONDS
 from tests.support.cli import bench
 from tests.support.postgres import PostgresServer
 
@@ -52,11 +53,15 @@ def check_document(stdout: str, backend: str, ids: list[str]) -> dict[str, Any]:
     assert set(machine) == {
         *("additions", "start_seconds", "end_seconds"),
         *("commits", "commit_start_seconds", "commit_end_seconds"),
+        *("gap_ms", "spaced_commit_start_ms", "spaced_commit_end_ms"),
     }
     assert machine["additions"] == ADDITIONS
     assert machine["commits"] == COMMITS
+    assert machine["gap_ms"] == GAP_SECONDS * 1000
     for key in ("start_seconds", "end_seconds", "commit_start_seconds", "commit_end_seconds"):
         assert 0 < machine[key] < 60
+    for key in ("spaced_commit_start_ms", "spaced_commit_end_ms"):
+        assert 0 < machine[key] < 60_000
     assert [row["id"] for row in document["results"]] == ids
     for row in document["results"]:
         assert set(row) == ROW_KEYS
@@ -84,6 +89,16 @@ def check_command_rows(rows: dict[str, Any]) -> None:
         assert all(value > 0 for value in rows[row_id]["baselines"].values()), row_id
     for row_id in {"P1", "P2"} & set(rows):
         assert rows[row_id]["baseline"] == rows[row_id]["baselines"]["ideal"]
+    # P1 and P10 also answer to their baseline run with the command's processor time spent
+    # before each commit (``cpu_gaps``), and say how much time that was.
+    spaced = {"P1": "ideal_spaced", "P10": "raw_spaced"}
+    for row_id in spaced.keys() & rows.keys():
+        assert rows[row_id]["baselines"][spaced[row_id]] > 0, row_id
+        assert re.search(
+            r"[0-9.]+ x it with this command's [0-9.]+ ms of processor time spent before each "
+            "commit",
+            rows[row_id]["name"],
+        ), rows[row_id]["name"]
     if "P2b" in rows:
         assert rows["P2b"]["baselines"]["p1"] == rows["P2b"]["baseline"]
         assert "0 errors" in rows["P2b"]["name"], rows["P2b"]["name"]

@@ -16,7 +16,7 @@ from runledger.infrastructure.cli.bench.report import BenchOutcome, print_bench
 from runledger.infrastructure.cli.bench.runner import BenchResult
 
 ROW = BenchResult("P7", "a row", 1.0, "MB", 2.0, 0.5, "<= 1 x", True)
-MACHINE = Calibration(2_000_000, 0.125, 0.25, 1_000, 0.5, 0.75)
+MACHINE = Calibration(2_000_000, 0.125, 0.25, 1_000, 0.5, 0.75, 0.5, 0.375, 0.625)
 
 
 def test_the_loop_is_timed_by_its_fastest_run(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -39,6 +39,9 @@ def test_the_json_document_carries_the_machine(capsys: pytest.CaptureFixture[str
         "commits": 1_000,
         "commit_start_seconds": 0.5,
         "commit_end_seconds": 0.75,
+        "gap_ms": 0.5,
+        "spaced_commit_start_ms": 0.375,
+        "spaced_commit_end_ms": 0.625,
     }
     assert [row["id"] for row in document["results"]] == ["P7"]
 
@@ -50,5 +53,6 @@ def test_the_table_says_how_fast_the_machine_ran() -> None:
 
     assert (
         "machine: a pure-Python loop of 2,000,000 additions took 0.125 s before the first row "
-        "and 0.250 s after the last; 1,000 single-row commits took 0.500 s and 0.750 s"
+        "and 0.250 s after the last; 1,000 single-row commits took 0.500 s and 0.750 s back "
+        "to back; one after 0.5 ms of processor work took 0.375 ms and 0.625 ms (median)"
     ) in " ".join(out.getvalue().split())

@@ -30,6 +30,7 @@ from eventsourcing.application import Application
 from eventsourcing.domain import Aggregate, event
 
 from runledger.domain.packed_state import unpacked
+from runledger.infrastructure.cli.bench.cpu_gaps import spin
 from runledger.infrastructure.runtime import default_projections, open_runtime
 from runledger.infrastructure.storage.postgres import unavailable_error
 from runledger.infrastructure.storage.urls import libpq_url, read_postgres_url
@@ -273,12 +274,14 @@ class IdealCommand:
         ]
         return IdealCommand(self.url, own, self.tracked)
 
-    def rate(self, seconds: float, *, first: int = 0) -> float:
-        """Commands per second for ``seconds``, numbered from ``first``."""
+    def rate(self, seconds: float, *, first: int = 0, gap: float = 0.0) -> float:
+        """Commands per second for ``seconds``, numbered from ``first``, each after ``gap``
+        seconds of processor work (``cpu_gaps.spin``)."""
         with plain_connection(self.url) as connection:
             count = 0
             started = time.perf_counter()
             while time.perf_counter() - started < seconds:
+                spin(gap)
                 self._write(connection, first + count)
                 count += 1
             return count / (time.perf_counter() - started)

@@ -11,16 +11,21 @@ The loop measures the processor alone. Rows bound by the database drifted while 
 steady (P6 on SQLite gave a p99 of 3.8 ms, then 6.5-8.0 ms within the hour, the loop's time
 unchanged), so the bench also times single-row commits to a scratch database of its backend:
 each waits for the disk (SQLite) or for a round trip and the server's WAL flush (PostgreSQL).
+They are timed back to back, and one by one after ``GAP_SECONDS`` of processor work each
+(``cpu_gaps``): on the machines this bench was written on the second wait was 4-10 times the
+first, and every real command meets the second.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
 from runledger.infrastructure.cli.bench.baselines import plain_connection
+from runledger.infrastructure.cli.bench.cpu_gaps import spin
 from runledger.infrastructure.cli.bench.runner import Scratch
 
 ADDITIONS: Final = 2_000_000
@@ -29,6 +34,10 @@ RUNS: Final = 3
 COMMITS: Final = 1_000
 """Single-row commits of the database workload: a run took 0.13 s on SQLite and 0.19 s on
 PostgreSQL on the two-core machine this bench was written on."""
+SPACED_COMMITS: Final = 200
+"""Single-row commits timed one by one, each after ``GAP_SECONDS`` of processor work."""
+GAP_SECONDS: Final = 0.0005
+"""About half of one ``queue_follow_up``'s own processor time on those machines."""
 
 
 def loop_seconds(clock: Callable[[], float] = time.perf_counter) -> float:
@@ -61,11 +70,38 @@ def commit_seconds(url: str, clock: Callable[[], float] = time.perf_counter) -> 
     return best
 
 
-def database_seconds(url: str) -> float:
-    """``commit_seconds`` in a scratch database of the bench URL's backend, dropped after."""
+def spaced_commit_seconds(url: str, clock: Callable[[], float] = time.perf_counter) -> float:
+    """The median of ``SPACED_COMMITS`` single-row commits into a new table of the database at
+    ``url``, each timed alone after ``GAP_SECONDS`` of ``spin``."""
+    mark = "?" if url.startswith("sqlite:///") else "%s"
+    insert = f"INSERT INTO runledger_spaced_calibration VALUES ({mark}, {mark})"
+    body = "x" * 200
+    times = []
+    with plain_connection(url) as connection:
+        connection.execute("CREATE TABLE runledger_spaced_calibration (n integer, body text)")
+        for number in range(SPACED_COMMITS):
+            spin(GAP_SECONDS)
+            started = clock()
+            connection.execute(insert, (number, body))
+            times.append(clock() - started)
+    return statistics.median(times)
+
+
+@dataclass(frozen=True)
+class DatabaseTimes:
+    """``commit_seconds`` and ``spaced_commit_seconds`` of one scratch database."""
+
+    commit_seconds: float
+    spaced_commit_seconds: float
+
+
+def database_times(url: str) -> DatabaseTimes:
+    """The database workloads in a scratch database of the bench URL's backend, dropped
+    after."""
     scratch = Scratch(url)
     try:
-        return commit_seconds(scratch.new_url())
+        scratch_url = scratch.new_url()
+        return DatabaseTimes(commit_seconds(scratch_url), spaced_commit_seconds(scratch_url))
     finally:
         scratch.close()
 
@@ -80,6 +116,26 @@ class Calibration:
     commits: int
     commit_start_seconds: float
     commit_end_seconds: float
+    gap_ms: float
+    spaced_commit_start_ms: float
+    spaced_commit_end_ms: float
+
+    @classmethod
+    def of(
+        cls, start: float, end: float, at_start: DatabaseTimes, at_end: DatabaseTimes
+    ) -> Calibration:
+        """The figures of the loop's and the database's runs before and after the rows."""
+        return cls(
+            ADDITIONS,
+            start,
+            end,
+            COMMITS,
+            at_start.commit_seconds,
+            at_end.commit_seconds,
+            GAP_SECONDS * 1000,
+            at_start.spaced_commit_seconds * 1000,
+            at_end.spaced_commit_seconds * 1000,
+        )
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -89,5 +145,7 @@ class Calibration:
             f"machine: a pure-Python loop of {self.additions:,} additions took "
             f"{self.start_seconds:.3f} s before the first row and {self.end_seconds:.3f} s "
             f"after the last; {self.commits:,} single-row commits took "
-            f"{self.commit_start_seconds:.3f} s and {self.commit_end_seconds:.3f} s"
+            f"{self.commit_start_seconds:.3f} s and {self.commit_end_seconds:.3f} s back to "
+            f"back; one after {self.gap_ms:g} ms of processor work took "
+            f"{self.spaced_commit_start_ms:.3f} ms and {self.spaced_commit_end_ms:.3f} ms (median)"
         )

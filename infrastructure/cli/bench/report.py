@@ -12,10 +12,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from runledger.infrastructure.cli.bench.calibration import (
-    ADDITIONS,
-    COMMITS,
     Calibration,
-    database_seconds,
+    database_times,
     loop_seconds,
 )
 from runledger.infrastructure.cli.bench.extra_rows import EXTRA_ROWS
@@ -73,11 +71,9 @@ def run_bench(
             extra_rows=EXTRA_ROWS,
         )
         progress.update(task, total=len(bench.planned()), description=bench.backend)
-        start, commit_start = loop_seconds(), database_seconds(url)
+        start, database_start = loop_seconds(), database_times(url)
         results = bench.run()
-        machine = Calibration(
-            ADDITIONS, start, loop_seconds(), COMMITS, commit_start, database_seconds(url)
-        )
+        machine = Calibration.of(start, loop_seconds(), database_start, database_times(url))
         return BenchOutcome(bench.backend, results, machine)
 
 
