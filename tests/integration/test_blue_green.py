@@ -270,6 +270,29 @@ def test_after_drop_old_a_host_still_reading_the_old_slot_reads_the_new_one(
     assert after == before
 
 
+def test_after_drop_old_a_host_reads_a_row_and_a_scan_together_from_the_new_slot(
+    history: str,
+) -> None:
+    # A queue's page reads the run's row and its follow-ups together (``get_and_scan``): both
+    # from the slot active now, once another process dropped the one the host knew.
+    with open_runtime(history, embedded_projections=False) as runtime:
+        host = WorkflowStore(runtime)
+        run_id = next(
+            run.run_id for run in host.list_runs().runs if host.follow_up_queue(run.run_id)
+        )
+        before = host.follow_up_queue_range(run_id, start=2, limit=3)
+        rebuilt = runledger(
+            "projections", "rebuild", "follow_up_queue", "--drop-old", "--url", history
+        )
+        assert rebuilt.returncode == 0, rebuilt
+
+        after = host.follow_up_queue_range(run_id, start=2, limit=3)
+
+    assert before is not None
+    assert len(before.follow_ups) == 3
+    assert after == before
+
+
 # -- the compare step -------------------------------------------------------------------------
 
 

@@ -38,8 +38,7 @@ def usual_trips(proxy: RoundTripProxy, read: Callable[[], object], tries: int = 
 
 def assert_round_trips(proxy: RoundTripProxy, store: WorkflowStore, queued: list[str]) -> None:
     """Each query of ``store`` (its run ``RUN`` holding the follow-ups ``queued``) answers
-    right in as many round trips as its own reads need: one each, two for a queue page (the
-    run's row, then its follow-ups)."""
+    right in one round trip: its reads go out together, with the log's probe."""
 
     def queue_page() -> None:
         page = store.follow_up_queue_range(RUN, start=1, limit=2)
@@ -57,10 +56,18 @@ def assert_round_trips(proxy: RoundTripProxy, store: WorkflowStore, queued: list
             store.viewer_deltas(RUN, after_revision=0), ViewerDeltas | SnapshotRequired
         )
 
-    for read, trips in ((runs, 1), (outbox, 1), (deltas, 1), (queue_page, 2)):
+    def whole_queue() -> None:
+        queue = store.follow_up_queue(RUN)
+        assert queue is not None
+        assert [f.follow_up_id for f in queue.follow_ups] == queued
+
+    def unknown_run() -> None:
+        assert store.follow_up_queue_range("no-such-run", start=0, limit=2) is None
+
+    for read in (runs, outbox, deltas, queue_page, whole_queue, unknown_run):
         for _ in range(3):
             read()  # the pool's connections are open, the statements prepared
-        assert usual_trips(proxy, read) == trips, read.__name__
+        assert usual_trips(proxy, read) == 1, read.__name__
 
 
 @pytest.mark.postgres
@@ -79,8 +86,8 @@ def test_a_query_checks_the_log_in_the_round_trip_of_its_first_read(
 
 
 def assert_reads_follow(reader: WorkflowStore, writer: Callable[[int], WorkflowStore]) -> None:
-    """Twenty times: ``writer(n)`` queues a follow-up on ``RUN`` and creates a run, and
-    ``reader`` shows each at once."""
+    """Twenty times: ``writer(n)`` queues a follow-up on ``RUN`` and creates a run with an
+    origin session, and ``reader`` shows each at once."""
     for n in range(20):
         follow_up_id = queue_as_session(writer(n), RUN, f"request-{n}")
         page = reader.follow_up_queue_range(RUN, start=n, limit=1)
@@ -94,6 +101,11 @@ def assert_reads_follow(reader: WorkflowStore, writer: Callable[[int], WorkflowS
             reader.viewer_deltas(run_id, after_revision=0), ViewerDeltas | SnapshotRequired
         )
         assert reader.list_runs(after=run_id).runs == []
+        # A queue's page reads the new run's row with its follow-ups: both as committed.
+        writer(n).bind_origin_session(run_id, f"{SESSION}-{n}")
+        fresh = reader.follow_up_queue_range(run_id, start=0, limit=1)
+        assert fresh is not None
+        assert (fresh.origin_session_id, fresh.follow_ups) == (f"{SESSION}-{n}", [])
 
 
 @pytest.mark.parametrize("store_url", [*BACKENDS[1:], POOLED], indirect=True)
