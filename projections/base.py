@@ -11,7 +11,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol
 from uuid import UUID
 
 ColumnType = Literal["text", "int", "bool", "json", "packed", "compact"]
@@ -172,47 +172,6 @@ class ViewReader(Protocol):
         ...
 
     def count(self, table: Table, *, equals: Mapping[str, Any] | None = None) -> int: ...
-
-
-@runtime_checkable
-class PairedReader(Protocol):
-    """A reader that reads one row and a scan together: on PostgreSQL in one round trip."""
-
-    def get_and_scan(
-        self,
-        table: Table,
-        key: Key,
-        scanned: Table,
-        *,
-        equals: Mapping[str, Any] | None = None,
-        order_by: str | None = None,
-        after: Any = None,
-        limit: int | None = None,
-    ) -> tuple[Row | None, list[Row]]:
-        """``get(table, key)`` and ``scan(scanned, ...)``, both."""
-        ...
-
-
-def get_and_scan(
-    reader: ViewReader,
-    table: Table,
-    key: Key,
-    scanned: Table,
-    *,
-    equals: Mapping[str, Any] | None = None,
-    order_by: str | None = None,
-    after: Any = None,
-    limit: int | None = None,
-) -> tuple[Row | None, list[Row]]:
-    """The row with ``key`` in ``table`` and the rows of a scan of ``scanned``, read together
-    where the reader can (``PairedReader``): a query that needs both waits for one round trip,
-    not two. The scan is read even when the row turns out missing."""
-    if isinstance(reader, PairedReader):
-        return reader.get_and_scan(
-            table, key, scanned, equals=equals, order_by=order_by, after=after, limit=limit
-        )
-    row = reader.get(table, key)
-    return row, reader.scan(scanned, equals=equals, order_by=order_by, after=after, limit=limit)
 
 
 class Projection(Protocol):

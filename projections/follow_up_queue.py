@@ -26,7 +26,6 @@ from runledger.projections.base import (
     Table,
     ViewReader,
     ViewWriter,
-    get_and_scan,
 )
 
 FOLLOW_UP_KIND: Final = "followUp"
@@ -164,7 +163,11 @@ class FollowUpQueueProjection(HandledProjection):
 
 def follow_up_queue(reader: ViewReader, run_id: str) -> FollowUpQueue | None:
     """The run's whole queue in order; None when the run is unknown or has no origin session."""
-    return _with_origin(reader, run_id, after=None, limit=None)
+    origin = _origin_session(reader, run_id)
+    if origin is None:
+        return None
+    rows = reader.scan(FOLLOW_UPS, equals={"run_id": run_id}, order_by="order_number")
+    return _queue(run_id, origin, rows)
 
 
 def follow_up_queue_range(
@@ -174,32 +177,29 @@ def follow_up_queue_range(
     for name, value in (("follow-up start", start), ("follow-up limit", limit)):
         if not is_count(value):
             raise InvalidPageError(name)
+    origin = _origin_session(reader, run_id)
+    if origin is None:
+        return None
     # Order numbers run 1..n per run without gaps, so offset ``start`` is the first order
     # number beyond ``start``: a keyed range read, however long the queue.
-    return _with_origin(reader, run_id, after=start, limit=limit)
-
-
-def _with_origin(
-    reader: ViewReader, run_id: str, *, after: int | None, limit: int | None
-) -> FollowUpQueue | None:
-    """The run's follow-ups in order (past order number ``after``, at most ``limit``), read
-    together with the run's row; None when the run is unknown or has no origin session."""
-    if not isinstance(run_id, str):
-        return None
-    run, rows = get_and_scan(
-        reader,
-        RUNS,
-        (run_id,),
+    rows = reader.scan(
         FOLLOW_UPS,
         equals={"run_id": run_id},
         order_by="order_number",
-        after=after,
+        after=start,
         limit=limit,
     )
-    origin: str | None = None if run is None else run["origin_session_id"]
-    if origin is None:
-        return None
     return _queue(run_id, origin, rows)
+
+
+def _origin_session(reader: ViewReader, run_id: str) -> str | None:
+    if not isinstance(run_id, str):
+        return None
+    run = reader.get(RUNS, (run_id,))
+    if run is None:
+        return None
+    origin: str | None = run["origin_session_id"]
+    return origin
 
 
 # The rows were validated when their events were; pages of 256 records are built without

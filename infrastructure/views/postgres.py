@@ -10,7 +10,7 @@ import hashlib
 import threading
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager, ExitStack, contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Final
 
 import psycopg
@@ -132,28 +132,6 @@ def _rows(
         return cursor.fetchall()
 
 
-def _rows_of_each(
-    connection: psycopg.Connection[Any],
-    statements: Sequence[tuple[Query, Sequence[Any]]],
-    probe: LogProbe | None,
-) -> list[list[tuple[Any, ...]]]:
-    """Each statement's rows, the statements (after ``probe``, if any) in one pipeline: one
-    round trip for all. The rows stand only if the probe finds nothing."""
-    with ExitStack() as stack:
-        cursors = [
-            stack.enter_context(connection.cursor(row_factory=tuple_row)) for _ in statements
-        ]
-        looking = None if probe is None else stack.enter_context(connection.cursor())
-        with connection.pipeline():
-            if probe is not None and looking is not None:
-                looking.execute(probe.statement, probe.params, prepare=True)
-            for cursor, (statement, params) in zip(cursors, statements, strict=True):
-                cursor.execute(statement, params)
-        if probe is not None and looking is not None:
-            probe.settle(looking.fetchall())
-        return [cursor.fetchall() for cursor in cursors]
-
-
 def _moved_projection(error: BaseException) -> str | None:
     """The projection named by our 'position moved' error, or None for any other error."""
     cause = psycopg_cause(error)
@@ -253,18 +231,6 @@ class PostgresViewStore(SqlViewStore[Query]):
             return _rows(pinned, statement, params, probe)
         with self.datastore.get_connection() as connection:
             return _rows(connection, statement, params, probe)
-
-    def _queries(
-        self, statements: Sequence[tuple[Query, Sequence[Any]]]
-    ) -> list[list[tuple[Any, ...]]]:
-        if len(statements) == 1:
-            return [self._query(*statements[0])]
-        probe = self._take_probe()
-        pinned: psycopg.Connection[Any] | None = getattr(self._pinned, "connection", None)
-        if pinned is not None:
-            return _rows_of_each(pinned, statements, probe)
-        with self.datastore.get_connection() as connection:
-            return _rows_of_each(connection, statements, probe)
 
     @contextmanager
     def consistent(self) -> Iterator[None]:

@@ -432,12 +432,6 @@ class SqlViewStore(ViewStore, Generic[S]):
         """One read statement's rows; the first one inside ``probing`` carries its probe
         (``_take_probe``)."""
 
-    def _queries(
-        self, statements: Sequence[tuple[S, Sequence[Any]]]
-    ) -> list[list[tuple[Any, ...]]]:
-        """Each read statement's rows, in order; a backend that can sends them together."""
-        return [self._query(statement, params) for statement, params in statements]
-
     @contextmanager
     def probing(self, probe: LogProbe) -> Iterator[None]:
         self._probing.probe = probe
@@ -1105,34 +1099,19 @@ class _SqlReader(ViewReaderBase, Generic[S]):
     def _read(
         self, table: Table, statement: Callable[[str], tuple[S, Sequence[Any]]]
     ) -> list[tuple[Any, ...]]:
-        return self._read_all([table], lambda physical: [statement(physical[0])])[0]
-
-    def _read_all(
-        self,
-        tables: Sequence[Table],
-        statements: Callable[[list[str]], list[tuple[S, Sequence[Any]]]],
-    ) -> list[list[tuple[Any, ...]]]:
-        """The rows of each statement, made for the physical names of ``tables`` (one
-        projection's, so one slot for all), sent together (``SqlViewStore._queries``)."""
-        slots = [self._slot(table) for table in tables]
+        slot = self._slot(table)
         try:
-            return self._store._queries(statements(self._physical(tables, slots)))
+            return self._store._query(*statement(self._store.physical_name(table, slot)))
         except (sqlite3.Error, psycopg.Error, PersistenceError):
             # Another process may have switched to a new slot and dropped this one: read the
             # registry again and ask the slot that is active now, once.
-            if any(self._store._owners.get(table.name) in self._slots for table in tables):
+            if self._store._owners.get(table.name) in self._slots:
                 raise
             self._store.refresh()
-            now = [self._slot(table) for table in tables]
-            if now == slots:
+            now = self._slot(table)
+            if now == slot:
                 raise
-            return self._store._queries(statements(self._physical(tables, now)))
-
-    def _physical(self, tables: Sequence[Table], slots: Sequence[TrackingState]) -> list[str]:
-        return [
-            self._store.physical_name(table, slot)
-            for table, slot in zip(tables, slots, strict=True)
-        ]
+            return self._store._query(*statement(self._store.physical_name(table, now)))
 
     def _get(self, table: Table, key: Key) -> EncodedRow | None:
         rows = self._read(table, lambda physical: (self._store._sql_of(table, physical).fetch, key))
@@ -1146,23 +1125,6 @@ class _SqlReader(ViewReaderBase, Generic[S]):
             lambda physical: (self._store._scan_statement(_scan_sql, scan, physical), params),
         )
         return [dict(zip(names, row, strict=True)) for row in rows]
-
-    def _get_and_scan(
-        self, table: Table, key: Key, scan: Scan
-    ) -> tuple[EncodedRow | None, Sequence[EncodedRow]]:
-        params = _scan_params(scan)
-        got, rows = self._read_all(
-            [table, scan.table],
-            lambda physical: [
-                (self._store._sql_of(table, physical[0]).fetch, key),
-                (self._store._scan_statement(_scan_sql, scan, physical[1]), params),
-            ],
-        )
-        names = scan.table.column_names
-        return (
-            dict(zip(table.column_names, got[0], strict=True)) if got else None,
-            [dict(zip(names, row, strict=True)) for row in rows],
-        )
 
     def _count(self, scan: Scan) -> int:
         params = _scan_params(scan)

@@ -455,8 +455,9 @@ class ViewReaderBase(ABC):
 
     def get(self, table: Table, key: Key) -> Row | None:
         """The committed row with this primary key, decoded."""
-        stored = self._stored_key(table, key)
-        row = None if stored is None else self._get(table, stored)
+        if not _could_be_stored(table, dict(zip(table.key, key, strict=True))):
+            return None
+        row = self._get(table, encode_key(table, tuple(key), plain=self.plain))
         return None if row is None else decode_row(table, row)
 
     def scan(
@@ -471,65 +472,15 @@ class ViewReaderBase(ABC):
         limit: int | None = None,
     ) -> list[Row]:
         """Committed rows, decoded (see ``projections.base.ViewReader.scan``)."""
-        scan = self._stored_scan(table, equals, within, order_by, descending, after, limit)
-        rows = () if scan is None else self._scan(scan)
-        return [decode_row(table, row) for row in rows]
-
-    def get_and_scan(
-        self,
-        table: Table,
-        key: Key,
-        scanned: Table,
-        *,
-        equals: Mapping[str, Any] | None = None,
-        order_by: str | None = None,
-        after: Any = None,
-        limit: int | None = None,
-    ) -> tuple[Row | None, list[Row]]:
-        """``get`` and ``scan`` read together (``projections.base.PairedReader``)."""
-        stored = self._stored_key(table, key)
-        scan = self._stored_scan(scanned, equals, None, order_by, False, after, limit)
-        if stored is None or scan is None:
-            return self.get(table, key), self.scan(
-                scanned, equals=equals, order_by=order_by, after=after, limit=limit
-            )
-        row, rows = self._get_and_scan(table, stored, scan)
-        return (
-            None if row is None else decode_row(table, row),
-            [decode_row(scanned, found) for found in rows],
-        )
-
-    def _get_and_scan(
-        self, table: Table, key: Key, scan: Scan
-    ) -> tuple[EncodedRow | None, Sequence[EncodedRow]]:
-        """``_get`` and ``_scan``; a backend that can sends them together."""
-        return self._get(table, key), self._scan(scan)
-
-    def _stored_key(self, table: Table, key: Key) -> Key | None:
-        """The key as stored, or None when no row could hold it."""
-        if not _could_be_stored(table, dict(zip(table.key, key, strict=True))):
-            return None
-        return encode_key(table, tuple(key), plain=self.plain)
-
-    def _stored_scan(
-        self,
-        table: Table,
-        equals: Mapping[str, Any] | None,
-        within: Mapping[str, Collection[Any]] | None,
-        order_by: str | None,
-        descending: bool,
-        after: Any,
-        limit: int | None,
-    ) -> Scan | None:
-        """The scan's conditions as stored, or None when no row could meet them."""
         if equals and not _could_be_stored(table, equals):
-            return None
+            return []
         if order_by in table.compact_columns:
             msg = f"{table.name}.{order_by} is compact: its stored order is not its text's"
             raise ValueError(msg)
-        stored = _equals_as_stored(table, equals or {}, plain=self.plain)
+        equals = _equals_as_stored(table, equals or {}, plain=self.plain)
         within = _within_as_stored(table, within or {}, plain=self.plain)
-        return Scan(table, stored, within, order_by, descending, after, limit)
+        rows = self._scan(Scan(table, equals, within, order_by, descending, after, limit))
+        return [decode_row(table, row) for row in rows]
 
     def count(self, table: Table, *, equals: Mapping[str, Any] | None = None) -> int:
         """How many committed rows hold the ``equals`` values."""

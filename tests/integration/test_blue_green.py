@@ -270,11 +270,9 @@ def test_after_drop_old_a_host_still_reading_the_old_slot_reads_the_new_one(
     assert after == before
 
 
-def test_after_drop_old_a_host_reads_a_row_and_a_scan_together_from_the_new_slot(
-    history: str,
-) -> None:
-    # A queue's page reads the run's row and its follow-ups together (``get_and_scan``): both
-    # from the slot active now, once another process dropped the one the host knew.
+def test_after_drop_old_a_host_reads_a_queue_page_from_the_new_slot(history: str) -> None:
+    # A queue's page reads the run's row, then its follow-ups: both from the slot active
+    # now, once another process dropped the one the host knew.
     with open_runtime(history, embedded_projections=False) as runtime:
         host = WorkflowStore(runtime)
         run_id = next(
