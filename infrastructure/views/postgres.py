@@ -312,12 +312,15 @@ class PostgresViewStore(SqlViewStore[Query]):
         # reads 30,000 rows, most tables whole, and took 8 % of a rebuild of the bench
         # history (183 ms of 1.8 s against 42 ms). Autovacuum analyses again at the server's
         # target once the tables change.
+        self.analyze([(projection, slot)])
+
+    def analyze(self, slots: Sequence[tuple[Projection, TrackingState]]) -> None:
         with self._transaction() as cursor:
             cursor.execute(SQL("SET LOCAL default_statistics_target = {}").format(ANALYZE_TARGET))
-            for table in projection.tables:
-                cursor.execute(
-                    SQL("ANALYZE {}").format(self.dialect.table(self.physical_name(table, slot)))
-                )
+            for projection, slot in slots:
+                for table in projection.tables:
+                    physical = self.dialect.table(self.physical_name(table, slot))
+                    cursor.execute(SQL("ANALYZE {}").format(physical))
 
     def commit(self, pages: Sequence[PageCommit]) -> None:
         """The whole transaction goes out as one pipeline of prepared statements.

@@ -300,6 +300,11 @@ class ViewStore(ABC):
     def create_indexes(self, projection: Projection, slot: TrackingState) -> None:  # noqa: B027
         """Create the secondary indexes a new building slot left out."""
 
+    def analyze(self, slots: Sequence[tuple[Projection, TrackingState]]) -> None:  # noqa: B027
+        """Bring the planner's statistics of these projections' tables in these slots up to
+        date, where the backend keeps them for its plans (PostgreSQL; SQLite's planner uses
+        an index without them, and reads nothing it did not write)."""
+
     @abstractmethod
     def tracking(self) -> list[TrackingState]:
         """Every projection's active slot."""
