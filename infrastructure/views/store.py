@@ -302,8 +302,8 @@ class ViewStore(ABC):
 
     def analyze(self, slots: Sequence[tuple[Projection, TrackingState]]) -> None:  # noqa: B027
         """Bring the planner's statistics of these projections' tables in these slots up to
-        date, where the backend keeps them for its plans (PostgreSQL; SQLite's planner uses
-        an index without them, and reads nothing it did not write)."""
+        date, where the backend plans by them (PostgreSQL; SQLite's planner takes an index
+        without them)."""
 
     @abstractmethod
     def tracking(self) -> list[TrackingState]:
