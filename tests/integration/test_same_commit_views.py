@@ -174,19 +174,45 @@ def test_the_events_commit_when_another_writer_took_the_positions_the_views_expe
         store = WorkflowStore(writer)
         store.create_run("run-1", workflow_name="echo", input={})
         store.bind_origin_session("run-1", "session-1")
-        written_before = writer.stats.read_models_with_events
-        # The other host's events take the positions the writer's views expect next.
-        first = queue_as_session(WorkflowStore(other), "run-1", "request-1")
+        order: list[str] = []
+        for attempt in range(SKIP_TRIES):
+            written_before = writer.stats.read_models_with_events
+            # The other host's events take the positions the writer's views expect next
+            # (unless the writer's follower, woken by their NOTIFY, catches up first: then
+            # the premise is tried again, see ``skipped_after_other_commits``).
+            order.append(queue_as_session(WorkflowStore(other), "run-1", f"theirs-{attempt}"))
+            order.append(queue_as_session(store, "run-1", f"mine-{attempt}"))
+            if writer.stats.read_models_with_events == written_before:
+                break
+        else:
+            pytest.fail(f"the writer's views were caught up before each of {SKIP_TRIES} commands")
 
-        second = queue_as_session(store, "run-1", "request-2")
-
-        assert writer.stats.read_models_with_events == written_before
         queued = store.follow_up_queue("run-1")
         assert queued is not None
-        assert [item.follow_up_id for item in queued.follow_ups] == [first, second]
+        assert [item.follow_up_id for item in queued.follow_ups] == order
         shown = digests(writer)
         writer.rebuild_projections()
         assert digests(writer) == shown
+
+
+SKIP_TRIES = 5
+
+
+def skipped_after_other_commits(
+    writer: StoreRuntime, store: WorkflowStore, others: WorkflowStore
+) -> int:
+    """Queue on ``run-2`` from ``others``, then on ``run-1`` from ``store``, until one of the
+    latter commits its events without its read models (the other commit took the positions
+    they expected); how many it queued. The writer's follower, woken by the other commit's
+    NOTIFY, may catch the views up before the next command: that command then writes them
+    with its events, and the premise is tried again (CI met it once in ~100 runs)."""
+    for attempt in range(SKIP_TRIES):
+        queue_as_session(others, "run-2", f"other-{attempt}")
+        before = writer.stats.read_models_with_events
+        queue_as_session(store, "run-1", f"skipped-{attempt}")
+        if writer.stats.read_models_with_events == before:
+            return attempt + 1
+    pytest.fail(f"the writer's views were caught up before each of {SKIP_TRIES} commands")
 
 
 @pytest.mark.parametrize("written_first", [0, 4])
@@ -208,10 +234,7 @@ def test_commands_after_views_skipped_on_their_way_still_write_them_with_the_eve
             store.bind_origin_session(run_id, "session-1")
         for number in range(written_first):
             queue_as_session(store, "run-1", f"first-{number}")
-        queue_as_session(others, "run-2", "other")
-        before = writer.stats.read_models_with_events
-        queue_as_session(store, "run-1", "skipped")
-        assert writer.stats.read_models_with_events == before
+        skipped = skipped_after_other_commits(writer, store, others)
         # The writer projects the other host's commit as it hears of it (on PostgreSQL its
         # follower is woken by the NOTIFY): a command or two meeting that catch-up commit
         # their events alone, and the views follow right after.
@@ -226,7 +249,7 @@ def test_commands_after_views_skipped_on_their_way_still_write_them_with_the_eve
         assert writer.stats.read_models_with_events == before + writes
         queued = store.follow_up_queue("run-1")
         assert queued is not None
-        assert len(queued.follow_ups) == written_first + 1 + settling + writes
+        assert len(queued.follow_ups) == written_first + skipped + settling + writes
         shown = digests(writer)
         writer.rebuild_projections()
         assert digests(writer) == shown
