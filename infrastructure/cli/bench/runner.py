@@ -1063,21 +1063,8 @@ class Bench:
             _in_batches(HistoryGenerator(prefix="p6").run_events(total))
         ) as store:
             projected = self._latencies(starts, partial(range_at, store))
-        p99s = {"built": percentile(built, 0.99), "projected live": percentile(projected, 0.99)}
-        detail = "; ".join(f"{mode} p99 {p99:.2f} ms" for mode, p99 in p99s.items())
-        worst = max(p99s.values())
-        p99_baseline = percentile(baseline, 0.99)
-        return BenchResult(
-            "P6",
-            f"follow_up_queue_range of 256 items on a run with {total:,} follow-ups, p99 "
-            f"({detail})",
-            worst,
-            "ms",
-            p99_baseline,
-            worst / p99_baseline,
-            "p99 <= 5 ms",
-            worst <= 5,
-        )
+        name = f"follow_up_queue_range of 256 items on a run with {total:,} follow-ups"
+        return self._p99_result("P6", name, {"built": built, "projected live": projected}, baseline)
 
     @contextmanager
     def _projected_store(self, history: Iterable[list[StoredEvent]]) -> Iterator[WorkflowStore]:
@@ -1196,13 +1183,24 @@ class Bench:
         return [_timed(partial(query, each)) * 1000 for each in queries]
 
     def _p99_result(
-        self, key: str, name: str, samples: list[float], baseline_samples: list[float]
+        self,
+        key: str,
+        name: str,
+        samples: list[float] | Mapping[str, list[float]],
+        baseline_samples: list[float],
     ) -> BenchResult:
-        p99 = percentile(samples, 0.99)
+        """The row's p99 against its baseline's; of several stores' ``samples`` (by mode),
+        the worst p99, each named."""
+        modes = samples if isinstance(samples, Mapping) else {"": samples}
+        p99s = {mode: percentile(found, 0.99) for mode, found in modes.items()}
+        p99 = max(p99s.values())
+        if len(p99s) > 1:
+            detail = "; ".join(f"{mode} p99 {each:.2f} ms" for mode, each in p99s.items())
+            name = f"{name}, p99 ({detail})"
+        else:
+            name = f"{name}, p99"
         baseline = percentile(baseline_samples, 0.99)
-        return BenchResult(
-            key, f"{name}, p99", p99, "ms", baseline, p99 / baseline, "p99 <= 5 ms", p99 <= 5
-        )
+        return BenchResult(key, name, p99, "ms", baseline, p99 / baseline, "p99 <= 5 ms", p99 <= 5)
 
     def p8_settings_at_change(self) -> BenchResult:
         """P8: milliseconds for settings_scope_at_change on a long-changed scope (p99)."""
