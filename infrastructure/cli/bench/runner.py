@@ -1055,16 +1055,16 @@ class Bench:
                 raise AssertionError("range query returned the wrong page")
 
         url = self.scratch.new_url()
-        history = _in_batches(HistoryGenerator(prefix="p6").run_events(total))
-        with self._generated_store(url, history, "follow_up_queue") as store:
-            built = self._latencies(starts, partial(range_at, store))
+        samples = self._both_stores(
+            url,
+            lambda: _in_batches(HistoryGenerator(prefix="p6").run_events(total)),
+            "follow_up_queue",
+            starts,
+            range_at,
+        )
         baseline = Raw(url).range_latencies(run_id, total, 500)
-        with self._projected_store(
-            _in_batches(HistoryGenerator(prefix="p6").run_events(total))
-        ) as store:
-            projected = self._latencies(starts, partial(range_at, store))
         name = f"follow_up_queue_range of 256 items on a run with {total:,} follow-ups"
-        return self._p99_result("P6", name, {"built": built, "projected live": projected}, baseline)
+        return self._p99_result("P6", name, samples, baseline)
 
     @contextmanager
     def _projected_store(self, history: Iterable[list[StoredEvent]]) -> Iterator[WorkflowStore]:
@@ -1202,22 +1202,43 @@ class Bench:
         baseline = percentile(baseline_samples, 0.99)
         return BenchResult(key, name, p99, "ms", baseline, p99 / baseline, "p99 <= 5 ms", p99 <= 5)
 
+    def _both_stores(
+        self,
+        url: str,
+        history: Callable[[], Iterable[list[StoredEvent]]],
+        projection: str,
+        samples: Sequence[Any],
+        query: Callable[[WorkflowStore, Any], None],
+    ) -> dict[str, list[float]]:
+        """``query``'s latencies over ``samples``, from a store whose read model was built
+        from ``history`` at ``url`` and from one that projected it live (see P6)."""
+        with self._generated_store(url, history(), projection) as store:
+            built = self._latencies(samples, partial(query, store))
+        with self._projected_store(history()) as store:
+            projected = self._latencies(samples, partial(query, store))
+        return {"built": built, "projected live": projected}
+
     def p8_settings_at_change(self) -> BenchResult:
-        """P8: milliseconds for settings_scope_at_change on a long-changed scope (p99)."""
+        """P8: milliseconds for settings_scope_at_change on a long-changed scope (p99), from
+        a built store and from one that projected the history live."""
         url = self.scratch.new_url()
         total = self.settings_changes
         scope_id = "p8-run:$root:1"
         picker = random.Random(11)  # noqa: S311 - reproducible sampling
         numbers = [picker.randrange(0, total + 1) for _ in range(500)]
-        history = HistoryGenerator(prefix="p8").settings_events("p8-run", total)
-        with self._generated_store(url, history, "settings") as store:
 
-            def at_change(number: int) -> None:
-                found = store.settings_scope_at_change(scope_id, number)
-                if found is None or found.settings != {"counter": number}:
-                    raise AssertionError("settings_scope_at_change returned the wrong value")
+        def at_change(store: WorkflowStore, number: int) -> None:
+            found = store.settings_scope_at_change(scope_id, number)
+            if found is None or found.settings != {"counter": number}:
+                raise AssertionError("settings_scope_at_change returned the wrong value")
 
-            samples = self._latencies(numbers, at_change)
+        samples = self._both_stores(
+            url,
+            lambda: HistoryGenerator(prefix="p8").settings_events("p8-run", total),
+            "settings",
+            numbers,
+            at_change,
+        )
         baseline = Raw(url).query_latencies(
             "SELECT * FROM rl_set_changes WHERE scope_id = {m} AND change_number = {m}",
             [(scope_id, number) for number in numbers],
@@ -1226,20 +1247,25 @@ class Bench:
         return self._p99_result("P8", name, samples, baseline)
 
     def p9_runs_list(self) -> BenchResult:
-        """P9: milliseconds for a page of 100 of the runs list (p99)."""
+        """P9: milliseconds for a page of 100 of the runs list (p99), from a built store and
+        from one that projected the history live."""
         url = self.scratch.new_url()
         total = self.listed_runs
         picker = random.Random(13)  # noqa: S311 - reproducible sampling
         cursors = [picker.randrange(1, total - 100) for _ in range(500)]
-        history = HistoryGenerator(prefix="p9").created_runs(total)
-        with self._generated_store(url, history, "runs") as store:
 
-            def page_after(cursor: int) -> None:
-                page = store.list_runs(after=f"p9-run-{cursor}", limit=100)
-                if len(page.runs) != 100 or page.runs[0].run_id != f"p9-run-{cursor + 1}":
-                    raise AssertionError("list_runs returned the wrong page")
+        def page_after(store: WorkflowStore, cursor: int) -> None:
+            page = store.list_runs(after=f"p9-run-{cursor}", limit=100)
+            if len(page.runs) != 100 or page.runs[0].run_id != f"p9-run-{cursor + 1}":
+                raise AssertionError("list_runs returned the wrong page")
 
-            samples = self._latencies(cursors, page_after)
+        samples = self._both_stores(
+            url,
+            lambda: HistoryGenerator(prefix="p9").created_runs(total),
+            "runs",
+            cursors,
+            page_after,
+        )
         baseline = Raw(url).query_latencies(
             "SELECT * FROM rl_runs WHERE position > "
             "(SELECT position FROM rl_runs WHERE run_id = {m}) ORDER BY position LIMIT 101",
