@@ -1,20 +1,29 @@
-"""The library's repository, whose cache notices an aggregate whose events were deleted.
+"""The library's repository, whose cache notices an aggregate whose events were deleted,
+and which loads an aggregate in one read where the storage can.
 
 A cached aggregate is fast-forwarded by the events stored after its version; when a run
 tree is pruned (DESIGN.md "Retention") there are none, in every process that cached it, and
 the library would answer with the cached copy as if the aggregate still existed. Here the
 fast-forward reads from the cached version itself: the same one query, one row more, and
 an aggregate whose last known event is gone is not found (and leaves the cache).
+
+An aggregate not in the cache is read from its latest snapshot and the events after it: the
+library asks for the snapshot, then for the events, a round trip each on PostgreSQL (a new
+run's ``create_run`` took three: its id checked unused, then its commit). A recorder with
+``select_from_snapshot`` (``ports.SnapshotReads``) answers both at once.
 """
 
 from __future__ import annotations
 
 from contextlib import suppress
 from copy import deepcopy
+from itertools import chain
 from typing import Any
 from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Repository, project_aggregate
+
+from runledger.domain.ports import SnapshotReads
 
 
 class PrunableRepository(Repository[UUID]):
@@ -70,3 +79,24 @@ class PrunableRepository(Repository[UUID]):
                 lock.release()
         finally:
             self._disuse_fastforward_lock(aggregate_id)
+
+    def _reconstruct_aggregate(
+        self, aggregate_id: UUID, version: int | None, projector_func: Any
+    ) -> Any:
+        recorder = self.event_store.recorder
+        if (
+            version is not None
+            or self.snapshot_store is None
+            or not isinstance(recorder, SnapshotReads)
+        ):
+            return super()._reconstruct_aggregate(aggregate_id, version, projector_func)
+        snapshot, stored = recorder.select_from_snapshot(aggregate_id)
+        snapshots = (
+            [] if snapshot is None else [self.snapshot_store.mapper.to_domain_event(snapshot)]
+        )
+        events = map(self.event_store.mapper.to_domain_event, stored)
+        aggregate = projector_func(None, chain(snapshots, events))
+        if aggregate is None:
+            msg = f"Aggregate {aggregate_id!r} version {version!r} not found."
+            raise AggregateNotFoundError(msg)
+        return aggregate

@@ -4,9 +4,9 @@ the stored events' lean form followers read. ``infrastructure.commits`` provides
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar, runtime_checkable
 from uuid import UUID
 
 from eventsourcing.application import Application
@@ -27,6 +27,18 @@ class LogEntry(NamedTuple):
     originator_id: UUID | str
     originator_version: int
     state: bytes
+
+
+@runtime_checkable
+class SnapshotReads(Protocol):
+    """A recorder that reads an aggregate's latest snapshot and its events after it at once
+    (``cached_aggregates.PrunableRepository``); stored events are the library's, typed as
+    ``Any`` here as in ``Wiring``."""
+
+    def select_from_snapshot(self, originator_id: UUID) -> tuple[Any, Sequence[Any]]:
+        """The latest stored snapshot of ``originator_id`` (None: it has none) and its stored
+        events after that snapshot's version, in version order."""
+        ...
 
 
 class CommandUnit(Aggregates):

@@ -595,11 +595,27 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
     datastore: _ArrayRowsDatastore
 
     def __init__(
-        self, datastore: _ArrayRowsDatastore, *, events_table_name: str = EVENTS_TABLE
+        self,
+        datastore: _ArrayRowsDatastore,
+        *,
+        events_table_name: str = EVENTS_TABLE,
+        snapshots_table_name: str = SNAPSHOTS_TABLE,
     ) -> None:
         super().__init__(datastore, events_table_name=events_table_name)
         schema = Identifier(datastore.schema)
         table = Identifier(events_table_name)
+        # The snapshot row first (kind 0), then the events after its version (``ports.
+        # SnapshotReads``); either part may be empty.
+        self._from_snapshot_statement = SQL(
+            "WITH snapshot AS (SELECT originator_id, originator_version, topic, state "
+            "FROM {schema}.{snapshots} WHERE originator_id = %(id)s "
+            "ORDER BY originator_version DESC LIMIT 1) "
+            "SELECT 0 AS kind, originator_id, originator_version, topic, state FROM snapshot "
+            "UNION ALL SELECT 1, originator_id, originator_version, topic, state "
+            "FROM {schema}.{table} WHERE originator_id = %(id)s AND originator_version > "
+            "coalesce((SELECT originator_version FROM snapshot), 0) "
+            "ORDER BY kind, originator_version"
+        ).format(schema=schema, table=table, snapshots=Identifier(snapshots_table_name))
         self.sql_create_statements = [
             SQL(
                 "CREATE TABLE IF NOT EXISTS {schema}.{table} ("
@@ -756,6 +772,27 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
         self.channel_name = f"{datastore.schema}.{events_table_name}"
         self.writer_lock_key = writer_lock_key(self.channel_name)
         self.group = GroupCommit(self._record_pooled)
+
+    def select_from_snapshot(
+        self, originator_id: UUID
+    ) -> tuple[StoredEvent | None, Sequence[StoredEvent]]:
+        """The latest snapshot and the events after it in one round trip, where the library
+        reads them in two (``cached_aggregates``)."""
+        with self.datastore.get_connection() as conn, conn.cursor() as curs:
+            curs.execute(self._from_snapshot_statement, {"id": originator_id}, prepare=True)
+            rows = curs.fetchall()
+        stored = [
+            StoredEvent(
+                originator_id=row["originator_id"],
+                originator_version=row["originator_version"],
+                topic=row["topic"],
+                state=bytes(row["state"]),
+            )
+            for row in rows
+        ]
+        if rows and rows[0]["kind"] == 0:
+            return stored[0], stored[1:]
+        return None, stored
 
     def _made_besides(self) -> str:
         return self._commit_function_body
