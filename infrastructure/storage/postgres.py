@@ -605,15 +605,21 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
         schema = Identifier(datastore.schema)
         table = Identifier(events_table_name)
         # The snapshot row first (kind 0), then the events after its version (``ports.
-        # SnapshotReads``); either part may be empty.
+        # SnapshotReads``); either part may be empty. Without a snapshot every event, as the
+        # library reads them: a stored version below 1 is the decoder's to name as corrupt,
+        # not this read's to skip. Two branches, not one with an OR, so that the events
+        # after a snapshot are a range of the aggregate's index, not all its rows filtered.
         self._from_snapshot_statement = SQL(
             "WITH snapshot AS (SELECT originator_id, originator_version, topic, state "
             "FROM {schema}.{snapshots} WHERE originator_id = %(id)s "
             "ORDER BY originator_version DESC LIMIT 1) "
             "SELECT 0 AS kind, originator_id, originator_version, topic, state FROM snapshot "
             "UNION ALL SELECT 1, originator_id, originator_version, topic, state "
-            "FROM {schema}.{table} WHERE originator_id = %(id)s AND originator_version > "
-            "coalesce((SELECT originator_version FROM snapshot), 0) "
+            "FROM {schema}.{table} WHERE originator_id = %(id)s "
+            "AND originator_version > (SELECT originator_version FROM snapshot) "
+            "UNION ALL SELECT 1, originator_id, originator_version, topic, state "
+            "FROM {schema}.{table} WHERE originator_id = %(id)s "
+            "AND NOT EXISTS (SELECT FROM snapshot) "
             "ORDER BY kind, originator_version"
         ).format(schema=schema, table=table, snapshots=Identifier(snapshots_table_name))
         self.sql_create_statements = [
