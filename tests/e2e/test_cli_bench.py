@@ -167,8 +167,9 @@ def test_a_bench_stopped_by_a_signal_says_so_and_drops_its_scratch_databases(
     environment = {key: value for key, value in os.environ.items() if key != "RUNLEDGER_URL"}
     process = subprocess.Popen(
         [
-            *(sys.executable, "-m", "runledger.infrastructure.cli", "bench"),
-            *("--url", postgres_url, "--only", "P1", "--seconds", "60"),
+            # ``faulthandler``: a bench that does not stop is made to say where it hangs.
+            *(sys.executable, "-X", "faulthandler", "-m", "runledger.infrastructure.cli"),
+            *("bench", "--url", postgres_url, "--only", "P1", "--seconds", "60"),
         ],
         cwd=tmp_path,
         env=environment,
@@ -194,7 +195,12 @@ def test_a_bench_stopped_by_a_signal_says_so_and_drops_its_scratch_databases(
         # connections to it.
         time.sleep(delay)
         process.send_signal(stop)
-        _, stderr = process.communicate(timeout=60)
+        try:
+            _, stderr = process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGABRT)
+            _, stderr = process.communicate(timeout=30)
+            pytest.fail(f"the bench did not stop within 60 s of {stop.name}:\n{stderr}")
     finally:
         if process.poll() is None:
             process.kill()
