@@ -91,6 +91,7 @@ from runledger.infrastructure.storage.binary_arrays import (
     UuidArray,
 )
 from runledger.infrastructure.storage.log_probes import LogProbe
+from runledger.infrastructure.storage.recent_first_pool import recent_first
 from runledger.infrastructure.storage.replicas import (
     WAL_AFTER_COMMIT,
     ReadPosition,
@@ -230,6 +231,7 @@ class _ArrayRowsDatastore(PostgresDatastore):
         # The library passes five parameters; the URL's others (sslmode, options, ...) and the
         # connect timeout reach libpq through the pool's conninfo.
         self.pool.conninfo = settings.conninfo
+        recent_first(self.pool)
         # A slot whose reconnection keeps failing is given up after this, so a call after an
         # outage grows the pool afresh rather than waiting out the pool's doubling back-off.
         self.pool.reconnect_timeout = max(2.0 * settings.pool_timeout, settings.connect_timeout)
