@@ -81,12 +81,6 @@ from runledger.projections.base import Projection
 DEFAULT_URL: Final = "sqlite:///runledger.db"
 URL_VARIABLE: Final = "RUNLEDGER_URL"
 CATCH_UP_ATTEMPTS: Final = 3
-ANALYZE_AFTER_EVENTS: Final = 10_000
-"""A catch-up that projects this many events or more then has the planner's statistics of
-the tables it wrote brought up to date (``ViewStore.analyze``). Tables projected live from
-an empty slot had none until autovacuum came by (up to a minute on PostgreSQL's defaults):
-a queue page of 256 from 30k follow-ups so projected took 3.96 ms (p50) on PostgreSQL, 1.72 ms
-once analysed, as after a build."""
 IDLE_SECONDS: Final = 1.0
 """How long the follower sleeps when nothing wakes it: then it looks at the log, and a process
 that does not project tries to take the lead (``views.leadership``)."""
@@ -396,25 +390,8 @@ class StoreRuntime(ClosedOnExit):
                 time.sleep(0.01 * (attempt + 1))
             else:
                 self.projector.record_catch_up(None)
-                if read >= ANALYZE_AFTER_EVENTS:
-                    self._analyze_live_slots()
                 return read
         return 0
-
-    def _analyze_live_slots(self) -> None:
-        """``ViewStore.analyze`` of the slots this process projects into; a failure (a slot
-        another process dropped meanwhile) costs only the statistics, autovacuum's later."""
-        slots = [
-            (runner.projection, runner.slot)
-            for runner in self.projector.runners.values()
-            if runner.slot is not None and runner.failure is None
-        ]
-        try:
-            self.views.analyze(slots)
-        except Exception:
-            logger.warning(
-                "statistics of the read models not updated after a catch-up", exc_info=True
-            )
 
     def _catch_up_to_read(self, names: Sequence[str] | None = None) -> None:
         """Catch up before a query, or fail it: an answer from views that could not take

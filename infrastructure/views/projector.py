@@ -37,6 +37,7 @@ from runledger.domain.serialisation import stored_payload
 from runledger.infrastructure.commits.ports import EventStorage
 from runledger.infrastructure.storage.archived import TOMBSTONE_TOPICS
 from runledger.infrastructure.telemetry import TELEMETRY
+from runledger.infrastructure.views.catch_up_statistics import CatchUpStatistics
 from runledger.infrastructure.views.read_ahead import ReadAhead
 from runledger.infrastructure.views.store import (
     EncodedRow,
@@ -601,6 +602,7 @@ class Projector:
         self._contended_until = 0.0
         """Until when (monotonic) another process is taken to project this log too."""
         self._lock = threading.RLock()
+        self.statistics = CatchUpStatistics(self._analyze_live_slots)
         for runner in self.runners.values():
             runner.start()
 
@@ -631,7 +633,7 @@ class Projector:
             )
             self._recheck_failures(selected)
             contended = self.contended
-            return run_pages(
+            read = run_pages(
                 self.storage,
                 self.views,
                 selected,
@@ -642,6 +644,26 @@ class Projector:
                 until=until,
                 on_conflict=self._refresh,
                 before_page=self._skip_projected if contended else None,
+            )
+            # Under the lock: a caller that waited for this catch-up (a query's, say) then
+            # reads with the statistics it brought, not with the stale ones beside them.
+            positions = [runner.position for runner in selected]
+            self.statistics.projected(read, max(positions, default=0))
+            return read
+
+    def _analyze_live_slots(self) -> None:
+        """``ViewStore.analyze`` of the slots this process projects into; a failure (a slot
+        another process dropped meanwhile) costs only the statistics, autovacuum's later."""
+        slots = [
+            (runner.projection, runner.slot)
+            for runner in self.runners.values()
+            if runner.slot is not None and runner.failure is None
+        ]
+        try:
+            self.views.analyze(slots)
+        except Exception:
+            logger.warning(
+                "statistics of the read models not updated after a catch-up", exc_info=True
             )
 
     def next_position(self) -> int | None:

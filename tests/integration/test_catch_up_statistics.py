@@ -1,17 +1,19 @@
-"""A catch-up that projects many events brings the planner's statistics of the tables it
-wrote up to date (``runtime.ANALYZE_AFTER_EVENTS``): tables projected live from an empty
-slot had none until autovacuum came by, and a queue page read from them took twice as long.
-PostgreSQL keeps such statistics; SQLite's planner needs none."""
+"""Catch-ups that project many events bring the planner's statistics of the tables they
+wrote up to date (``views.catch_up_statistics``), however many catch-ups the events took:
+tables projected live from an empty slot had none until autovacuum came by, and a queue page
+read from them took twice as long. PostgreSQL keeps such statistics; SQLite's planner needs
+none."""
 
 from __future__ import annotations
 
 import pytest
 
-from runledger.infrastructure import runtime as runtime_module
 from runledger.infrastructure.cli.bench.baselines import plain_connection
 from runledger.infrastructure.cli.generated_history import HistoryGenerator
 from runledger.infrastructure.runtime import StoreRuntime, open_runtime
 from runledger.infrastructure.store import WorkflowStore
+from runledger.infrastructure.views import catch_up_statistics
+from runledger.infrastructure.views.worker import ProjectionWorker
 from runledger.projections.follow_up_queue import FOLLOW_UPS
 
 THRESHOLD = 30
@@ -48,7 +50,7 @@ def catch_up_after_one_commit(url: str, follow_ups: int) -> tuple[int, tuple[flo
 def test_a_catch_up_of_many_events_leaves_its_tables_analysed(
     postgres_store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(runtime_module, "ANALYZE_AFTER_EVENTS", THRESHOLD)
+    monkeypatch.setattr(catch_up_statistics, "ANALYZE_AFTER_EVENTS", THRESHOLD)
 
     read, (seen, rows) = catch_up_after_one_commit(postgres_store_url, 13)
 
@@ -57,10 +59,52 @@ def test_a_catch_up_of_many_events_leaves_its_tables_analysed(
 
 
 @pytest.mark.postgres
+def test_catch_ups_each_below_the_threshold_analyse_once_they_pass_it_together(
+    postgres_store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(catch_up_statistics, "ANALYZE_AFTER_EVENTS", THRESHOLD)
+    events = HistoryGenerator(prefix="parts").run_events(13)
+    # A follower that hears of each commit catches up with it alone: 13 events each here.
+    parts = [events[:13], events[13:26], events[26:39]]
+    with open_runtime(postgres_store_url, embedded_projections=False) as runtime:
+        seen: list[tuple[float, int]] = []
+        for part in parts:
+            runtime.storage.events.insert_events(part)
+            assert 0 < runtime.catch_up() < THRESHOLD
+            seen.append(analysed_rows(runtime, postgres_store_url))
+
+    # Not after the first 13 events, nor after 26, but once 30 and more had come.
+    assert [analysed == rows for analysed, rows in seen] == [False, False, True]
+
+
+@pytest.mark.postgres
+def test_a_projection_worker_analyses_the_tables_it_fills(
+    postgres_store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(catch_up_statistics, "ANALYZE_AFTER_EVENTS", THRESHOLD)
+    with open_runtime(postgres_store_url, embedded_projections=False) as runtime:
+        # 17: no other test here leaves that count in a reused database's statistics.
+        runtime.storage.events.insert_events(HistoryGenerator(prefix="worker").run_events(17))
+        worker = ProjectionWorker(runtime, poll_seconds=0.05)
+        passes: list[int] = []
+
+        def stop_when_idle(read: int) -> None:
+            passes.append(read)
+            if not read:
+                worker.stop()
+
+        worker.on_pass = stop_when_idle
+        worker.run()
+
+        assert sum(passes) >= THRESHOLD
+        assert analysed_rows(runtime, postgres_store_url) == (17, 17)
+
+
+@pytest.mark.postgres
 def test_a_small_catch_up_leaves_the_statistics_to_autovacuum(
     postgres_store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(runtime_module, "ANALYZE_AFTER_EVENTS", THRESHOLD)
+    monkeypatch.setattr(catch_up_statistics, "ANALYZE_AFTER_EVENTS", THRESHOLD)
 
     read, (seen, rows) = catch_up_after_one_commit(postgres_store_url, 3)
 
@@ -72,7 +116,7 @@ def test_a_small_catch_up_leaves_the_statistics_to_autovacuum(
 def test_a_catch_up_of_many_events_projects_them_on_every_backend(
     store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(runtime_module, "ANALYZE_AFTER_EVENTS", THRESHOLD)
+    monkeypatch.setattr(catch_up_statistics, "ANALYZE_AFTER_EVENTS", THRESHOLD)
     with open_runtime(store_url) as runtime:
         runtime.storage.events.insert_events(HistoryGenerator(prefix="all").run_events(13))
         runtime.catch_up()
@@ -85,7 +129,7 @@ def test_a_catch_up_of_many_events_projects_them_on_every_backend(
 def test_statistics_that_cannot_be_updated_cost_the_catch_up_nothing(
     store_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(runtime_module, "ANALYZE_AFTER_EVENTS", THRESHOLD)
+    monkeypatch.setattr(catch_up_statistics, "ANALYZE_AFTER_EVENTS", THRESHOLD)
     with open_runtime(store_url, embedded_projections=False) as runtime:
         runtime.storage.events.insert_events(HistoryGenerator(prefix="fail").run_events(13))
 
