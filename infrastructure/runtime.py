@@ -138,21 +138,26 @@ class _Calls:
 
     def __init__(self) -> None:
         self._changed = threading.Condition()
-        self._running = 0
+        self._running: set[object] = set()
         self._closed = False
 
     @contextmanager
     def running(self) -> Iterator[None]:
         """Hold the store open for one call; ``StoreClosedError`` once it is closing."""
-        with self._changed:
-            if self._closed:
-                raise StoreClosedError()
-            self._running += 1
+        # Each call is a token in a set, not a count: the ``finally`` removes it whether or
+        # not it went in, so a Ctrl-C raised on the way in, before or after the add, leaves
+        # nothing behind for ``close`` to wait for. (A count went up outside the ``try``, and
+        # the ``with`` block's exit between the two could raise.)
+        call = object()
         try:
+            with self._changed:
+                if self._closed:
+                    raise StoreClosedError()
+                self._running.add(call)
             yield
         finally:
             with self._changed:
-                self._running -= 1
+                self._running.discard(call)
                 if not self._running:
                     self._changed.notify_all()
 
@@ -160,7 +165,7 @@ class _Calls:
         """Refuse new calls, then wait for the running ones to end."""
         with self._changed:
             self._closed = True
-            self._changed.wait_for(lambda: self._running == 0)
+            self._changed.wait_for(lambda: not self._running)
 
 
 class StoreRuntime(ClosedOnExit):
