@@ -76,6 +76,12 @@ class Table:
     spill to overflow pages beyond a quarter of a page, or where a range read relies on rows
     lying together in insertion order."""
     session_order: tuple[str, str] | None = field(default=None, kw_only=True)
+    cached: bool = field(default=True, kw_only=True)
+    """Whether the projector keeps the rows it writes here in its row cache. False for a
+    table whose rows its projection only writes, never gets back while projecting (a run's
+    viewer revisions, a scope's change log): one such row or more a command, each cached for
+    nothing, then evicted, and held meanwhile by the collector. A projection that does get
+    one reads it from the store."""
     positions: tuple[str, ...] = field(default=(), kw_only=True)
     """The ``int`` columns holding the log position of an event the row came from (a run's
     creation): the same events at other positions give the same rows but for these. A

@@ -68,6 +68,8 @@ CHANGES: Final = Table(
     ),
     key=("scope_id", "change_number"),
     owner="run_id",
+    # Appended once per change; only queries read them.
+    cached=False,
 )
 """One row per accepted change, with the value after it (``settings``) and the JSON pointers
 it wrote (``changed_paths``, from ``settings.changed`` version 2)."""

@@ -138,6 +138,8 @@ REVISIONS = Table(
     # the key finds them, and every revision written would have moved an index entry too.
     dropped_indexes=(("run_id", "revision"),),
     owner="run_id",
+    # Written blind, a slot at a time; only queries read them.
+    cached=False,
 )
 """The retained revisions of a run as a ring: slot = revision % 256. ``deltas`` lists them
 in delta-index order, each one of ``"settings"`` and ``"follow-ups"`` (the inspector targets,

@@ -212,6 +212,8 @@ class ProjectionRunner:
         """How many rows ``_cache`` holds in all (``cache_rows`` at most)."""
         self._evicted: set[str] = set()
         """The tables that gave up a row to the bound: a miss there must ask the store."""
+        self._uncached = frozenset(t.name for t in projection.tables if not t.cached)
+        """Tables whose rows the cache never keeps (``Table.cached``): a miss asks the store."""
         self._tables = {table.name: table for table in projection.tables}
         self._page: _PageWriter | None = None
         self._page_start = 0
@@ -256,7 +258,11 @@ class ProjectionRunner:
         if rows is not None and key in rows:
             rows.move_to_end(key)
             return rows[key]
-        if self.authoritative and table.name not in self._evicted:
+        if (
+            self.authoritative
+            and table.name not in self._evicted
+            and table.name not in self._uncached
+        ):
             return None
         in_flight = self._in_flight.get(table.name)
         if in_flight is not None and key in in_flight:
@@ -342,6 +348,8 @@ class ProjectionRunner:
 
     def _keep(self, table_name: str, key: Key, row: Row | None) -> None:
         """Cache a row without minding the bound (``_trim`` does, once per batch)."""
+        if table_name in self._uncached:
+            return
         rows = self._cache.get(table_name)
         if rows is None:
             rows = self._cache[table_name] = OrderedDict()
