@@ -9,6 +9,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 import pytest
+from eventsourcing.persistence import StoredEvent
 
 from runledger.domain.follow_ups import FollowUp
 from runledger.domain.records import ViewerDeltas
@@ -26,7 +27,7 @@ from runledger.projections.viewer_deltas import REVISIONS
 FOLLOW_UPS = 40
 
 
-def history() -> Iterator[list[object]]:
+def history() -> Iterator[list[StoredEvent]]:
     generator = HistoryGenerator(prefix="uncached")
     yield generator.run_events(FOLLOW_UPS)
     yield from generator.settings_events("uncached-run-9", 30)
@@ -37,7 +38,7 @@ def projected(url: str, *, live: bool, page_size: int | None = None) -> Iterator
         if page_size is not None:
             runtime.projector.page_size = page_size
         for batch in history():
-            runtime.storage.events.insert_events(batch)  # type: ignore[arg-type]
+            runtime.storage.events.insert_events(batch)
         runtime.catch_up()
         yield runtime
 
@@ -101,11 +102,7 @@ def test_a_projection_that_reads_an_uncached_table_gets_its_rows_from_the_store(
     monkeypatch.setattr(rebuild, "BUILD_PAGE_SIZE", 1)
     monkeypatch.setattr(follow_up_queue, "FOLLOW_UPS", uncached)
     monkeypatch.setattr(FollowUpQueueProjection, "tables", (follow_up_queue.RUNS, uncached))
-    removed = sum(
-        event.topic == FollowUp.Removed.TOPIC  # type: ignore[attr-defined]
-        for batch in history()
-        for event in batch
-    )
+    removed = sum(event.topic == FollowUp.Removed.TOPIC for batch in history() for event in batch)
     for runtime in projected(store_url, live=True, page_size=1):
         if not live:
             runtime.rebuild_projections(["follow_up_queue"])
