@@ -34,11 +34,11 @@ class CatchUpStatistics:
         self._analysed_at: int | None = None
         """The log position at the last analysis (at the first count: where it began)."""
 
-    def projected(self, read: int, position: int) -> bool:
+    def projected(self, read: int, position: int) -> None:
         """Count ``read`` events a catch-up projected, up to ``position``; analyse the tables
-        when due. Whether it analysed."""
+        when due."""
         if read <= 0:
-            return False
+            return
         with self._lock:
             if self._analysed_at is None:
                 self._analysed_at = max(position - read, 0)
@@ -49,4 +49,3 @@ class CatchUpStatistics:
                 self._analysed_at = position
         if due:
             self._analyze()
-        return due

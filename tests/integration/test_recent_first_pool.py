@@ -12,11 +12,11 @@ from collections.abc import Iterator
 import pytest
 from eventsourcing.postgres import PostgresDatastore
 
-from runledger.domain.values import Actor
 from runledger.infrastructure import open_store
 from runledger.infrastructure.storage.recent_first_pool import RecentFirstPool
 from runledger.infrastructure.store import WorkflowStore
 from runledger.infrastructure.views.postgres import PostgresViewStore
+from tests.integration.test_same_commit_views import queue_as_session
 
 pytestmark = pytest.mark.postgres
 
@@ -83,14 +83,7 @@ def test_concurrent_commands_still_share_the_pool_and_lose_no_write(
     def queue(worker: int) -> None:
         try:
             for index in range(10):
-                store.queue_follow_up(
-                    "run-1",
-                    request_id=f"request-{worker}-{index}",
-                    target_session_id="session-1",
-                    actor=Actor("session", "session-1"),
-                    source="workflow-tool",
-                    prompt="check",
-                )
+                queue_as_session(store, "run-1", f"request-{worker}-{index}")
         except BaseException as error:
             errors.append(error)
 
