@@ -34,6 +34,9 @@ T = TypeVar("T")
 HOT_SECONDS: Final = 2.0
 """How long after a conflict a command reads an aggregate rather than trust its cached copy."""
 MAX_HOT_AGGREGATES: Final = 1000
+FIRST_AFTER: Final = 10
+"""Conflicts a command loses before it holds its aggregates going first
+(``EventStorage.lock_aggregates``): holders, not first attempts, then win a hot run."""
 MAX_ATTEMPTS: Final = 50
 """Attempts of one command before ``ConcurrencyError``: far more than held locks ever need."""
 
@@ -138,10 +141,12 @@ class CommandExecutor:
         contended: list[UUID] = []
         trusting = assume_new = True
         conflicted = False
+        losses = 0
         for attempt in range(MAX_ATTEMPTS if attempts is None else attempts):
             changed: list[BaseAggregate[UUID]] = []
             try:
-                with self._storage.lock_aggregates(contended, conflicted=conflicted):
+                first = losses >= FIRST_AFTER
+                with self._storage.lock_aggregates(contended, conflicted=conflicted, first=first):
                     unit = UnitOfWork(self, self._now(), trusting=trusting, assume_new=assume_new)
                     try:
                         result = command(unit)
@@ -181,6 +186,7 @@ class CommandExecutor:
                 continue
             except IntegrityError:
                 self.stats.conflicts += 1
+                losses += 1
                 conflicted = True
                 trusting = assume_new = False
                 contended = sorted({*contended, *(aggregate.id for aggregate in changed)})

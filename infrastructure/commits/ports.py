@@ -127,7 +127,7 @@ class EventStorage(Protocol):
         ...
 
     def lock_aggregates(
-        self, aggregate_ids: Sequence[UUID], *, conflicted: bool = True
+        self, aggregate_ids: Sequence[UUID], *, conflicted: bool = True, first: bool = False
     ) -> AbstractContextManager[None]:
         """Hold these aggregates against other writers from the block's start until its save
         commits, so a contended command loads, checks and saves without being overtaken.
@@ -135,7 +135,9 @@ class EventStorage(Protocol):
 
         ``conflicted``: this command has lost a conflict on them already (False: they are hot
         from other commands' conflicts only). A backend whose locks would serialise more than
-        its commits do (SQLite: the reads and logic of every process) may hold only then."""
+        its commits do (SQLite: the reads and logic of every process) may hold only then.
+        ``first``: it has lost several (``executor.FIRST_AFTER``); a backend whose other
+        writers' inserts do not wait for holders (SQLite) makes them give way to it then."""
         ...
 
     @property

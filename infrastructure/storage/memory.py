@@ -431,7 +431,7 @@ class MemoryStorage(RecorderBackedStorage[MemoryEventRecorder, MemoryAggregateRe
 
     @contextmanager
     def lock_aggregates(
-        self, aggregate_ids: Sequence[UUID], *, conflicted: bool = True
+        self, aggregate_ids: Sequence[UUID], *, conflicted: bool = True, first: bool = False
     ) -> Iterator[None]:
         """Hold the aggregates for the block (other writers of them wait at their insert),
         conflicted or only hot (holding costs nothing here but the wait).
@@ -439,7 +439,7 @@ class MemoryStorage(RecorderBackedStorage[MemoryEventRecorder, MemoryAggregateRe
         Not the log's lock: a holder reads through the library's repository, whose
         per-aggregate fast-forward lock another reader may hold while it waits for the log.
         """
-        del conflicted
+        del conflicted, first
         if not aggregate_ids:
             yield
             return

@@ -1307,13 +1307,13 @@ class PostgresStorage(RecorderBackedStorage[PostgresEventRecorder, PostgresSnaps
 
     @contextmanager
     def lock_aggregates(
-        self, aggregate_ids: Sequence[UUID], *, conflicted: bool = True
+        self, aggregate_ids: Sequence[UUID], *, conflicted: bool = True, first: bool = False
     ) -> Iterator[None]:
         """Hold these aggregates' advisory locks (in the one fixed order) in a transaction
         that every statement of this thread in the block uses and that its save commits;
         hot ones too, not only conflicted ones: writer processes of a hot run then take turns
         instead of racing (each race costs a round trip and a catch-up)."""
-        del conflicted
+        del conflicted, first
         if not aggregate_ids:
             yield
             return

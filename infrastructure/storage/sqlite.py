@@ -58,7 +58,7 @@ from runledger.infrastructure.storage.base import (
     index_columns,
     index_fences,
 )
-from runledger.infrastructure.storage.file_locks import AggregateLocks
+from runledger.infrastructure.storage.file_locks import AggregateHeldError, AggregateLocks
 from runledger.infrastructure.storage.log_probes import LogProbe
 
 logger = logging.getLogger(__name__)
@@ -122,6 +122,8 @@ class SQLiteEventRecorder(SqlLogQueries, SQLiteApplicationRecorder):
 
     def __init__(self, datastore: SQLiteDatastore, events_table_name: str = EVENTS_TABLE):
         super().__init__(datastore, events_table_name)
+        self.aggregate_locks: AggregateLocks | None = None
+        """The storage's locks, whose holders that go first a save gives way to."""
         table = self.events_table_name
         self.insert_events_statement = (
             f"INSERT INTO {table} "
@@ -180,6 +182,12 @@ class SQLiteEventRecorder(SqlLogQueries, SQLiteApplicationRecorder):
         if kwargs:
             # Nothing here passes more (the library's tracking records, say): not grouped.
             return super().insert_events(stored_events, **kwargs)
+        if self.aggregate_locks is not None:
+            try:
+                self.aggregate_locks.give_way([as_uuid(s.originator_id) for s in stored_events])
+            except AggregateHeldError:
+                # As a version taken: the command runs again, and waits for its turn.
+                raise IntegrityError("a writer that goes first holds an aggregate") from None
         return self.group.insert(stored_events, same_commit, fences)
 
     def _write(
@@ -406,6 +414,7 @@ class SQLiteStorage(RecorderBackedStorage[SQLiteEventRecorder, SQLiteSnapshotRec
         )
         shared = self.path not in ("", ":memory:") and not self.path.startswith("file:")
         self._aggregate_locks = AggregateLocks(f"{self.path}-locks" if shared else None)
+        self._events.aggregate_locks = self._aggregate_locks
         _while_locked(self._events.create_table, timeout=lock_timeout)
         _while_locked(self._snapshots.create_table, timeout=lock_timeout)
         self._read_log_statement = (
@@ -417,14 +426,15 @@ class SQLiteStorage(RecorderBackedStorage[SQLiteEventRecorder, SQLiteSnapshotRec
         )
 
     def lock_aggregates(
-        self, aggregate_ids: Sequence[UUID], *, conflicted: bool = True
+        self, aggregate_ids: Sequence[UUID], *, conflicted: bool = True, first: bool = False
     ) -> AbstractContextManager[None]:
         """Hold these aggregates against the other commands holding them, in every process on
         this file (``file_locks``): SQLite's writer lock serialises commits, but not a
         command's reads with its insert. Only once the command itself conflicted: holding
         merely hot aggregates would run the reads and logic of every process in turn, one
-        process at a time, while a first attempt that loses just runs again."""
-        return self._aggregate_locks.holding(aggregate_ids if conflicted else ())
+        process at a time, while a first attempt that loses just runs again. Other saves
+        give way to a holder that goes ``first`` (``AggregateLocks.give_way``)."""
+        return self._aggregate_locks.holding(aggregate_ids if conflicted else (), first=first)
 
     def log_probe(self, after: int) -> LogProbe:
         """Whether the log holds an event past ``after`` (writers take turns on the file, so

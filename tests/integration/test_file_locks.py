@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from uuid import UUID, uuid4
 
-from runledger.infrastructure.storage.file_locks import STRIPES, AggregateLocks
+import pytest
+
+from runledger.infrastructure.storage.file_locks import (
+    FIRST_OFFSET,
+    STRIPES,
+    AggregateHeldError,
+    AggregateLocks,
+)
 from runledger.infrastructure.storage.sqlite import SQLiteStorage
 
 if TYPE_CHECKING:
@@ -136,15 +143,16 @@ def test_sqlite_storage_holds_aggregates_in_a_file_beside_the_database(tmp_path:
         second.close()
 
 
-def free_in_another_process(path: str, aggregate: str, answers: Any) -> None:
-    """Put whether another process could take ``aggregate``'s stripe at once."""
+def free_in_another_process(path: str, aggregate: str, answers: Any, offset: int = 0) -> None:
+    """Put whether another process could take ``aggregate``'s stripe (its byte at
+    ``offset`` on) at once."""
     descriptor = os.open(path, os.O_RDWR)
     try:
         fcntl.lockf(
             descriptor,
             fcntl.LOCK_EX | fcntl.LOCK_NB,
             1,
-            zlib.crc32(UUID(aggregate).bytes) % STRIPES,
+            offset + zlib.crc32(UUID(aggregate).bytes) % STRIPES,
         )
     except OSError:
         answers.put(False)
@@ -189,3 +197,99 @@ def test_sqlite_storage_holds_hot_aggregates_only_once_the_command_conflicted(
         join_takers()
         first.close()
         second.close()
+
+
+def hold_in_another_process_going_first(
+    path: str, aggregate: str, held: ProcessEvent, release: ProcessEvent
+) -> None:
+    locks = AggregateLocks(path)
+    with locks.holding([UUID(aggregate)], first=True):
+        held.set()
+        release.wait(WAIT_SECONDS)
+    locks.close()
+
+
+def test_a_save_gives_way_to_another_process_going_first_and_only_to_it(
+    tmp_path: Path,
+) -> None:
+    path = str(tmp_path / "store.db-locks")
+    aggregate = uuid4()
+    context = multiprocessing.get_context("spawn")
+    locks = AggregateLocks(path)
+    try:
+        for target, refused in (
+            (hold_in_another_process, False),
+            (hold_in_another_process_going_first, True),
+        ):
+            held, release = context.Event(), context.Event()
+            holder: Any = context.Process(target=target, args=(path, str(aggregate), held, release))
+            holder.start()
+            try:
+                assert held.wait(WAIT_SECONDS)
+                if refused:
+                    with pytest.raises(AggregateHeldError):
+                        locks.give_way([other_stripe(aggregate), aggregate])
+                    # A holder going first holds the aggregate as any holder does.
+                    assert waited(lambda: locks.holding([aggregate]))
+                else:
+                    locks.give_way([aggregate])
+                locks.give_way([other_stripe(aggregate)])
+            finally:
+                release.set()
+                holder.join(WAIT_SECONDS)
+                join_takers()
+        locks.give_way([aggregate])
+    finally:
+        locks.close()
+
+
+def test_giving_way_leaves_nothing_held(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    storage = SQLiteStorage(path)
+    aggregate = uuid4()
+    context = multiprocessing.get_context("spawn")
+    answers: Any = context.Queue()
+    try:
+        assert storage._events.aggregate_locks is not None
+        storage._events.aggregate_locks.give_way([aggregate])
+        probe = context.Process(
+            target=free_in_another_process,
+            args=(f"{path}-locks", str(aggregate), answers, FIRST_OFFSET),
+        )
+        probe.start()
+        probe.join(WAIT_SECONDS)
+        assert answers.get(timeout=WAIT_SECONDS) is True
+    finally:
+        storage.close()
+
+
+def test_threads_give_way_to_another_thread_going_first_but_not_to_their_own_hold(
+    tmp_path: Path,
+) -> None:
+    locks = AggregateLocks(str(tmp_path / "store.db-locks"))
+    aggregate = uuid4()
+    try:
+        with locks.holding([aggregate], first=True):
+            # The holder's own save goes on.
+            locks.give_way([aggregate])
+            refused: list[bool] = []
+
+            def save_elsewhere() -> None:
+                try:
+                    locks.give_way([aggregate])
+                except AggregateHeldError:
+                    refused.append(True)
+                else:
+                    refused.append(False)
+
+            other = threading.Thread(target=save_elsewhere)
+            other.start()
+            other.join(WAIT_SECONDS)
+            assert refused == [True]
+        with locks.holding([aggregate]):
+            other = threading.Thread(target=save_elsewhere)
+            other.start()
+            other.join(WAIT_SECONDS)
+            assert refused == [True, False]
+    finally:
+        locks.close()
