@@ -8,6 +8,7 @@ import fcntl
 import multiprocessing
 import os
 import threading
+import time
 import zlib
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -292,4 +293,39 @@ def test_threads_give_way_to_another_thread_going_first_but_not_to_their_own_hol
             other.join(WAIT_SECONDS)
             assert refused == [True, False]
     finally:
+        locks.close()
+
+
+def hold_going_first_until_killed(path: str, aggregate: str, held: ProcessEvent) -> None:
+    locks = AggregateLocks(path)
+    with locks.holding([UUID(aggregate)], first=True):
+        held.set()
+        # Asleep, not waiting on a shared event: a process killed inside ``Event.wait`` leaves
+        # the event's condition counting a sleeper, and the next ``set()`` waits for it.
+        time.sleep(WAIT_SECONDS)
+
+
+def test_a_holder_going_first_that_dies_lets_the_saves_through(tmp_path: Path) -> None:
+    # The kernel gives a killed process's record locks back: no save waits on a dead holder.
+    path = str(tmp_path / "store.db-locks")
+    aggregate = uuid4()
+    context = multiprocessing.get_context("spawn")
+    held = context.Event()
+    holder: Any = context.Process(
+        target=hold_going_first_until_killed, args=(path, str(aggregate), held)
+    )
+    holder.start()
+    locks = AggregateLocks(path)
+    try:
+        assert held.wait(WAIT_SECONDS)
+        with pytest.raises(AggregateHeldError):
+            locks.give_way([aggregate])
+        holder.kill()
+        holder.join(WAIT_SECONDS)
+        locks.give_way([aggregate])
+        assert not waited(lambda: locks.holding([aggregate], first=True))
+    finally:
+        holder.kill()
+        holder.join(WAIT_SECONDS)
+        join_takers()
         locks.close()
