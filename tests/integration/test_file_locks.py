@@ -33,10 +33,11 @@ WAIT_SECONDS = 10
 
 
 def hold_in_another_process(
-    path: str, aggregate: str, held: ProcessEvent, release: ProcessEvent
+    path: str, aggregate: str, held: ProcessEvent, release: ProcessEvent, first: bool = False
 ) -> None:
+    """Hold ``aggregate`` (going ``first`` if asked) from ``held`` until ``release``."""
     locks = AggregateLocks(path)
-    with locks.holding([UUID(aggregate)]):
+    with locks.holding([UUID(aggregate)], first=first):
         held.set()
         release.wait(WAIT_SECONDS)
     locks.close()
@@ -200,16 +201,6 @@ def test_sqlite_storage_holds_hot_aggregates_only_once_the_command_conflicted(
         second.close()
 
 
-def hold_in_another_process_going_first(
-    path: str, aggregate: str, held: ProcessEvent, release: ProcessEvent
-) -> None:
-    locks = AggregateLocks(path)
-    with locks.holding([UUID(aggregate)], first=True):
-        held.set()
-        release.wait(WAIT_SECONDS)
-    locks.close()
-
-
 def test_a_save_gives_way_to_another_process_going_first_and_only_to_it(
     tmp_path: Path,
 ) -> None:
@@ -218,12 +209,11 @@ def test_a_save_gives_way_to_another_process_going_first_and_only_to_it(
     context = multiprocessing.get_context("spawn")
     locks = AggregateLocks(path)
     try:
-        for target, refused in (
-            (hold_in_another_process, False),
-            (hold_in_another_process_going_first, True),
-        ):
+        for refused in (False, True):
             held, release = context.Event(), context.Event()
-            holder: Any = context.Process(target=target, args=(path, str(aggregate), held, release))
+            holder: Any = context.Process(
+                target=hold_in_another_process, args=(path, str(aggregate), held, release, refused)
+            )
             holder.start()
             try:
                 assert held.wait(WAIT_SECONDS)

@@ -20,7 +20,7 @@ from runledger.domain.runs import run_aggregate_id
 from runledger.infrastructure.commits.executor import FIRST_AFTER
 from runledger.infrastructure.runtime import StoreRuntime
 from runledger.infrastructure.store import WorkflowStore, open_store
-from tests.integration.test_file_locks import hold_in_another_process_going_first
+from tests.integration.test_file_locks import hold_in_another_process
 from tests.support.scenario import create
 
 WAIT_SECONDS = 10
@@ -84,8 +84,8 @@ def test_a_sqlite_save_waits_for_another_process_holding_its_run_going_first(
     with open_store(f"sqlite:///{path}") as store:
         create(store, "run-1")
         holder = context.Process(
-            target=hold_in_another_process_going_first,
-            args=(f"{path}-locks", str(run_aggregate_id("run-1")), held, release),
+            target=hold_in_another_process,
+            args=(f"{path}-locks", str(run_aggregate_id("run-1")), held, release, True),
         )
         conflicts = store._runtime.stats.conflicts
         assert_saved_only_after_the_hold(holder, held, release, store, store)
