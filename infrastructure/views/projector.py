@@ -40,16 +40,17 @@ from runledger.infrastructure.telemetry import TELEMETRY
 from runledger.infrastructure.views.catch_up_statistics import CatchUpStatistics
 from runledger.infrastructure.views.read_ahead import ReadAhead
 from runledger.infrastructure.views.store import (
+    BuildCommits,
     EncodedRow,
     PageCommit,
-    PageCommits,
+    PageRows,
     TableChanges,
     TrackingConflictError,
     TrackingState,
     ViewStore,
     decode_row,
+    encode_changes,
     encode_key,
-    encode_row,
 )
 from runledger.projections.base import Key, ProjectedEvent, Projection, Row, Table
 from runledger.projections.events import projected
@@ -95,20 +96,10 @@ class _PageWriter:
     def encoded(self, tables: dict[str, Table], *, plain: bool) -> dict[str, TableChanges]:
         """The page's changes as stored (``plain``: see ``ViewStore.plain``), keyed by their
         stored keys (``encode_key``)."""
-        encoded: dict[str, TableChanges] = {}
-        for name, changes in self.changes.items():
-            table = tables[name]
-            stored: TableChanges = {}
-            encoded[name] = stored
-            for key, row in changes.items():
-                if row is None:
-                    stored[encode_key(table, key, plain=plain)] = None
-                    continue
-                stored_row = encode_row(table, row, plain=plain)
-                # A row's stored key is in its stored form already.
-                compacted = table.compact_key and not plain
-                stored[table.key_of(stored_row) if compacted else key] = stored_row
-        return encoded
+        return {
+            name: encode_changes(tables[name], changes, plain=plain)
+            for name, changes in self.changes.items()
+        }
 
 
 class _UncachedError(Exception):
@@ -418,10 +409,9 @@ class ProjectionRunner:
 
     def end_page(self) -> PageCommit | None:
         """The page's commit, or None if the page moved nothing."""
-        page, self._page = self._page, None
-        if page is None or self.position == self._page_start or self.slot is None:
+        page = self._ended_page()
+        if page is None or self.slot is None:
             return None
-        self._uncommitted = page.changes
         encoded = page.encoded(self._tables, plain=self.views.plain)
         return PageCommit(
             self.projection,
@@ -433,6 +423,24 @@ class ProjectionRunner:
             if self.views.partial_updates and not (self.authoritative and not self._evicted)
             else {},
         )
+
+    def end_page_rows(self) -> PageRows | None:
+        """The page's rows unencoded, for a committer that encodes them itself (``PageRows``:
+        with no ``previous`` rows, so each changed row is written whole), or None if the
+        page moved nothing."""
+        page = self._ended_page()
+        if page is None or self.slot is None:
+            return None
+        return PageRows(self.name, self._page_start, self.position, page.changes, self.slot)
+
+    def _ended_page(self) -> _PageWriter | None:
+        """The page under way, now ended, if it moved this runner; its rows are uncommitted
+        until ``committed`` (or ``committing``) takes them into the cache."""
+        page, self._page = self._page, None
+        if page is None or self.position == self._page_start:
+            return None
+        self._uncommitted = page.changes
+        return page
 
     def _previous(
         self, page: _PageWriter, encoded: Mapping[str, TableChanges]
@@ -513,7 +521,7 @@ def project_page(
     active: Sequence[ProjectionRunner],
     entries: Sequence[LogEntry],
     page_seconds: float,
-    build: PageCommits | None = None,
+    build: BuildCommits | None = None,
 ) -> int:
     """Apply one page of the log to the runners and commit it in one transaction; returns how
     many entries it covered. On ``TrackingConflictError`` nothing was written and the runners'
@@ -561,13 +569,10 @@ def project_page(
         applied += 1
         if time.monotonic() > deadline:
             break
-    commits = [(runner, commit) for runner in active if (commit := runner.end_page()) is not None]
     if build is not None:
-        build.settle()
-        for runner, _ in commits:
-            runner.committing()
-        build.send([commit for _, commit in commits])
+        _send_page(build, active)
         return applied
+    commits = [(runner, commit) for runner in active if (commit := runner.end_page()) is not None]
     try:
         views.commit([commit for _, commit in commits])
     except Exception:
@@ -578,6 +583,22 @@ def project_page(
     for runner, _ in commits:
         runner.committed()
     return applied
+
+
+def _send_page(build: BuildCommits, active: Sequence[ProjectionRunner]) -> None:
+    """Send a build's page once the one before it committed; its rows go unencoded where
+    ``build`` takes them."""
+    build.settle()
+    if build.takes_rows():
+        rows = [(runner, page) for runner in active if (page := runner.end_page_rows()) is not None]
+        for runner, _ in rows:
+            runner.committing()
+        build.send_rows([page for _, page in rows])
+        return
+    commits = [(runner, commit) for runner in active if (commit := runner.end_page()) is not None]
+    for runner, _ in commits:
+        runner.committing()
+    build.send([commit for _, commit in commits])
 
 
 def _nothing() -> None:
@@ -886,7 +907,7 @@ def run_pages(
     until: int | None,
     on_conflict: Callable[[Sequence[ProjectionRunner]], None],
     before_page: Callable[[Sequence[ProjectionRunner]], None] | None = None,
-    build: PageCommits | None = None,
+    build: BuildCommits | None = None,
 ) -> int:
     """Page through the log for the runners until they reach its end (or ``until``);
     ``before_page`` may move them on before each page is read; ``build``: see

@@ -32,6 +32,7 @@ resumes it (``--restart`` starts afresh); its lock is free as soon as its holder
 from __future__ import annotations
 
 import ctypes
+import logging
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -40,7 +41,8 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from typing import Any, Final
@@ -53,6 +55,7 @@ from runledger.domain.errors import (
 )
 from runledger.infrastructure.collector import collector_paused
 from runledger.infrastructure.commits.ports import EventStorage
+from runledger.infrastructure.views.committer import Committer, CommitterError, OffloadedCommits
 from runledger.infrastructure.views.compare import (
     RowDifference,
     RowHashes,
@@ -76,6 +79,8 @@ from runledger.infrastructure.views.replay import replay
 from runledger.infrastructure.views.sql import SlotDifferences, lock_owner
 from runledger.infrastructure.views.store import TrackingConflictError, TrackingState, ViewStore
 from runledger.projections.base import Projection, Table
+
+logger = logging.getLogger(__name__)
 
 
 def split(projections: Sequence[Projection], groups: int) -> list[list[str]]:
@@ -195,6 +200,9 @@ DEFAULT_LEASE_SECONDS: Final = 60.0
 """How long a build's lock holds without a renewal; a build renews it every few pages."""
 LOCK_POLL_SECONDS: Final = 0.2
 FIRST_DIFFERENCES: Final = 5
+COMMITTER_FROM_EVENTS: Final = 20_000
+"""The fewest events a build replays to start the committer (``views.committer``) for: it
+takes about 0.6 s to start, the time of 15-20k events of a build that commits its own."""
 IN_STORE_TRIES: Final = 3
 """Builds caught up to a live copy that live commands keep moving, before a compare by
 hashes (a snapshot of the live copy, which the build then catches up to) takes over."""
@@ -332,11 +340,19 @@ class Builds:
         projector: Projector,
         *,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        committer_url: str | None = None,
     ) -> None:
+        """``committer_url``: the store's URL, for a committer process (``views.committer``)
+        that encodes and commits the builds' pages; None commits them in this process."""
         self.storage = storage
         self.views = views
         self.projector = projector
         self.lease_seconds = lease_seconds
+        self._committer_url = committer_url
+        self._committer: Committer | None = None
+        self._committer_free = threading.Lock()
+        """Held by the build using the committer: one page under way at a time is its
+        protocol, so a build beside it (other projections) commits its own pages."""
 
     def rebuild(
         self,
@@ -436,7 +452,36 @@ class Builds:
     def _run(
         self, runners: Sequence[ProjectionRunner], *, until: int | None, progress: Progress | None
     ) -> int:
-        with collector_paused(), self.views.build_commits() as build:
+        started = min((runner.position for runner in runners), default=0)
+        try:
+            return self._pages(runners, until=until, progress=progress, offload=True)
+        except CommitterError as error:
+            # The committer failed, not the build (a page it refused fails here as well):
+            # go on from what each building slot holds, committing in this process.
+            logger.warning("a build's committer failed, the build commits its pages: %s", error)
+            for runner in runners:
+                building = self.views.registry(runner.name).building
+                if building is None or building.slot != _slot(runner).slot:
+                    raise
+                runner.follow(building)
+            resumed = min((runner.position for runner in runners), default=0)
+            read = self._pages(runners, until=until, progress=progress, offload=False)
+            return resumed - started + read
+
+    def _pages(
+        self,
+        runners: Sequence[ProjectionRunner],
+        *,
+        until: int | None,
+        progress: Progress | None,
+        offload: bool,
+    ) -> int:
+        with (
+            collector_paused(),
+            self.views.build_commits() as local,
+            self._free_committer(runners, until, offload=offload) as committer,
+        ):
+            build = None if local is None else OffloadedCommits(local, committer)
             read = run_pages(
                 self.storage,
                 self.views,
@@ -453,6 +498,67 @@ class Builds:
             if runner.failure is not None:
                 raise runner.stall_error()
         return read
+
+    def start_committer(self) -> Committer | None:
+        """The committer, started if none works yet (None without a URL for it)."""
+        return None if self._committer_url is None else self._started(self._committer_url)
+
+    @property
+    def committer(self) -> Committer | None:
+        """The committer started for this store's builds, if one was."""
+        return self._committer
+
+    def _started(self, url: str) -> Committer | None:
+        if self._committer is None or self._committer.broken:
+            if self._committer is not None:
+                self._committer.close()
+                self._committer = None
+            try:
+                self._committer = Committer(url)
+            except (OSError, ValueError) as error:
+                # No process to start here (a sandbox, a platform without descriptor
+                # passing): builds commit their own pages, as without a committer.
+                logger.warning("a build's committer could not start: %s", error)
+        return self._committer
+
+    @contextmanager
+    def _free_committer(
+        self, runners: Sequence[ProjectionRunner], until: int | None, *, offload: bool
+    ) -> Iterator[Committer | None]:
+        """The committer for a build of ``runners`` (up to ``until``) if ``offload``, unless
+        another build has it; started by the first build with ``COMMITTER_FROM_EVENTS``
+        ahead of it. Its page under way has settled when the block ends."""
+        url = self._committer_url
+        if url is None or not offload or not self._committer_free.acquire(blocking=False):
+            yield None
+            return
+        try:
+            if self._committer is None or self._committer.broken:
+                head = self.storage.max_position() if until is None else until
+                ahead = head - min((runner.position for runner in runners), default=head)
+                if ahead < COMMITTER_FROM_EVENTS:
+                    yield None
+                    return
+            committer = self._started(url)
+            try:
+                yield committer
+            except BaseException:
+                # Already failing: the page under way may fail too; this error says more.
+                with suppress(Exception):
+                    if committer is not None:
+                        committer.settle()
+                raise
+            if committer is not None:
+                committer.settle()
+        finally:
+            self._committer_free.release()
+
+    def close(self) -> None:
+        """End the committer, if one was started."""
+        with self._committer_free:
+            if self._committer is not None:
+                self._committer.close()
+                self._committer = None
 
     def _finish(
         self, runner: ProjectionRunner, read: int, *, accept: bool, drop_old: bool, compare: bool

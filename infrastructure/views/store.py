@@ -129,6 +129,22 @@ def encode_row(table: Table, row: Row, *, plain: bool = False) -> EncodedRow:
     return encoded
 
 
+def encode_changes(
+    table: Table, changes: Mapping[Key, Row | None], *, plain: bool = False
+) -> TableChanges:
+    """A page's changes of ``table`` as stored (``encode_row``), by their stored keys."""
+    stored: TableChanges = {}
+    # A row's stored key is in its stored form already.
+    compacted = table.compact_key and not plain
+    for key, row in changes.items():
+        if row is None:
+            stored[encode_key(table, key, plain=plain)] = None
+            continue
+        stored_row = encode_row(table, row, plain=plain)
+        stored[table.key_of(stored_row) if compacted else key] = stored_row
+    return stored
+
+
 def encode_key(table: Table, key: Key, *, plain: bool = False) -> Key:
     """A primary key as stored: what a store's rows, deletes and fetches are keyed by (a
     ``plain`` store's: the key itself)."""
@@ -199,6 +215,38 @@ class PageCommits(Protocol):
 
     def settle(self) -> None:
         """Wait until the page under way committed; raise what its commit raised."""
+
+
+@dataclass(frozen=True)
+class PageRows:
+    """One projection's share of a page with its rows as the projection made them, for a
+    committer that encodes them itself (``BuildCommits.send_rows``): what a ``PageCommit``
+    holds, but the projection by name and no ``previous`` rows (every row is upserted)."""
+
+    name: str
+    expected_position: int
+    new_position: int
+    rows: Mapping[str, Mapping[Key, Row | None]]
+    slot: TrackingState
+
+    def commit(self, projection: Projection, *, plain: bool) -> PageCommit:
+        """The page as a view store commits it."""
+        tables = {table.name: table for table in projection.tables}
+        changes = {
+            name: encode_changes(tables[name], rows, plain=plain)
+            for name, rows in self.rows.items()
+        }
+        return PageCommit(projection, self.expected_position, self.new_position, changes, self.slot)
+
+
+class BuildCommits(PageCommits, Protocol):
+    """A build's page commits that may also take pages unencoded (``PageRows``)."""
+
+    def takes_rows(self) -> bool:
+        """Whether the next page may go to ``send_rows``."""
+
+    def send_rows(self, pages: Sequence[PageRows]) -> None:
+        """Send the page's commit, its rows encoded where it commits; as ``send``."""
 
 
 class ViewStore(ABC):

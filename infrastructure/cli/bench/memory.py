@@ -6,8 +6,8 @@ import resource
 from pathlib import Path
 
 
-def peak_rss_mb() -> float:
-    """This process's peak RSS since it was started, in MB.
+def peak_rss_mb(pid: int | None = None) -> float:
+    """This process's (or process ``pid``'s, on Linux) peak RSS since it was started, in MB.
 
     ``getrusage(RUSAGE_SELF).ru_maxrss`` is not that on Linux: exec keeps the high-water mark
     of the image it replaced, which for a child the bench starts is the forked copy of the
@@ -15,8 +15,10 @@ def peak_rss_mb() -> float:
     ``VmHWM`` is the high-water mark of this image alone.
     """
     try:
-        status = Path("/proc/self/status").read_text(encoding="ascii")
+        status = Path(f"/proc/{pid or 'self'}/status").read_text(encoding="ascii")
     except OSError:
+        if pid is not None:
+            return 0.0
         # Not Linux: ru_maxrss is bytes on macOS, and exec does not carry it over there.
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1024 * 1024)
     for line in status.splitlines():

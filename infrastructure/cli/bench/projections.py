@@ -139,8 +139,11 @@ def peak_rss(url: str, events: int) -> BenchResult:
 def _rss_of_rebuild(url: str) -> None:
     with open_runtime(url, embedded_projections=False) as runtime:
         runtime.rebuild_blue_green(drop_old=True)
+        # A SQLite build's committer holds pages too: the build's memory is both processes'.
+        committer = runtime.builds.committer
+        helper = 0.0 if committer is None else peak_rss_mb(committer.pid)
     peak = peak_rss_mb()
-    print(json.dumps({"peak_rss_mb": round(peak, 1)}))
+    print(json.dumps({"peak_rss_mb": round(peak + helper, 1)}))
 
 
 def run_projection_bench(
