@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import gc
 import os
-import pickle
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,6 +14,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from runledger.infrastructure.runtime import default_projections, open_backend
+from runledger.infrastructure.views.committer import decoded_pages
 from runledger.infrastructure.views.store import PageCommits, PageRows, TrackingConflictError
 from runledger.projections.base import Projection
 
@@ -48,8 +48,7 @@ def _pages(connection: Connection) -> Iterator[list[PageRows]]:
             message = connection.recv_bytes()
         except (EOFError, OSError):
             return
-        # From the process that started this one, over a socket pair only the two hold.
-        yield pickle.loads(message)  # noqa: S301
+        yield decoded_pages(message)
 
 
 def _committed(
