@@ -12,8 +12,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from multiprocessing.connection import Connection
 from typing import Any
+from urllib.parse import urlsplit
 
 from runledger.infrastructure.runtime import default_projections, open_backend
+from runledger.infrastructure.storage.urls import redact_url
 from runledger.infrastructure.views.committer import decoded_pages
 from runledger.infrastructure.views.store import PageCommits, PageRows, TrackingConflictError
 from runledger.projections.base import Projection
@@ -25,7 +27,7 @@ def serve(connection: Connection, url: str) -> None:
         storage, views = open_backend(url, create=False)
         projections = {projection.name: projection for projection in default_projections()}
     except Exception as error:
-        connection.send(("failed", f"{type(error).__name__}: {error}"))
+        connection.send(("failed", _without_secrets(f"{type(error).__name__}: {error}", url)))
         return
     # Nothing made from here on lives long: a collection would only walk the modules.
     gc.freeze()
@@ -40,6 +42,13 @@ def serve(connection: Connection, url: str) -> None:
     finally:
         views.close()
         storage.close()
+
+
+def _without_secrets(text: str, url: str) -> str:
+    """``text`` with the URL redacted and its password nowhere: the host logs it."""
+    text = text.replace(url, redact_url(url))
+    password = urlsplit(url).password
+    return text.replace(password, "***") if password else text
 
 
 def _pages(connection: Connection) -> Iterator[list[PageRows]]:

@@ -183,7 +183,7 @@ def test_a_committer_that_cannot_open_the_store_leaves_the_build_its_own_pages(
     nowhere = (
         f"sqlite:///{tmp_path / 'nowhere' / 'none.db'}"
         if filled_url.startswith("sqlite")
-        else urlunsplit(urlsplit(filled_url)._replace(path="/runledger_no_such_database"))
+        else _with_password(filled_url, "/runledger_no_such_database")
     )
     missing = Committer(nowhere)
     try:
@@ -192,6 +192,7 @@ def test_a_committer_that_cannot_open_the_store_leaves_the_build_its_own_pages(
     finally:
         missing.close()
     assert "did not start" in caplog.text
+    assert SECRET not in caplog.text
     with open_runtime(filled_url, embedded_projections=False) as runtime:
         runtime.catch_up()
         incremental = dump(runtime)
@@ -202,6 +203,18 @@ def test_a_committer_that_cannot_open_the_store_leaves_the_build_its_own_pages(
 
         assert sent == []
         assert dump(runtime) == incremental
+
+
+SECRET = "s3cret-committer"
+
+
+def _with_password(url: str, path: str) -> str:
+    """``url`` at another database, with a password (trust auth ignores it)."""
+    parts = urlsplit(url)
+    user = parts.username or "postgres"
+    host = parts.hostname or "127.0.0.1"
+    netloc = f"{user}:{SECRET}@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc, path=path))
 
 
 def test_a_committer_that_cannot_be_started_leaves_the_build_its_own_pages(
