@@ -18,6 +18,9 @@ The switch is one transaction of the view store. A build that crashed leaves its
 (``restart`` starts it afresh). ``verify`` replays into memory and compares with the live
 slot at the live slot's position, without a lock and without writing anything.
 
+A build's pages are encoded and committed by a committer process beside it, once it has
+started (``views.committer``): the build decodes and applies the next page meanwhile.
+
 Several processes (``rebuild_in_processes``): a rebuild is CPU-bound Python, so threads would
 share one core. Each group of projections is replayed by a process of its own, reading the
 log itself and committing its own pages; the groups touch disjoint tables and tracking rows,
@@ -500,8 +503,12 @@ class Builds:
         return read
 
     def start_committer(self) -> Committer | None:
-        """The committer, started if none works yet (None without a URL for it)."""
-        return None if self._committer_url is None else self._started(self._committer_url)
+        """The committer, started if none works yet (None without a URL for it); waits for
+        a build that has it."""
+        if self._committer_url is None:
+            return None
+        with self._committer_free:
+            return self._started(self._committer_url)
 
     @property
     def committer(self) -> Committer | None:
