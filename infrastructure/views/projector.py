@@ -587,15 +587,17 @@ def project_page(
 
 def _send_page(build: BuildCommits, active: Sequence[ProjectionRunner]) -> None:
     """Send a build's page once the one before it committed; its rows go unencoded where
-    ``build`` takes them."""
-    build.settle()
+    ``build`` takes them. A page is encoded before the wait for the one before it, whose
+    commit the server works on meanwhile."""
     if build.takes_rows():
         rows = [(runner, page) for runner in active if (page := runner.end_page_rows()) is not None]
+        build.settle()
         for runner, _ in rows:
             runner.committing()
         build.send_rows([page for _, page in rows])
         return
     commits = [(runner, commit) for runner in active if (commit := runner.end_page()) is not None]
+    build.settle()
     for runner, _ in commits:
         runner.committing()
     build.send([commit for _, commit in commits])
