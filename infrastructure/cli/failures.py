@@ -7,7 +7,6 @@ line that points to ``--debug``, which shows the traceback.
 
 from __future__ import annotations
 
-import re
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -22,7 +21,7 @@ from runledger.domain.errors import (
     RestoreNotVerifiedError,
     WorkflowError,
 )
-from runledger.infrastructure.storage.urls import redact_url
+from runledger.infrastructure.storage.urls import redact_urls
 
 EXIT_OK: Final = 0
 EXIT_DIFFERENCE: Final = 1
@@ -38,8 +37,6 @@ EXIT_INTERRUPTED: Final = 130
 
 DEBUG_FLAG: Final = "--debug"
 
-_URL: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S+")
-
 
 def _click_class(name: str) -> type[Exception]:
     # typer vendors click from 0.29 on (typer._click) and imports the real one before: its
@@ -48,11 +45,6 @@ def _click_class(name: str) -> type[Exception]:
 
 
 _USAGE_ERROR: Final = _click_class("UsageError")
-
-
-def _redacted(text: str) -> str:
-    # Any URL inside an arbitrary exception's text may carry a password.
-    return _URL.sub(lambda match: redact_url(match.group(0)), text)
 
 
 def exit_code_of(error: WorkflowError) -> int:
@@ -98,7 +90,7 @@ def run_command_line(
             print(_usage_line(error), file=err)
         return EXIT_USAGE
     except WorkflowError as error:
-        print(error_line(error.code, _redacted(error.message)), file=err)
+        print(error_line(error.code, redact_urls(error.message)), file=err)
         return exit_code_of(error)
     except (KeyboardInterrupt, typer.Abort):
         print(error_line("interrupted", "stopped before it finished"), file=err)
@@ -106,7 +98,7 @@ def run_command_line(
     except Exception as error:
         if debug:
             traceback.print_exc(file=err)
-        detail = _redacted(f"{type(error).__name__}: {error}")
+        detail = redact_urls(f"{type(error).__name__}: {error}")
         hint = "" if debug else f"; run again with {DEBUG_FLAG} for the traceback"
         print(f"internal error: {detail}{hint}", file=err)
         return EXIT_INTERNAL

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -103,6 +104,15 @@ def redact_url(url: str) -> str:
         fields = [_redacted_field(field) for field in query.split("&")]
         tail = f"{path}?{'&'.join(fields)}{hash_mark}{fragment}"
     return f"{scheme}://{authority}{tail}"
+
+
+_URL_IN_TEXT: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S+")
+
+
+def redact_urls(text: str) -> str:
+    """``text`` with every URL in it redacted (``redact_url``): any exception's text may
+    carry a URL, and its password."""
+    return _URL_IN_TEXT.sub(lambda match: redact_url(match.group(0)), text)
 
 
 def _redacted_field(field: str) -> str:

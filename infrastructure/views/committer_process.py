@@ -9,13 +9,12 @@ import gc
 import os
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing
 from multiprocessing.connection import Connection
 from typing import Any
-from urllib.parse import urlsplit
 
 from runledger.infrastructure.runtime import default_projections, open_backend
-from runledger.infrastructure.storage.urls import redact_url
+from runledger.infrastructure.storage.urls import redact_urls
 from runledger.infrastructure.views.committer import decoded_pages
 from runledger.infrastructure.views.store import PageCommits, PageRows, TrackingConflictError
 from runledger.projections.base import Projection
@@ -27,7 +26,8 @@ def serve(connection: Connection, url: str) -> None:
         storage, views = open_backend(url, create=False)
         projections = {projection.name: projection for projection in default_projections()}
     except Exception as error:
-        connection.send(("failed", _without_secrets(f"{type(error).__name__}: {error}", url)))
+        # The host logs it: no password.
+        connection.send(("failed", redact_urls(f"{type(error).__name__}: {error}")))
         return
     # Nothing made from here on lives long: a collection would only walk the modules.
     gc.freeze()
@@ -42,13 +42,6 @@ def serve(connection: Connection, url: str) -> None:
     finally:
         views.close()
         storage.close()
-
-
-def _without_secrets(text: str, url: str) -> str:
-    """``text`` with the URL redacted and its password nowhere: the host logs it."""
-    text = text.replace(url, redact_url(url))
-    password = urlsplit(url).password
-    return text.replace(password, "***") if password else text
 
 
 def _pages(connection: Connection) -> Iterator[list[PageRows]]:
@@ -69,21 +62,13 @@ def _committed(
     except TrackingConflictError as conflict:
         return ("conflict", conflict.name, conflict.expected, conflict.actual)
     except Exception as error:
-        return ("error", f"{type(error).__name__}: {error}")
+        # The host logs it.
+        return ("error", redact_urls(f"{type(error).__name__}: {error}"))
     return ("ok",)
 
 
-@contextmanager
-def connected(fd: int) -> Iterator[Connection]:
-    connection = Connection(fd)
-    try:
-        yield connection
-    finally:
-        connection.close()
-
-
 if __name__ == "__main__":
-    with connected(int(sys.argv[1])) as pipe:
+    with closing(Connection(int(sys.argv[1]))) as pipe:
         serve(pipe, sys.stdin.read())
     # Skips the interpreter's teardown of every module: the store is closed, nothing is left.
     os._exit(0)
