@@ -39,6 +39,7 @@ from runledger.infrastructure.storage.archived import TOMBSTONE_TOPICS
 from runledger.infrastructure.telemetry import TELEMETRY
 from runledger.infrastructure.views.catch_up_statistics import CatchUpStatistics
 from runledger.infrastructure.views.read_ahead import ReadAhead
+from runledger.infrastructure.views.row_sizes import RowSizes, levelled_evictions
 from runledger.infrastructure.views.store import (
     BuildCommits,
     EncodedRow,
@@ -58,6 +59,9 @@ from runledger.projections.events import projected
 DEFAULT_PAGE_SIZE: Final = 1000
 DEFAULT_PAGE_SECONDS: Final = 0.05
 DEFAULT_CACHE_ROWS: Final = 100_000
+DEFAULT_CACHE_BYTES: Final = 16 * 1024 * 1024
+"""A live runner's cache holds at most this much of its rows' JSON (``row_sizes``): about
+50 MB decoded, 4,000 viewer-delta run rows or 30,000 follow-up rows."""
 
 Progress = Callable[[int], None]
 
@@ -127,26 +131,6 @@ def _as_stored(old: Row, new: Row, new_stored: EncodedRow, table: Table) -> Enco
     return stored
 
 
-def _evictions(sizes: Mapping[str, int], excess: int) -> dict[str, int]:
-    """How many rows each table gives up so that ``excess`` rows go, taking one at a time
-    from whichever table is then the largest: the largest tables come down to one level
-    (the first ``spare`` of them, largest first, keep one row more)."""
-    ranked = sorted(sizes.items(), key=lambda item: -item[1])
-    above = 0  # rows over the level of the k largest tables
-    count = len(ranked)
-    for k in range(1, len(ranked) + 1):
-        next_size = ranked[k][1] if k < len(ranked) else 0
-        if above + k * (ranked[k - 1][1] - next_size) >= excess:
-            count = k
-            break
-        above += k * (ranked[k - 1][1] - next_size)
-    top = ranked[:count]
-    level, spare = divmod(sum(size for _, size in top) - excess, count)
-    return {
-        name: size - level - (1 if index < spare else 0) for index, (name, size) in enumerate(top)
-    }
-
-
 def _just_inserted(stored: StoredEvent, position: int) -> ProjectedEvent:
     """A stored event this process built and inserted, as the projections see it.
 
@@ -180,10 +164,15 @@ class ProjectionRunner:
         views: ViewStore,
         cache_rows: int,
         slot: TrackingState | None = None,
+        *,
+        cache_bytes: int | None = None,
     ) -> None:
+        """``cache_rows``, and ``cache_bytes`` of their JSON unless None, bound the rows
+        the runner keeps (``_trim``)."""
         self.projection = projection
         self.views = views
         self.cache_rows = cache_rows
+        self._sizes = None if cache_bytes is None else RowSizes(cache_bytes)
         self.position = 0
         self.failure: str | None = None
         self.cause: Exception | None = None
@@ -318,6 +307,11 @@ class ProjectionRunner:
         return True
 
     @property
+    def cached_rows(self) -> int:
+        """How many rows the cache holds."""
+        return self._cached
+
+    @property
     def holds_rows(self) -> bool:
         """Whether the cache holds any row (a replay into an empty one cannot keep any)."""
         return self._cached > 0
@@ -347,6 +341,8 @@ class ProjectionRunner:
         if key not in rows:
             self._cached += 1
         rows[key] = row
+        if self._sizes is not None and row is not None:
+            self._sizes.kept(table_name, row)
 
     def _trim(self) -> None:
         """Back to the bound. Every evicted row is committed, so from there a miss must ask
@@ -357,14 +353,22 @@ class ProjectionRunner:
         PostgreSQL fetched them again 193 times, a round trip each (the server on this
         machine hid them behind the page commits; one across a network would not).
 
-        A page's rows are evicted together (``_evictions``), not row by row: finding the
-        largest table for every row was 6 % of a PostgreSQL rebuild (py-spy, P3)."""
+        A page's rows are evicted together (``levelled_evictions``), not row by row: finding
+        the largest table for every row was 6 % of a PostgreSQL rebuild (py-spy, P3). With a
+        bound in bytes too (``row_sizes``), the tables heaviest in bytes then come down to it."""
         excess = self._cached - self.cache_rows
-        if excess <= 0:
-            return
-        for name, count in _evictions(
-            {name: len(rows) for name, rows in self._cache.items()}, excess
-        ).items():
+        if excess > 0:
+            self._evict(
+                levelled_evictions({name: len(rows) for name, rows in self._cache.items()}, excess)
+            )
+        sizes = self._sizes
+        # Weighed only when the rows could be over the bound, as the heaviest table's.
+        if sizes is not None and self._cached * sizes.heaviest > sizes.limit:
+            self._evict(sizes.evictions({name: len(r) for name, r in self._cache.items()}))
+
+    def _evict(self, counts: Mapping[str, int]) -> None:
+        """Drop each table's ``counts`` least recently used rows."""
+        for name, count in counts.items():
             if not count:
                 continue
             rows = self._cache[name]
@@ -623,13 +627,17 @@ class Projector:
         page_size: int = DEFAULT_PAGE_SIZE,
         page_seconds: float = DEFAULT_PAGE_SECONDS,
         cache_rows: int = DEFAULT_CACHE_ROWS,
+        cache_bytes: int | None = DEFAULT_CACHE_BYTES,
     ) -> None:
         self.storage = storage
         self.views = views
         self.page_size = page_size
         self.page_seconds = page_seconds
         self.cache_rows = cache_rows
-        self.runners = {p.name: ProjectionRunner(p, views, cache_rows) for p in projections}
+        self.runners = {
+            p.name: ProjectionRunner(p, views, cache_rows, cache_bytes=cache_bytes)
+            for p in projections
+        }
         self._contended_until = 0.0
         """Until when (monotonic) another process is taken to project this log too."""
         self._lock = threading.RLock()

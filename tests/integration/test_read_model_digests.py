@@ -13,10 +13,13 @@ from collections.abc import Iterator
 
 import pytest
 
+from runledger.domain.values import Actor
 from runledger.infrastructure.cli.generated_history import HistoryGenerator
-from runledger.infrastructure.runtime import StoreRuntime, open_runtime
+from runledger.infrastructure.runtime import StoreRuntime, default_projections, open_runtime
 from runledger.infrastructure.store import WorkflowStore
 from runledger.infrastructure.views import rebuild
+from runledger.infrastructure.views.digest import view_digest
+from runledger.infrastructure.views.projector import Projector
 
 EVENTS = 1_500
 
@@ -91,7 +94,79 @@ def test_a_rebuild_through_a_tiny_row_cache_gives_the_same_digests(
 ) -> None:
     # Past its cache a build asks the view store for rows it evicted, as on a big store.
     monkeypatch.setattr(rebuild, "BUILD_CACHE_ROWS", 10)
+    monkeypatch.setattr(rebuild, "BUILD_PAGE_SIZE", 50)
 
     history.rebuild_projections()
 
     assert digests(history) == reference
+
+
+def test_a_rebuild_through_a_tiny_byte_bound_gives_the_same_digests(
+    history: StoreRuntime, reference: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Less than a row of each table's JSON, in pages of 50 events: tables give rows up and the
+    # next pages ask for them again.
+    monkeypatch.setattr(rebuild, "BUILD_CACHE_BYTES", 256)
+    monkeypatch.setattr(rebuild, "BUILD_PAGE_SIZE", 50)
+
+    history.rebuild_projections()
+
+    assert digests(history) == reference
+
+
+def test_a_catch_up_through_a_tiny_byte_bound_gives_the_same_digests(
+    store_url: str, reference: dict[str, str]
+) -> None:
+    runtime = open_runtime(store_url, embedded_projections=False)
+    try:
+        for batch in HistoryGenerator(seed=11, prefix="digest").batches(
+            EVENTS, follow_ups_per_run=12
+        ):
+            runtime.storage.events.insert_events(batch)
+        projector = Projector(
+            runtime.storage, runtime.views, default_projections(), page_size=50, cache_bytes=4_096
+        )
+        projector.catch_up()
+
+        held = {name: runner.cached_rows for name, runner in projector.runners.items()}
+        found = {
+            name: view_digest(runner.projection, runtime.views.reader())
+            for name, runner in projector.runners.items()
+        }
+    finally:
+        runtime.close()
+    assert found == reference
+    # The bound held: no runner kept more than a few of the viewer deltas' 4 kB rows.
+    assert held["viewer_deltas"] < 8
+
+
+def test_a_rebuild_that_comes_back_to_rows_it_gave_up_gives_the_same_digests(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two runs in turns, pages of a few events: past a bound of a row or two, every page
+    # needs rows the build gave up.
+    runtime = open_runtime(store_url)
+    try:
+        store = WorkflowStore(runtime)
+        for run_id in ("turns-a", "turns-b"):
+            store.create_run(run_id, workflow_name="review", input={})
+            store.bind_origin_session(run_id, f"{run_id}-session")
+        for number in range(12):
+            run_id = ("turns-a", "turns-b")[number % 2]
+            store.queue_follow_up(
+                run_id,
+                request_id=f"request-{number}",
+                target_session_id=f"{run_id}-session",
+                actor=Actor("session", f"{run_id}-session"),
+                source="pi-session",
+                prompt=f"Follow-up {number}",
+            )
+        before = digests(runtime)
+        monkeypatch.setattr(rebuild, "BUILD_CACHE_BYTES", 256)
+        monkeypatch.setattr(rebuild, "BUILD_PAGE_SIZE", 3)
+
+        runtime.rebuild_projections()
+
+        assert digests(runtime) == before
+    finally:
+        runtime.close()

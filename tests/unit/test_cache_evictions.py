@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runledger.infrastructure.views.projector import _evictions
+from runledger.infrastructure.views.row_sizes import levelled_evictions
 
 
 def one_at_a_time(sizes: dict[str, int], excess: int) -> dict[str, int]:
@@ -38,7 +38,7 @@ def test_the_tables_end_as_row_by_row_eviction_leaves_them(
     sizes, excess = cache
     if not excess:
         return
-    bulk = _evictions(sizes, excess)
+    bulk = levelled_evictions(sizes, excess)
     assert sum(bulk.values()) == excess
     assert all(0 <= count <= sizes[name] for name, count in bulk.items())
     # Ties may fall to another table of the same size: the sizes left are what matter.
@@ -49,6 +49,6 @@ def test_the_tables_end_as_row_by_row_eviction_leaves_them(
 
 
 def test_a_small_table_keeps_its_rows_while_a_large_one_has_any_over_it() -> None:
-    assert _evictions({"messages": 1_990, "sessions": 12}, 100) == {"messages": 100}
-    assert _evictions({"a": 10, "b": 9, "c": 2}, 5) == {"a": 3, "b": 2}
-    assert _evictions({"a": 3, "b": 3}, 6) == {"a": 3, "b": 3}
+    assert levelled_evictions({"messages": 1_990, "sessions": 12}, 100) == {"messages": 100}
+    assert levelled_evictions({"a": 10, "b": 9, "c": 2}, 5) == {"a": 3, "b": 2}
+    assert levelled_evictions({"a": 3, "b": 3}, 6) == {"a": 3, "b": 3}
