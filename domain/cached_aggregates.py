@@ -11,10 +11,16 @@ An aggregate not in the cache is read from its latest snapshot and the events af
 library asks for the snapshot, then for the events, a round trip each on PostgreSQL (a new
 run's ``create_run`` took three: its id checked unused, then its commit). A recorder with
 ``select_from_snapshot`` (``ports.SnapshotReads``) answers both at once.
+
+Events are applied by ``mutated``, not the library's ``project_aggregate``, whose check of
+each event against a runtime protocol took 12.8 µs an event (0.09 µs for the mutate itself
+to be found): 1.3 ms for a run loaded from its snapshot and 99 events, and a tenth of an
+export's time loading its run's 30k.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from contextlib import suppress
 from copy import deepcopy
 from itertools import chain
@@ -26,6 +32,15 @@ from eventsourcing.application import AggregateNotFoundError, Repository, projec
 from runledger.domain.ports import SnapshotReads
 
 
+def mutated(aggregate: Any, events: Iterable[Any]) -> Any:
+    """The aggregate with the events applied in turn (``project_aggregate`` without its
+    per-event ``isinstance`` of a runtime protocol): every stored event decodes to a class of
+    the catalogue (``serialisation``), each with the library's ``mutate``."""
+    for event in events:
+        aggregate = event.mutate(aggregate)
+    return aggregate
+
+
 class PrunableRepository(Repository[UUID]):
     """``Repository`` whose cached aggregates are gone once their events are."""
 
@@ -34,10 +49,12 @@ class PrunableRepository(Repository[UUID]):
         aggregate_id: UUID,
         *,
         version: int | None = None,
-        projector_func: Any = project_aggregate,
+        projector_func: Any = mutated,
         fastforward_skipping: bool = False,
         deepcopy_from_cache: bool = True,
     ) -> Any:
+        if projector_func is project_aggregate:
+            projector_func = mutated
         options: dict[str, Any] = {
             "version": version,
             "projector_func": projector_func,

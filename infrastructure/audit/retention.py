@@ -20,11 +20,11 @@ from typing import Any
 from uuid import UUID
 
 import orjson
-from eventsourcing.application import project_aggregate
 from eventsourcing.domain import BaseAggregate
 from eventsourcing.persistence import Notification
 
 from runledger.domain.application import A, WorkflowRuns, of_kind
+from runledger.domain.cached_aggregates import mutated
 from runledger.domain.errors import (
     ArchiveNotVerifiedError,
     InvalidArchiveFolderError,
@@ -183,9 +183,7 @@ def _replayed(app: WorkflowRuns, notifications: list[Notification]) -> dict[UUID
     for aggregate_id, stored in events.items():
         if [n.originator_version for n in stored] != list(range(1, len(stored) + 1)):
             continue
-        replayed[aggregate_id] = project_aggregate(
-            None, [app.mapper.to_domain_event(n) for n in stored]
-        )
+        replayed[aggregate_id] = mutated(None, [app.mapper.to_domain_event(n) for n in stored])
     return replayed
 
 
