@@ -26,7 +26,7 @@ from runledger.infrastructure.commits.ports import (
     SameCommit,
 )
 from runledger.infrastructure.commits.stats import CommitStats
-from runledger.infrastructure.commits.unit_of_work import UnitOfWork
+from runledger.infrastructure.commits.unit_of_work import HotAggregateError, UnitOfWork
 
 A = TypeVar("A", bound=BaseAggregate[UUID])
 T = TypeVar("T")
@@ -37,6 +37,9 @@ MAX_HOT_AGGREGATES: Final = 1000
 FIRST_AFTER: Final = 10
 """Conflicts a command loses before it holds its aggregates going first
 (``EventStorage.lock_aggregates``): holders, not first attempts, then win a hot run."""
+MAX_HOT_STOPS: Final = 3
+"""Attempts a command stops at a read of a hot aggregate it does not hold (``HotAggregateError``,
+one aggregate more held each time); past them it runs to its end, then holds all it changed."""
 MAX_ATTEMPTS: Final = 50
 """Attempts of one command before ``ConcurrencyError``: far more than held locks ever need."""
 
@@ -57,6 +60,17 @@ def forget_cached(app: Application[UUID], aggregate_ids: Iterable[UUID]) -> None
     for aggregate_id in aggregate_ids:
         with suppress(KeyError):
             cache.get(aggregate_id, evict=True)
+
+
+def _unheld_existing(changed: Sequence[BaseAggregate[UUID]], held: Sequence[UUID]) -> list[UUID]:
+    """The aggregates a save would change that it does not hold and that existed before it
+    (one it creates is no other writer's to hold)."""
+    holding = set(held)
+    return [
+        aggregate.id
+        for aggregate in changed
+        if aggregate.id not in holding and aggregate.version > len(aggregate.pending_events)
+    ]
 
 
 class CommandExecutor:
@@ -136,20 +150,34 @@ class CommandExecutor:
         The first attempt is optimistic (no lock, one round trip). After a conflict, the
         command runs again holding every aggregate it changed so far, so the writers of a hot
         run take turns instead of retrying without bound; the version check stays the guard.
+        An attempt that reads an aggregate which conflicted lately (``hot``) without holding
+        it stops there and runs again holding it.
         At most ``attempts`` times (default ``MAX_ATTEMPTS``), then ``exhausted()`` is raised.
         """
         contended: list[UUID] = []
         trusting = assume_new = True
         conflicted = False
-        losses = 0
+        losses = stops = 0
         for attempt in range(MAX_ATTEMPTS if attempts is None else attempts):
             changed: list[BaseAggregate[UUID]] = []
             try:
                 first = losses >= FIRST_AFTER
                 with self._storage.lock_aggregates(contended, conflicted=conflicted, first=first):
-                    unit = UnitOfWork(self, self._now(), trusting=trusting, assume_new=assume_new)
+                    unit = UnitOfWork(
+                        self,
+                        self._now(),
+                        trusting=trusting,
+                        assume_new=assume_new,
+                        held=contended if stops < MAX_HOT_STOPS else None,
+                    )
                     try:
                         result = command(unit)
+                    except HotAggregateError as hot_read:
+                        # Again holding it too, from the start, in the fixed order.
+                        contended = sorted({*contended, hot_read.aggregate_id})
+                        trusting = False
+                        stops += 1
+                        continue
                     except WorkflowError:
                         if not unit.assumed:
                             raise
@@ -160,6 +188,14 @@ class CommandExecutor:
                     if not changed and unit.assumed:
                         # An answer that writes nothing is not checked by a save's keys.
                         trusting = assume_new = False
+                        continue
+                    unheld = _unheld_existing(changed, contended) if contended else []
+                    if unheld:
+                        # Its insert would lock them after those it holds, out of the one
+                        # order: two commands holding halves of the same runs deadlocked.
+                        contended = sorted({*contended, *unheld})
+                        trusting = False
+                        changed = []
                         continue
                     hot = [] if contended else self._hot([a.id for a in changed])
                     if hot:
@@ -202,6 +238,10 @@ class CommandExecutor:
 
     def _forget(self, aggregates: Iterable[BaseAggregate[UUID]]) -> None:
         forget_cached(self._app, (aggregate.id for aggregate in aggregates))
+
+    def hot(self, aggregate_id: UUID) -> bool:
+        """Whether the aggregate conflicted lately (``HOT_SECONDS``)."""
+        return bool(self._hot((aggregate_id,)))
 
     def _hot(self, aggregate_ids: Iterable[UUID]) -> list[UUID]:
         """The aggregates among these that conflicted lately, in the fixed (sorted) order."""

@@ -3,7 +3,7 @@ fences its commit rests on."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from datetime import datetime
 from typing import Protocol, TypeVar
 from uuid import UUID
@@ -34,6 +34,10 @@ class AggregateSource(Protocol):
         """A copy of the aggregate as this process last saved or loaded it, or None."""
         ...
 
+    def hot(self, aggregate_id: UUID) -> bool:
+        """Whether other writers changed the aggregate lately (it conflicted here)."""
+        ...
+
     def load(self, cls: type[A], aggregate_id: UUID) -> A | None:
         """The aggregate as stored, or None when there is none of that class."""
         ...
@@ -41,6 +45,15 @@ class AggregateSource(Protocol):
     def originator_ids_by_key(self, lookup_key: str) -> list[UUID]:
         """Aggregates with an event indexed under ``lookup_key``, in log order."""
         ...
+
+
+class HotAggregateError(Exception):
+    """An attempt read an aggregate other writers keep changing without holding its lock:
+    the executor runs the command again holding it (``UnitOfWork.held``)."""
+
+    def __init__(self, aggregate_id: UUID) -> None:
+        super().__init__(f"aggregate {aggregate_id} is contended")
+        self.aggregate_id = aggregate_id
 
 
 class UnitOfWork(CommandUnit):
@@ -61,8 +74,12 @@ class UnitOfWork(CommandUnit):
         *,
         trusting: bool = False,
         assume_new: bool = False,
+        held: Collection[UUID] | None = None,
     ) -> None:
         self.source = source
+        self.held = held
+        """The aggregates whose locks this attempt holds; reading a hot one not among them
+        stops it (``HotAggregateError``). None: no attempt locks, nothing stops it."""
         self.now = now
         self.trusting = trusting
         self.assume_new = assume_new
@@ -73,6 +90,13 @@ class UnitOfWork(CommandUnit):
 
     def get(self, cls: type[A], aggregate_id: UUID) -> A | None:
         if aggregate_id not in self._aggregates:
+            # Stopped at its first read: run to its end, the attempt was thrown away after
+            # its save found the run hot, its read of the store and its processor time
+            # spent in vain (0.5-0.6 ms of 2.4-3.1 a command, four processes on one run on
+            # PostgreSQL).
+            held = self.held
+            if held is not None and aggregate_id not in held and self.source.hot(aggregate_id):
+                raise HotAggregateError(aggregate_id)
             cached = self.source.cached(aggregate_id) if self.trusting else None
             if cached is not None:
                 self.assumed = True
