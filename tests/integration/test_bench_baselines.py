@@ -21,9 +21,7 @@ from runledger.infrastructure.cli.bench.baselines import (
     plain_connection,
 )
 from runledger.infrastructure.cli.bench.runner import Bench, BenchResult
-from tests.integration.conftest import BACKENDS
-
-DURABLE = [param for param in BACKENDS if param.values[0] != "memory"]
+from tests.support.bench import DURABLE, durable_bench
 
 
 @pytest.fixture(params=DURABLE)
@@ -31,15 +29,8 @@ def bench(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Bench]:
     """A bench on the backend, whose scratch databases go when the test ends."""
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path_factory.mktemp('bench') / 'bench.db'}"
-    else:
-        url = request.getfixturevalue("postgres_url")
-    opened = Bench(url, events=100, seconds=0.2, advance=lambda _: None, quick=True)
-    try:
+    with durable_bench(request, tmp_path_factory, events=100) as opened:
         yield opened
-    finally:
-        opened.scratch.close()
 
 
 def count(url: str, table: str) -> int:

@@ -9,24 +9,15 @@ import pytest
 
 from runledger.infrastructure.cli.bench import projections
 from runledger.infrastructure.cli.bench.runner import Bench
-from tests.integration.conftest import BACKENDS
-
-DURABLE = [param for param in BACKENDS if param.values[0] != "memory"]
+from tests.support.bench import DURABLE, durable_bench
 
 
 @pytest.fixture(params=DURABLE)
 def bench(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Bench]:
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path_factory.mktemp('bench') / 'bench.db'}"
-    else:
-        url = request.getfixturevalue("postgres_url")
-    opened = Bench(url, events=600, seconds=0.2, advance=lambda _: None, quick=True)
-    try:
+    with durable_bench(request, tmp_path_factory, events=600) as opened:
         yield opened
-    finally:
-        opened.scratch.close()
 
 
 def test_v3_over_a_longer_history_is_measured_next_to_the_shorter_one(

@@ -17,24 +17,15 @@ from runledger.infrastructure.cli.bench.storage import (
     logged_bytes,
     session_history,
 )
-from tests.integration.conftest import BACKENDS
-
-DURABLE = [param for param in BACKENDS if param.values[0] != "memory"]
+from tests.support.bench import DURABLE, durable_bench
 
 
 @pytest.fixture(params=DURABLE)
 def bench(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Bench]:
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path_factory.mktemp('bench') / 'bench.db'}"
-    else:
-        url = request.getfixturevalue("postgres_url")
-    opened = Bench(url, events=600, seconds=0.2, advance=lambda _: None, quick=True)
-    try:
+    with durable_bench(request, tmp_path_factory, events=600) as opened:
         yield opened
-    finally:
-        opened.scratch.close()
 
 
 def test_p13_reports_the_worse_history_as_disk_bytes_over_payload_bytes(bench: Bench) -> None:

@@ -24,6 +24,16 @@ def executor(runtime: StoreRuntime) -> CommandExecutor:
     return commits
 
 
+def made_hot(runtime: StoreRuntime, store: WorkflowStore, second_store: WorkflowStore) -> UUID:
+    """run-1, which another writer moved past ``store``'s cached copy so that ``store``'s
+    next save of it conflicted: hot in ``runtime``."""
+    second_store.record_progress("run-1", status="running", status_detail="elsewhere")
+    store.record_progress("run-1", status="running", status_detail="conflicted")
+    run_id = run_aggregate_id("run-1")
+    assert executor(runtime).hot(run_id)
+    return run_id
+
+
 def spied(
     runtime: StoreRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> tuple[list[int], list[list[UUID]]]:
@@ -54,11 +64,7 @@ def test_a_read_of_a_hot_run_stops_the_attempt_and_it_runs_again_holding_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     create(store, "run-1")
-    run_id = run_aggregate_id("run-1")
-    # Another writer moves the run past this store's cached copy: its next save conflicts.
-    second_store.record_progress("run-1", status="running", status_detail="elsewhere")
-    store.record_progress("run-1", status="running", status_detail="conflicted")
-    assert executor(runtime).hot(run_id)
+    run_id = made_hot(runtime, store, second_store)
     progressed, locks = spied(runtime, monkeypatch)
 
     store.record_progress("run-1", status="running", status_detail="held")
@@ -92,10 +98,7 @@ def test_a_save_holding_some_runs_holds_every_existing_run_it_changes(
     # holding one run each and writing both deadlocked (test_postgres_gaps, opposite orders).
     create(store, "run-1")
     create(store, "run-2")
-    hot, quiet = run_aggregate_id("run-1"), run_aggregate_id("run-2")
-    second_store.record_progress("run-1", status="running", status_detail="elsewhere")
-    store.record_progress("run-1", status="running", status_detail="conflicted")
-    assert executor(runtime).hot(hot)
+    hot, quiet = made_hot(runtime, store, second_store), run_aggregate_id("run-2")
     assert not executor(runtime).hot(quiet)
     _, locks = spied(runtime, monkeypatch)
 
@@ -117,8 +120,7 @@ def test_a_save_holding_a_run_creates_new_aggregates_without_holding_them(
 ) -> None:
     create(store, "run-1")
     store.bind_origin_session("run-1", "session-1")
-    second_store.record_progress("run-1", status="running", status_detail="elsewhere")
-    store.record_progress("run-1", status="running", status_detail="conflicted")
+    run_id = made_hot(runtime, store, second_store)
     _, locks = spied(runtime, monkeypatch)
 
     store.queue_follow_up(
@@ -131,4 +133,4 @@ def test_a_save_holding_a_run_creates_new_aggregates_without_holding_them(
     )
 
     # The follow-up and its message are new: no other writer holds them, so no third attempt.
-    assert locks == [[], [run_aggregate_id("run-1")]]
+    assert locks == [[], [run_id]]
