@@ -213,8 +213,8 @@ BUILD_CACHE_ROWS: Final = 2_000
 BUILD_CACHE_BYTES: Final = 2 * 1024 * 1024
 """Rows a build keeps decoded, and their JSON's bytes (``views.row_sizes``): a model's rows
 can be kilobytes each (viewer deltas, about 500 rows). With rows alone, the build's peak RSS
-grew from 102 MB at 100k events of the bench history to 122 MB at 1M; with both, 97 and
-101 MB, and the rebuild was as fast."""
+grew from 102 MB at 100k events of the bench history to 122 MB at 1M; with both, 100-101
+and 107 MB (with the committer's, 190 and 197 MB: 1.04x), and the rebuild was as fast."""
 BUILD_PAGE_SIZE: Final = 4_000
 BUILD_PAGE_SECONDS: Final = 0.2
 """A build's pages are longer than a live catch-up's (``DEFAULT_PAGE_SIZE``, 50 ms), which
