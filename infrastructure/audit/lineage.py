@@ -20,9 +20,10 @@ _PAGE = 1000
 
 
 def audited_run(runtime: StoreRuntime, run_id: object) -> RunRecord:
-    """The run an audit is about, or ``RunNotFoundError``."""
+    """The run an audit is about as it was created (its id and lineage: an audit reads its
+    events itself), or ``RunNotFoundError``."""
     checked = check_run_id(run_id)
-    run = runtime.app.get_run(checked)
+    run = runtime.app.get_run_as_created(checked)
     if run is None:
         raise RunNotFoundError(checked)
     return run
@@ -33,7 +34,7 @@ def lineage_runs(runtime: StoreRuntime, run: RunRecord) -> list[str]:
     ancestors: list[str] = []
     current = run
     while current.parent_run_id is not None and len(ancestors) < MAX_LINEAGE_DEPTH:
-        parent = runtime.app.get_run(current.parent_run_id)
+        parent = runtime.app.get_run_as_created(current.parent_run_id)
         if parent is None:
             break
         ancestors.append(parent.run_id)
