@@ -240,8 +240,10 @@ class CommandExecutor:
         forget_cached(self._app, (aggregate.id for aggregate in aggregates))
 
     def hot(self, aggregate_id: UUID) -> bool:
-        """Whether the aggregate conflicted lately (``HOT_SECONDS``)."""
-        return bool(self._hot((aggregate_id,)))
+        """Whether the aggregate conflicted lately (``HOT_SECONDS``): asked at every first
+        read of an aggregate, so one lookup, no list."""
+        at = self._conflicted_at.get(aggregate_id)
+        return at is not None and time.monotonic() - at < HOT_SECONDS
 
     def _hot(self, aggregate_ids: Iterable[UUID]) -> list[UUID]:
         """The aggregates among these that conflicted lately, in the fixed (sorted) order."""

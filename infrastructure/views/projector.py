@@ -22,7 +22,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
-from typing import Final
+from typing import Final, TypeVar
 
 from eventsourcing.persistence import StoredEvent
 
@@ -64,6 +64,7 @@ DEFAULT_CACHE_BYTES: Final = 16 * 1024 * 1024
 50 MB decoded, 4,000 viewer-delta run rows or 30,000 follow-up rows."""
 
 Progress = Callable[[int], None]
+_Page = TypeVar("_Page", PageCommit, PageRows)
 
 logger = logging.getLogger(__name__)
 
@@ -595,16 +596,22 @@ def _send_page(build: BuildCommits, active: Sequence[ProjectionRunner]) -> None:
     commit the server works on meanwhile."""
     if build.takes_rows():
         rows = [(runner, page) for runner in active if (page := runner.end_page_rows()) is not None]
-        build.settle()
-        for runner, _ in rows:
-            runner.committing()
-        build.send_rows([page for _, page in rows])
-        return
-    commits = [(runner, commit) for runner in active if (commit := runner.end_page()) is not None]
+        _after_the_last(build, rows, build.send_rows)
+    else:
+        commits = [(r, commit) for r in active if (commit := r.end_page()) is not None]
+        _after_the_last(build, commits, build.send)
+
+
+def _after_the_last(
+    build: BuildCommits,
+    pages: list[tuple[ProjectionRunner, _Page]],
+    send: Callable[[list[_Page]], None],
+) -> None:
+    """Once the page before committed, take ``pages``' rows as the cache's and send them."""
     build.settle()
-    for runner, _ in commits:
+    for runner, _ in pages:
         runner.committing()
-    build.send([commit for _, commit in commits])
+    send([page for _, page in pages])
 
 
 def _nothing() -> None:

@@ -25,7 +25,7 @@ def test_v3_over_a_longer_history_is_measured_next_to_the_shorter_one(
 ) -> None:
     monkeypatch.setattr(projections, "HISTORY_EVENTS", 300)
 
-    row = projections.peak_rss(bench.scratch.new_url(), 900, baseline_url=bench.scratch.new_url())
+    row = projections.peak_rss(bench.scratch.new_url(), 900, new_baseline_url=bench.scratch.new_url)
 
     assert row.id == "V3"
     assert row.baseline is not None
@@ -37,7 +37,7 @@ def test_v3_over_a_longer_history_is_measured_next_to_the_shorter_one(
 
 
 def test_v3_at_the_shorter_history_has_no_baseline(bench: Bench) -> None:
-    row = projections.peak_rss(bench.scratch.new_url(), 600, baseline_url=bench.scratch.new_url())
+    row = projections.peak_rss(bench.scratch.new_url(), 600, new_baseline_url=bench.scratch.new_url)
 
     assert (row.baseline, row.ratio) == (None, None)
     assert row.met == (row.value <= 500)

@@ -87,7 +87,7 @@ EXTRA_ROWS: Final[list[tuple[str, RowMeasure]]] = [
         lambda bench: projections.peak_rss(
             bench.scratch.new_url(),
             _history(bench, projections.RSS_EVENTS, projections.HISTORY_EVENTS),
-            baseline_url=bench.scratch.new_url(),
+            new_baseline_url=bench.scratch.new_url,
         ),
     ),
     ("A1", _AUDIT.row("A1")),
