@@ -16,7 +16,12 @@ from typing import Any
 
 import pytest
 
-from runledger.infrastructure.cli.bench.calibration import ADDITIONS, COMMITS, GAP_SECONDS
+from runledger.infrastructure.cli.bench.calibration import (
+    ADDITIONS,
+    COMMITS,
+    GAP_SECONDS,
+    WALK_OBJECTS,
+)
 from tests.support.cli import bench
 from tests.support.postgres import PostgresServer
 
@@ -52,13 +57,18 @@ def check_document(stdout: str, backend: str, ids: list[str]) -> dict[str, Any]:
     machine = document["machine"]
     assert set(machine) == {
         *("additions", "start_seconds", "end_seconds"),
+        *("walk_objects", "walk_start_seconds", "walk_end_seconds"),
         *("commits", "commit_start_seconds", "commit_end_seconds"),
         *("gap_ms", "spaced_commit_start_ms", "spaced_commit_end_ms"),
     }
     assert machine["additions"] == ADDITIONS
+    assert machine["walk_objects"] == WALK_OBJECTS
     assert machine["commits"] == COMMITS
     assert machine["gap_ms"] == GAP_SECONDS * 1000
-    for key in ("start_seconds", "end_seconds", "commit_start_seconds", "commit_end_seconds"):
+    for key in (
+        *("start_seconds", "end_seconds", "walk_start_seconds", "walk_end_seconds"),
+        *("commit_start_seconds", "commit_end_seconds"),
+    ):
         assert 0 < machine[key] < 60
     for key in ("spaced_commit_start_ms", "spaced_commit_end_ms"):
         assert 0 < machine[key] < 60_000

@@ -14,7 +14,7 @@ from rich.table import Table
 from runledger.infrastructure.cli.bench.calibration import (
     Calibration,
     database_times,
-    loop_seconds,
+    processor_times,
 )
 from runledger.infrastructure.cli.bench.extra_rows import EXTRA_ROWS
 from runledger.infrastructure.cli.bench.runner import Bench, BenchResult, check_reachable
@@ -71,9 +71,9 @@ def run_bench(
             extra_rows=EXTRA_ROWS,
         )
         progress.update(task, total=len(bench.planned()), description=bench.backend)
-        start, database_start = loop_seconds(), database_times(url)
+        start, database_start = processor_times(), database_times(url)
         results = bench.run()
-        machine = Calibration.of(start, loop_seconds(), database_start, database_times(url))
+        machine = Calibration.of(start, processor_times(), database_start, database_times(url))
         return BenchOutcome(bench.backend, results, machine)
 
 
