@@ -31,3 +31,21 @@ def test_ci_runs_readme_command_one_verbatim_in_a_fresh_copy_before_the_tests() 
     assert script.index(quoted) < script.index(tests)
     run_line = next(line for line in script.splitlines() if quoted in line)
     assert run_line.lstrip().startswith('(cd "$first_contact" && ')
+
+
+PROJECT_PATH = re.compile(
+    r"\b(?:infrastructure|domain|projections|tests|docs)/[\w/.-]+\.(?:py|md)\b"
+)
+
+
+def test_every_file_the_documents_name_exists() -> None:
+    """A reader follows the README and docs to the code and tests they cite; a module moved
+    since (``storage/group_commit.py`` went to ``commits/``) must take its mentions along."""
+    documents = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    cited = {
+        (document.name, path)
+        for document in documents
+        for path in PROJECT_PATH.findall(document.read_text(encoding="utf-8"))
+    }
+    assert len(cited) > 20, "the pattern still finds the documents' citations"
+    assert [(name, path) for name, path in sorted(cited) if not (ROOT / path).exists()] == []
