@@ -7,13 +7,13 @@ and at 17-22k two days later, when a loop of 10M additions took 1.1-1.2 s. Ratio
 baselines measured in the same turns absorb that; an absolute figure needs the machine's
 speed beside it to be read, and a start and an end far apart say the machine drifted.
 
-The loop measures the processor alone, within its caches. A machine can be slow where the
-loop is not: on 2026-12-07 the loop ran in 0.13 s, faster than the 0.2 s it took on the
-machines this bench was written on, while the rows fell 3-4x (P3 from 35.7k to 11.5k events/s
-on SQLite, P1 from 825 to 194 commands/s), and ``walk_seconds`` took 0.67-0.72 s, 12 times
-as long as as many steps over 10,000 objects, which the caches hold (memory that the host's
-other guests kept busy). The rows build, decode and cache many objects, so the bench also
-times this walk, which waits for memory, not for the processor.
+The loop measures the processor alone, within its caches. A machine can be slower than the
+loop says: late on 2026-12-07 the loop took 0.12-0.14 s, against 0.06-0.10 s that evening,
+while the rows fell 3-4x (P3 from 35.7k to 11.5k events/s on SQLite, P1 from 825 to 194
+commands/s), and ``walk_seconds`` took 0.67-0.72 s, 12 times as long as as many steps over
+10,000 objects, which the caches hold (memory that the host's other guests kept busy). The
+rows build, decode and cache many objects, so the bench also times this walk, which waits
+for memory more than for the processor.
 
 Rows bound by the database drifted while it held
 steady (P6 on SQLite gave a p99 of 3.8 ms, then 6.5-8.0 ms within the hour, the loop's time
