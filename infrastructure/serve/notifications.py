@@ -55,6 +55,9 @@ class CommitNotifications:
                 with psycopg.connect(self._conninfo, autocommit=True) as connection:
                     connection.execute(SQL("LISTEN {}").format(Identifier(self._channel)))
                     self.listening.set()
+                    # The session heard nothing of commits before it (the first, or those
+                    # made while the last connection was down): readers look once now.
+                    self._wake()
                     self._follow(connection)
             except psycopg.Error as error:
                 # The message names no password: libpq never puts one in its errors.

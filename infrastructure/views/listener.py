@@ -83,12 +83,16 @@ class Listener:
         *,
         ignored: Callable[[int], bool] = lambda _: False,
     ) -> bool:
-        """Block until a notification, ``timeout`` or ``stopping``; True if notified.
-        Notifications from a server process ``ignored`` says so of are passed over.
+        """Block until a notification, ``timeout`` or ``stopping``; True if notified, or if
+        the wait had to open a listening session: that session heard nothing of the commits
+        made before it, so the caller must look at the log (a worker whose commit landed
+        before its LISTEN otherwise slept a whole poll on it). Notifications from a server
+        process ``ignored`` says so of are passed over.
 
         Waits in short slices, so a ``stopping`` set without ``interrupt`` is seen too.
         """
         deadline = time.monotonic() + timeout
+        sessions = self.connections
         while not stopping.is_set():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -97,6 +101,8 @@ class Listener:
             if connection is None:
                 stopping.wait(min(remaining, SLICE_SECONDS))
                 continue
+            if self.connections != sessions and self.listening:
+                return True
             try:
                 # What already arrived first (a query on this connection may have read it),
                 # then a sleep on the socket and the waker: nothing is left unread in libpq.

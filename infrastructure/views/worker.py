@@ -56,6 +56,10 @@ class ProjectionWorker:
             # Code newer than a projection's active slot builds it first (blue/green): the
             # worker cannot project pages of its version into another version's tables.
             self.runtime.builds.upgrade()
+            if self._listener is not None:
+                # LISTEN before the first look at the log: a commit between that look and a
+                # later LISTEN would wake nobody, and the worker would sleep a poll on it.
+                self._listener.connection()
             while not self.stopping.is_set():
                 read = self.runtime.projector.catch_up(should_stop=self.stopping.is_set)
                 if self.on_pass is not None:

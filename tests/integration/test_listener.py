@@ -84,3 +84,32 @@ def test_an_interrupt_without_stopping_lets_the_wait_go_on(
     notify(postgres_store_url)
     waiter.join(timeout=60)
     assert outcome == [True]
+
+
+def test_a_wait_that_opens_the_listening_session_asks_the_caller_to_look(
+    postgres_store_url: str,
+) -> None:
+    # A commit made before the LISTEN woke nobody: the new session must send its caller to
+    # the log at once, not let it sleep until the timeout on a notification that never comes.
+    fresh = Listener(postgres_store_url, CHANNEL)
+    try:
+        assert fresh.wait(10.0, threading.Event()) is True
+        assert fresh.connections == 1
+        # The session stays: the next wait sleeps on it (a short timeout, nothing notified).
+        assert fresh.wait(0.3, threading.Event()) is False
+        fresh.close()
+        assert fresh.wait(10.0, threading.Event()) is True, "a reconnect heard nothing either"
+        assert fresh.connections == 2
+    finally:
+        fresh.release()
+
+
+def test_a_session_that_does_not_listen_yet_is_no_reason_to_look(postgres_store_url: str) -> None:
+    # The election's listener opens its session before it leads and listens: that session
+    # hears nothing by design, and its wait times out as any other.
+    quiet = Listener(postgres_store_url, CHANNEL, listening=False)
+    try:
+        assert quiet.wait(0.3, threading.Event()) is False
+        assert quiet.connections == 1
+    finally:
+        quiet.release()

@@ -471,6 +471,9 @@ class _DeafListener:
         self.stopping = stopping
         self.waits = 0
 
+    def connection(self) -> None:
+        """No session: it hears nothing, from the start."""
+
     def wait(self, timeout: float, *_: object) -> bool:
         self.waits += 1
         self.stopping.wait(timeout)
@@ -565,6 +568,51 @@ def test_notifications_wake_the_worker_long_before_its_poll_interval(
             time.sleep(0.3)
         assert max(latencies) < 2.0, f"latencies {latencies}s with a {poll}s poll interval"
         # Stopping an idle PostgreSQL worker is covered (as a known bug) further down.
+
+
+@pytest.mark.postgres
+def test_a_commit_during_the_first_look_at_the_log_wakes_the_worker(
+    postgres_store_url: str,
+) -> None:
+    # CI saw it (2026-12-08): a worker started slowly, the host committed while the worker
+    # read the log for the first time, and the worker LISTENed only after that read. Nobody
+    # woke it: it slept its whole poll (a minute) on a commit it had not seen.
+    poll = 3600.0
+    with observer(postgres_store_url) as writer, observer(postgres_store_url) as worker_runtime:
+        store = WorkflowStore(writer)
+        passes: list[int] = []
+
+        def commit_on_the_first_pass(read: int) -> None:
+            if not passes:
+                play_run(store, 0, follow_ups=2)
+            passes.append(read)
+
+        worker = ProjectionWorker(
+            worker_runtime, poll_seconds=poll, on_pass=commit_on_the_first_pass
+        )
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                worker.run()
+            except BaseException as error:
+                errors.append(error)
+
+        thread = threading.Thread(target=run, name="projection-worker", daemon=True)
+        thread.start()
+        try:
+            wait_for(
+                lambda: errors or (len(passes) > 1 and is_caught_up(writer)),
+                timeout=STARTUP_SECONDS,
+                what="the worker to project the commit of its first pass",
+                describe=lambda: describe_status(writer),
+            )
+            assert errors == [], f"the worker thread failed: {errors!r}"
+            assert store.terminal_data("run-0") is not None
+        finally:
+            worker.stop()
+            thread.join(timeout=STOP_SECONDS)
+        assert not thread.is_alive(), "the worker thread did not stop"
 
 
 # -- 3. a signal mid-catch-up leaves every view consistent ------------------------------------

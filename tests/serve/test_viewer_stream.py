@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -10,6 +11,7 @@ import psycopg
 import pytest
 
 from runledger.infrastructure.serve.app import Server
+from runledger.infrastructure.serve.notifications import CommitNotifications
 from runledger.infrastructure.store import open_store
 from tests.serve.conftest import (
     EventStream,
@@ -232,3 +234,24 @@ def test_a_cursor_of_nineteen_digits_is_a_cursor_beyond_the_log(served_memory: S
         first = stream.next()
 
     assert (response.status_code, first.name) == (200, "snapshot_required")
+
+
+@pytest.mark.postgres
+def test_each_new_listen_session_wakes_the_streams_once(postgres_store_url: str) -> None:
+    # Commits made before the LISTEN (or while its connection was down) sent their NOTIFY to
+    # nobody: the streams must look once when a session starts, not wait for the next commit.
+    woken = threading.Semaphore(0)
+    channel = "runledger_test_serve_listen"
+    notifications = CommitNotifications(postgres_store_url, channel, woken.release)
+    notifications.start()
+    try:
+        assert woken.acquire(timeout=10), "the first session did not wake the streams"
+        with psycopg.connect(postgres_store_url, autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE query = %s AND pid <> pg_backend_pid()",
+                (f'LISTEN "{channel}"',),
+            )
+        assert woken.acquire(timeout=20), "the session after a lost connection did not"
+    finally:
+        notifications.stop()
