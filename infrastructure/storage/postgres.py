@@ -388,14 +388,19 @@ STORED_EVENT_COLUMNS: Final = (
 """The column definitions of a stored event, which both tables begin with."""
 
 
-def stored_event_arrays(stored_events: Sequence[StoredEvent]) -> list[list[Any]]:
-    """The stored events column by column, for an ``unnest`` insert of the whole batch."""
-    return [
-        [as_uuid(s.originator_id) for s in stored_events],
-        [s.originator_version for s in stored_events],
-        [s.topic for s in stored_events],
-        [s.state for s in stored_events],
-    ]
+def stored_event_arrays(
+    stored_events: Sequence[StoredEvent],
+) -> tuple[UuidArray, BigintArray, TextArray, ByteaArray]:
+    """The stored events column by column, for an ``unnest`` insert of the whole batch.
+
+    Typed arrays (``binary_arrays``): psycopg would walk each list to find its type and dump
+    each element in Python, a tenth of a restore's time (12k events, py-spy)."""
+    return (
+        UuidArray([as_uuid(s.originator_id) for s in stored_events]),
+        BigintArray([s.originator_version for s in stored_events]),
+        TextArray([s.topic for s in stored_events]),
+        ByteaArray([s.state for s in stored_events]),
+    )
 
 
 class _InSchema(PostgresAggregateRecorder):
@@ -986,7 +991,6 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
         indexes = [index_columns(s) for s in stored_events]
         conditions = fence_conditions(fences)
         guarded = index_fences(fences)
-        ids, versions, topics, states = stored_event_arrays(stored_events)
         names, slots, expected, new, move_states = rows.moves
         # Typed arrays (``binary_arrays``): psycopg would walk each list to find its type.
         return [
@@ -995,10 +999,7 @@ class PostgresEventRecorder(SqlLogQueries, _InSchema, PostgresApplicationRecorde
             BigintArray([] if wide else keys),
             BooleanArray([] if wide else shared),
             wide,
-            UuidArray(ids),
-            BigintArray(versions),
-            TextArray(topics),
-            ByteaArray(states),
+            *stored_event_arrays(stored_events),
             TextArray([run_id for run_id, _ in indexes]),
             TextArray([lookup_key for _, lookup_key in indexes]),
             UuidArray([c[0] for c in conditions]),
@@ -1479,8 +1480,8 @@ class PostgresStorage(RecorderBackedStorage[PostgresEventRecorder, PostgresSnaps
                 events.insert_events_statement,
                 [
                     *stored_event_arrays(stored),
-                    [run_id for run_id, _ in indexes],
-                    [lookup_key for _, lookup_key in indexes],
+                    TextArray([run_id for run_id, _ in indexes]),
+                    TextArray([lookup_key for _, lookup_key in indexes]),
                 ],
             )
             positions = sorted(row["notification_id"] for row in curs.fetchall())
