@@ -486,6 +486,32 @@ class _DeafListener:
         pass
 
 
+@contextmanager
+def worker_in_thread(
+    worker: ProjectionWorker, *, join_seconds: float
+) -> Iterator[list[BaseException]]:
+    """Run ``worker`` in a thread of this process; yields the errors its run raised (for a
+    wait to give up on), stops and joins it on exit, and fails if it did not stop or
+    failed."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            worker.run()
+        except BaseException as error:
+            errors.append(error)
+
+    thread = threading.Thread(target=run, name="projection-worker", daemon=True)
+    thread.start()
+    try:
+        yield errors
+    finally:
+        worker.stop()
+        thread.join(timeout=join_seconds)
+    assert not thread.is_alive(), "the worker thread did not stop"
+    assert errors == [], f"the worker thread failed: {errors!r}"
+
+
 @pytest.mark.postgres
 @pytest.mark.parametrize("deafness", ["stub-listener", "wrong-channel"])
 def test_polling_recovers_a_dropped_notification(postgres_store_url: str, deafness: str) -> None:
@@ -501,28 +527,20 @@ def test_polling_recovers_a_dropped_notification(postgres_store_url: str, deafne
             worker._listener = deaf  # type: ignore[assignment]
         else:
             worker._listener = Listener(postgres_store_url, "runledger_test_nobody_notifies")
-        errors: list[BaseException] = []
 
-        def run() -> None:
-            try:
-                worker.run()
-            except BaseException as error:
-                errors.append(error)
+        with worker_in_thread(worker, join_seconds=poll + 5.0) as errors:
 
-        def caught_up(timeout: float) -> float:
-            started = time.monotonic()
-            wait_for(
-                lambda: errors or is_caught_up(writer),
-                timeout=timeout,
-                what="the worker thread to catch up",
-                describe=lambda: describe_status(writer),
-            )
-            assert errors == [], f"the worker thread failed: {errors!r}"
-            return time.monotonic() - started
+            def caught_up(timeout: float) -> float:
+                started = time.monotonic()
+                wait_for(
+                    lambda: errors or is_caught_up(writer),
+                    timeout=timeout,
+                    what="the worker thread to catch up",
+                    describe=lambda: describe_status(writer),
+                )
+                assert errors == [], f"the worker thread failed: {errors!r}"
+                return time.monotonic() - started
 
-        thread = threading.Thread(target=run, name="projection-worker", daemon=True)
-        thread.start()
-        try:
             time.sleep(0.3)  # let the worker go to sleep on its (deaf) listener
             latencies = []
             for index in range(2):
@@ -535,11 +553,6 @@ def test_polling_recovers_a_dropped_notification(postgres_store_url: str, deafne
             if deaf is not None:
                 assert deaf.waits >= 2, "the worker never slept on its listener"
             assert store.terminal_data("run-1") is not None
-        finally:
-            worker.stop()
-            thread.join(timeout=poll + 5.0)
-        assert not thread.is_alive(), "the worker thread did not stop"
-        assert errors == []
 
 
 @pytest.mark.postgres
@@ -590,17 +603,7 @@ def test_a_commit_during_the_first_look_at_the_log_wakes_the_worker(
         worker = ProjectionWorker(
             worker_runtime, poll_seconds=poll, on_pass=commit_on_the_first_pass
         )
-        errors: list[BaseException] = []
-
-        def run() -> None:
-            try:
-                worker.run()
-            except BaseException as error:
-                errors.append(error)
-
-        thread = threading.Thread(target=run, name="projection-worker", daemon=True)
-        thread.start()
-        try:
+        with worker_in_thread(worker, join_seconds=STOP_SECONDS) as errors:
             wait_for(
                 lambda: errors or (len(passes) > 1 and is_caught_up(writer)),
                 timeout=STARTUP_SECONDS,
@@ -609,10 +612,6 @@ def test_a_commit_during_the_first_look_at_the_log_wakes_the_worker(
             )
             assert errors == [], f"the worker thread failed: {errors!r}"
             assert store.terminal_data("run-0") is not None
-        finally:
-            worker.stop()
-            thread.join(timeout=STOP_SECONDS)
-        assert not thread.is_alive(), "the worker thread did not stop"
 
 
 # -- 3. a signal mid-catch-up leaves every view consistent ------------------------------------
