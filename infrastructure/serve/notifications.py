@@ -10,28 +10,24 @@ yet projected first, so being woken before the other process projected is harmle
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, Final
-
-import psycopg
-from psycopg.sql import SQL, Identifier
+from typing import Final
 
 from runledger.infrastructure.runtime import StoreRuntime
+from runledger.infrastructure.views.listener import Listener
 
-SLICE_SECONDS: Final = 0.25
-RECONNECT_SECONDS: Final = 2.0
-
-logger = logging.getLogger(__name__)
+WAIT_SECONDS: Final = 60.0
+"""How long one wait on the listener lasts at most; ``stop`` interrupts it at once."""
 
 
 class CommitNotifications:
-    """A LISTEN connection in a thread of its own, calling ``wake`` on each NOTIFY."""
+    """A ``Listener`` in a thread of its own, calling ``wake`` on each NOTIFY, and once on
+    each new LISTEN session (commits made before it notified nobody), as a projection worker
+    looks at the log then."""
 
     def __init__(self, conninfo: str, channel: str, wake: Callable[[], None]) -> None:
-        self._conninfo = conninfo
-        self._channel = channel
+        self._listener = Listener(conninfo, channel)
         self._wake = wake
         self._stopping = threading.Event()
         self._thread = threading.Thread(
@@ -45,34 +41,24 @@ class CommitNotifications:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop listening and close the connection (within a fraction of a second)."""
+        """Stop listening and close the connection (at once: the wait is interrupted)."""
         self._stopping.set()
+        self._listener.interrupt()
         self._thread.join()
+        self._listener.release()
 
     def _listen(self) -> None:
+        # The listener reconnects after failures and logs them (no password: libpq never
+        # puts one in its errors); the store's follower's idle look covers the gaps.
         while not self._stopping.is_set():
-            try:
-                with psycopg.connect(self._conninfo, autocommit=True) as connection:
-                    connection.execute(SQL("LISTEN {}").format(Identifier(self._channel)))
-                    self.listening.set()
-                    # The session heard nothing of commits before it (the first, or those
-                    # made while the last connection was down): readers look once now.
-                    self._wake()
-                    self._follow(connection)
-            except psycopg.Error as error:
-                # The message names no password: libpq never puts one in its errors.
-                logger.warning("LISTEN for live viewer streams failed, retrying: %s", error)
-                self._stopping.wait(RECONNECT_SECONDS)
-            finally:
+            woken = self._listener.wait(WAIT_SECONDS, self._stopping)
+            if self._listener.connected:
+                self.listening.set()
+            else:
                 self.listening.clear()
-
-    def _follow(self, connection: psycopg.Connection[Any]) -> None:
-        # In slices, so that stop() is seen: libpq's wait cannot be interrupted.
-        while not self._stopping.is_set():
-            for _ in connection.notifies(timeout=SLICE_SECONDS):
+            if woken:
                 self._wake()
-                if self._stopping.is_set():
-                    return
+        self.listening.clear()
 
 
 def commit_notifications(

@@ -62,6 +62,11 @@ class Listener:
         self.connections += 1
         return connection
 
+    @property
+    def connected(self) -> bool:
+        """Whether a connection is open now (it is not made here)."""
+        return self._connection is not None and not self._connection.closed
+
     def listen(self) -> bool:
         """LISTEN on the connection open now, and on every later one; whether it listens."""
         self.listening = True

@@ -2,8 +2,10 @@
 
 On PostgreSQL it sleeps on LISTEN and wakes on the NOTIFY each insert sends (through a
 transaction pooler only with a ``listen_url``: a pooled session is not the listener's for long);
-because a notification can be lost (or the listening connection dropped), it also polls, so a missed
-wake-up delays a page by at most one poll interval and never stalls the worker. On SQLite
+because a notification can be lost, it also polls, so a missed wake-up delays a page by at most
+one poll interval and never stalls the worker. A wait that opens a LISTEN session (the first,
+or one after a dropped connection) returns at once (``Listener.wait``): commits made while
+nobody listened woke nobody, so the worker looks at the log again. On SQLite
 and memory it polls. Two workers (or a worker and embedded hosts) never double-apply a page:
 each commit checks the positions it moves.
 """
@@ -56,10 +58,6 @@ class ProjectionWorker:
             # Code newer than a projection's active slot builds it first (blue/green): the
             # worker cannot project pages of its version into another version's tables.
             self.runtime.builds.upgrade()
-            if self._listener is not None:
-                # LISTEN before the first look at the log: a commit between that look and a
-                # later LISTEN would wake nobody, and the worker would sleep a poll on it.
-                self._listener.connection()
             while not self.stopping.is_set():
                 read = self.runtime.projector.catch_up(should_stop=self.stopping.is_set)
                 if self.on_pass is not None:

@@ -471,9 +471,6 @@ class _DeafListener:
         self.stopping = stopping
         self.waits = 0
 
-    def connection(self) -> None:
-        """No session: it hears nothing, from the start."""
-
     def wait(self, timeout: float, *_: object) -> bool:
         self.waits += 1
         self.stopping.wait(timeout)
