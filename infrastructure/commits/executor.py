@@ -242,16 +242,16 @@ class CommandExecutor:
     def hot(self, aggregate_id: UUID) -> bool:
         """Whether the aggregate conflicted lately (``HOT_SECONDS``): asked at every first
         read of an aggregate, so one lookup, no list."""
-        at = self._conflicted_at.get(aggregate_id)
-        return at is not None and time.monotonic() - at < HOT_SECONDS
+        return self._conflicted_lately(aggregate_id, time.monotonic())
 
     def _hot(self, aggregate_ids: Iterable[UUID]) -> list[UUID]:
         """The aggregates among these that conflicted lately, in the fixed (sorted) order."""
         now = time.monotonic()
-        noted = self._conflicted_at
-        return sorted(
-            i for i in aggregate_ids if (at := noted.get(i)) is not None and now - at < HOT_SECONDS
-        )
+        return sorted(i for i in aggregate_ids if self._conflicted_lately(i, now))
+
+    def _conflicted_lately(self, aggregate_id: UUID, now: float) -> bool:
+        at = self._conflicted_at.get(aggregate_id)
+        return at is not None and now - at < HOT_SECONDS
 
     def _note_conflict(self, aggregate_ids: Iterable[UUID]) -> None:
         now = time.monotonic()
